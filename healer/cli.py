@@ -1,0 +1,73 @@
+"""The ``healer`` command.
+
+Each subcommand lives in ``healer/commands/<name>.py`` with a one-line ``HELP`` and a
+``main(argv) -> int``; this module only finds them and dispatches, so adding a command never
+touches this file and ``healer --help`` stays fast (command modules import their heavy
+dependencies inside ``main``).
+
+Exit codes: 0 ok · 1 the command found problems (alerts, failures, unhealthy) · 2 usage or
+input error, nothing changed · 3 something healer needs is missing · 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+from types import ModuleType
+
+from healer import __version__, commands
+from healer.errors import EXIT_USAGE
+
+
+def _command_modules() -> dict[str, str]:
+    found = {}
+    for info in pkgutil.iter_modules(commands.__path__):
+        if not info.name.startswith("_"):
+            found[info.name.replace("_", "-")] = f"healer.commands.{info.name}"
+    return dict(sorted(found.items()))
+
+
+def _load(module: str) -> ModuleType:
+    return importlib.import_module(module)
+
+
+def usage() -> str:
+    lines = [
+        "usage: healer [--version] [--help] COMMAND [ARGS...]",
+        "",
+        "healer keeps a fleet of AI coding agents healthy: it detects failures, dispatches",
+        "healing agents, verifies the repair, and escalates to a human when it cannot heal.",
+        "",
+        "commands:",
+    ]
+    for name, module in _command_modules().items():
+        lines.append(f"  {name:<9} {getattr(_load(module), 'HELP', '')}")
+    lines += [
+        "",
+        "Run 'healer COMMAND --help' for a command's options.",
+        "Exit codes: 0 ok, 1 problems found, 2 usage/input error, 3 dependency missing.",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if args else EXIT_USAGE
+    if args[0] in ("-V", "--version"):
+        print(f"healer {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    modules = _command_modules()
+    if name not in modules:
+        print(f"healer: unknown command {name!r}; run 'healer --help' for the list.",
+              file=sys.stderr)
+        return EXIT_USAGE
+    code: int = _load(modules[name]).main(rest)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""One module per ``healer`` subcommand; see ``healer.cli``."""

@@ -1,0 +1,74 @@
+"""What every command shares: settings flags, JSON output, errors → exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from healer import log
+from healer.errors import EXIT_INTERRUPTED, EXIT_USAGE, HealerError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with one clear line on a usage mistake."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE)
+
+
+def parser(name: str, description: str, epilog: str = "") -> Parser:
+    return Parser(
+        prog=f"healer {name}", description=description, epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_settings_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("settings")
+    g.add_argument("--config", metavar="FILE", help="settings file (default: ./healer.yaml)")
+    g.add_argument("--set", metavar="KEY=VALUE", action="append", default=[],
+                   help="override one setting, e.g. --set api.port=9000 (repeatable)")
+    g.add_argument("--state-dir", help="state dir (default .healer, env HEALER_STATE_DIR)")
+    g.add_argument("--results-dir",
+                   help="agent results dir (default /tmp/atlas-agent-results)")
+    g.add_argument("--fleet-dir", help="seed-file dir (default .fleet-messages)")
+    g.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    g.add_argument("--log-format", choices=["text", "json"])
+
+
+def settings_from(args: argparse.Namespace) -> Any:
+    """Load the settings tree honouring the common flags, and set up logging."""
+    from healer.config import load_settings
+
+    overrides = list(args.set)
+    for flag, key in (("state_dir", "state_dir"), ("results_dir", "results_dir"),
+                      ("fleet_dir", "fleet_dir"), ("log_level", "log.level"),
+                      ("log_format", "log.format")):
+        value = getattr(args, flag, None)
+        if value:
+            overrides.append(f"{key}={value}")
+    settings = load_settings(args.config, overrides=overrides)
+    log.setup(settings.log.level, settings.log.format)
+    return settings
+
+
+def print_json(data: Any) -> None:
+    print(json.dumps(data, indent=2, sort_keys=True, default=str))
+
+
+def run(fn: Callable[[], int]) -> int:
+    """Run a command body: a HealerError is one line on stderr and its exit code."""
+    try:
+        return fn()
+    except HealerError as exc:
+        print(f"healer: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0

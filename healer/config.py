@@ -1,0 +1,731 @@
+"""healer's settings: one typed tree, documented defaults, four sources.
+
+Precedence, lowest first: the defaults below → ``cto-config.json`` (the orchestrator's
+``defaults.play.healerEndpoint`` and ``defaults.remediation.*``) → ``healer.yaml`` → environment
+variables → command-line flags. Every field carries its documentation in ``metadata["doc"]``;
+``schemas/config.schema.json`` is generated from this tree (``python -m healer.config``) and a
+test keeps the two in step.
+
+Environment variables: the documented short names (``HEALER_STATE_DIR``, ``HEALER_PORT`` …) and,
+for every field, ``HEALER__<SECTION>__<FIELD>`` (e.g. ``HEALER__SELFHEAL__COOLDOWN_S=600``).
+Flags: ``--set section.field=value`` on any command that loads settings.
+
+The fleet's node list is not a setting: it is read from ``.multifleet/config.json``
+(``fleet.config``) by ``load_multifleet``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import sys
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from healer.core.names import safe_host, safe_name, safe_port, safe_user
+from healer.core.schemas import errors as schema_errors
+from healer.errors import ConfigError, UnsafeNameError
+
+
+def setting(default: Any, doc: str, *, env: str = "", secret: bool = False, **schema: Any) -> Any:
+    """A settings field: its default, its documentation, its short env var and schema limits."""
+    meta = {"doc": doc, "env": env, "secret": secret, "schema": schema}
+    if isinstance(default, list | dict):
+        return field(default_factory=lambda d=default: json.loads(json.dumps(d)), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def section(cls: type, doc: str) -> Any:
+    return field(default_factory=cls, metadata={"doc": doc, "env": "", "secret": False})
+
+
+@dataclass
+class LogSettings:
+    level: Literal["debug", "info", "warning", "error"] = setting(
+        "info", "Lowest level that is logged.", env="HEALER_LOG_LEVEL"
+    )
+    format: Literal["text", "json"] = setting(
+        "text", "`json` writes one JSON object per line (for log shippers).",
+        env="HEALER_LOG_FORMAT",
+    )
+
+
+@dataclass
+class ApiSettings:
+    host: str = setting(
+        "127.0.0.1", "Address the HTTP API binds to. Binding off loopback requires `api.token`.",
+        env="HEALER_HOST",
+    )
+    port: int = setting(8083, "TCP port of the HTTP API (0 picks a free one).",
+                        env="HEALER_PORT", minimum=0, maximum=65535)
+    token: str = setting(
+        "", "Bearer token required on mutating routes; empty disables the check on loopback.",
+        env="HEALER_TOKEN", secret=True,
+    )
+    max_body_bytes: int = setting(1 << 20, "Largest request body accepted (bytes).", minimum=1024)
+    enabled: bool = setting(True, "Whether `healer loop` serves the HTTP API.")
+
+
+@dataclass
+class BusSettings:
+    max_file_bytes: int = setting(1 << 20, "Result files larger than this are rejected.",
+                                  minimum=1)
+    settle_s: float = setting(
+        2.0, "How long an unparsable result file may still be being written before it is "
+        "rejected (slow writers).", minimum=0,
+    )
+    rescan_s: float = setting(
+        5.0, "Interval of the safety rescan of the results dir, in case an event was missed.",
+        minimum=0.1,
+    )
+    max_json_depth: int = setting(64, "Deepest JSON nesting accepted in a result file.",
+                                  minimum=4)
+
+
+@dataclass
+class StoreSettings:
+    backend: Literal["file", "jetstream"] = setting(
+        "file", "`file`: records under the state dir (one machine). `jetstream`: NATS JetStream "
+        "key-value buckets shared by every node's healer.", env="HEALER_STORE",
+    )
+    nats_urls: list[str] = setting(["nats://127.0.0.1:4222"], "NATS servers for `jetstream`.")
+
+
+@dataclass
+class ClaudeSettings:
+    model: str = setting("", "Model name passed to Claude Code; empty uses the CLI's default.")
+    max_turns: int = setting(30, "Turn cap for one agent run (an agent's own maxTurns wins if "
+                             "lower).", minimum=1)
+    max_budget_usd: float = setting(2.0, "Spending cap for one agent run, in US dollars.",
+                                    minimum=0)
+    cli_path: str = setting("", "Path to the `claude` CLI; empty uses the one bundled in "
+                            "claude-agent-sdk.")
+
+
+@dataclass
+class ExecutorSettings:
+    default: Literal["auto", "playbook", "claude", "command"] = setting(
+        "auto", "How agents run. `auto`: claude when a model is reachable, else playbook.",
+        env="HEALER_EXECUTOR",
+    )
+    timeout_s: float = setting(600.0, "Wall-clock limit of one agent run.", minimum=1)
+    max_concurrent: int = setting(4, "Agent runs in flight at once; more wait in a queue.",
+                                  minimum=1)
+    commands: dict[str, list[str]] = setting(
+        {}, "For the `command` executor: agent name → argv (no shell). `{prompt_file}`, "
+        "`{result_file}` and `{cwd}` are substituted.",
+    )
+    claude: ClaudeSettings = section(ClaudeSettings, "Claude Code executor.")
+
+
+@dataclass
+class ForgeSettings:
+    kind: Literal["local", "github"] = setting(
+        "local", "`local`: issues and PR records as Markdown/JSON under the state dir. "
+        "`github`: the GitHub REST API.", env="HEALER_FORGE",
+    )
+    github_repo: str = setting("", "`owner/name` on GitHub for the `github` forge.")
+    token_env: str = setting("GITHUB_TOKEN", "Environment variable holding the forge token.")
+    api_url: str = setting("https://api.github.com", "GitHub API base URL.")
+
+
+@dataclass
+class NotifySettings:
+    discord_webhook_url: str = setting(
+        "", "Discord webhook for P0/P1 escalations; empty disables.",
+        env="HEALER_DISCORD_WEBHOOK", secret=True,
+    )
+    timeout_s: float = setting(10.0, "Timeout of one notification post.", minimum=0.1)
+
+
+@dataclass
+class DetectSettings:
+    catalog: str = setting("", "A user catalog (YAML). Empty uses the embedded catalog.")
+    catalog_mode: Literal["extend", "replace"] = setting(
+        "extend", "Whether a user catalog adds to the embedded one or replaces it."
+    )
+    preflight_window_s: float = setting(60.0, "Priority-1 patterns count only this long after "
+                                        "an agent starts.", minimum=0)
+    group_window_s: float = setting(1800.0, "Alerts of one code in one workflow family within "
+                                    "this window share one incident.", minimum=0)
+    max_line_chars: int = setting(200, "Alert lines are cut to this many characters.",
+                                  minimum=20)
+
+
+@dataclass
+class PlaySettings:
+    healer_endpoint: str = setting("http://localhost:8083", "Where orchestrators reach healer "
+                                   "(cto-config `defaults.play.healerEndpoint`).")
+    max_iterations: int = setting(3, "Remediation attempts before escalating to a human "
+                                  "(cto-config `defaults.remediation.maxIterations`).", minimum=1)
+    sync_timeout_s: float = setting(300.0, "cto-config `defaults.remediation.syncTimeoutSecs`.",
+                                    minimum=1)
+    evaluate_interval_s: float = setting(300.0, "How often active sessions are evaluated.",
+                                         minimum=1)
+    reevaluate_after_s: float = setting(120.0, "Re-evaluation delay after a remediation.",
+                                        minimum=0)
+    dedup_window_s: float = setting(1800.0, "Alerts of one code and workflow family share one "
+                                    "forge issue within this window.", minimum=0)
+
+
+@dataclass
+class SelfhealSettings:
+    enabled: bool = setting(True, "Whether report_error may dispatch healing agents.")
+    severity_threshold: int = setting(2, "Investigate only severities at or below this "
+                                      "(0 critical … 4 info).", minimum=0, maximum=4)
+    cooldown_s: float = setting(3600.0, "No new attempt for a fingerprint this long after its "
+                                "last attempt ended.", minimum=0)
+    max_concurrent: int = setting(2, "Attempts investigating at once.", minimum=1)
+    breaker_window: int = setting(5, "Stop when this many latest terminal attempts all failed.",
+                                  minimum=1)
+    timeout_s: float = setting(1800.0, "Wall-clock limit of one healing run.", minimum=1)
+    worktree_ttl_s: float = setting(86400.0, "Worktrees are removed this long after the "
+                                    "attempt ends.", minimum=0)
+    repo: str = setting("", "Repository being healed; empty means the git repository of the "
+                        "working directory.")
+
+
+@dataclass
+class FleetSettings:
+    config: str = setting(".multifleet/config.json", "The fleet's node list (multifleet format).",
+                          env="HEALER_FLEET_CONFIG")
+    node_port: int = setting(8855, "Port of each node daemon's HTTP endpoint.",
+                             minimum=1, maximum=65535)
+    heartbeat_s: float = setting(10.0, "Heartbeat interval.", minimum=0.1)
+    watchdog_start_s: float = setting(60.0, "Watchdog starts this long after boot.", minimum=0)
+    watchdog_interval_s: float = setting(30.0, "Watchdog period.", minimum=0.1)
+    slow_s: float = setting(45.0, "A peer silent this long is slow.", minimum=0)
+    stale_s: float = setting(90.0, "A peer silent this long is stale: repair its channel.",
+                             minimum=0)
+    readdress_s: float = setting(300.0, "Re-read a silent peer's address after this long.",
+                                 minimum=0)
+    alert_chief_s: float = setting(600.0, "Alert the chief about a peer silent this long.",
+                                   minimum=0)
+    repair_cooldown_s: float = setting(300.0, "Per-peer cooldown between repairs.", minimum=0)
+    send_budget_s: float = setting(30.0, "Whole time budget of one send_with_fallback.",
+                                   minimum=1)
+    order: Literal["strict", "reliability"] = setting(
+        "reliability", "Channel order: `strict` ladder or by recent `reliability` score."
+    )
+    heal_wait_s: float = setting(30.0, "Longest wait for a healing agent before re-probing.",
+                                 minimum=0)
+    max_heal_attempts: int = setting(3, "Attempts per broken channel before a human escalation.",
+                                     minimum=1)
+
+
+@dataclass
+class ContextSettings:
+    dir: str = setting(".healer/context", "Folder with the four living-context layers.")
+    max_iterations: int = setting(5, "Fix iterations before escalating.", minimum=1)
+    scenario_timeout_s: float = setting(30.0, "Timeout of one scenario's test_command.",
+                                        minimum=1)
+    max_blast_radius: int = setting(5, "A fix touching this many files or more is rejected.",
+                                    minimum=1)
+
+
+@dataclass
+class WebhookSettings:
+    sentry_client_secret: str = setting("", "Sentry integration client secret (HMAC key).",
+                                        env="HEALER_SENTRY_SECRET", secret=True)
+    alertmanager_token: str = setting("", "Bearer token Alertmanager sends.",
+                                      env="HEALER_ALERTMANAGER_TOKEN", secret=True)
+    slack_signing_secret: str = setting("", "Slack app signing secret.",
+                                        env="HEALER_SLACK_SECRET", secret=True)
+
+
+@dataclass
+class Settings:
+    """The whole settings tree. Paths are relative to the working directory."""
+
+    state_dir: str = setting(".healer", "Where records, the ledger and worktrees live.",
+                             env="HEALER_STATE_DIR")
+    results_dir: str = setting("/tmp/atlas-agent-results", "Where agents drop result JSON.",
+                               env="HEALER_RESULTS_DIR")
+    fleet_dir: str = setting(".fleet-messages", "Seed-file folders, one per recipient.",
+                             env="HEALER_FLEET_DIR")
+    node_id: str = setting("", "This machine's fleet node id; empty derives it from the "
+                           "hostname.", env="HEALER_NODE_ID")
+    cto_config: str = setting("cto-config.json", "The orchestrator's config, read if present.",
+                              env="HEALER_CTO_CONFIG")
+    log: LogSettings = section(LogSettings, "Logging.")
+    api: ApiSettings = section(ApiSettings, "The HTTP API.")
+    bus: BusSettings = section(BusSettings, "The results bus.")
+    store: StoreSettings = section(StoreSettings, "Where state lives.")
+    executor: ExecutorSettings = section(ExecutorSettings, "How agents run.")
+    forge: ForgeSettings = section(ForgeSettings, "Where issues and PRs go.")
+    notify: NotifySettings = section(NotifySettings, "Human notifications.")
+    detect: DetectSettings = section(DetectSettings, "Log pattern detection.")
+    play: PlaySettings = section(PlaySettings, "Play sessions and remediation.")
+    selfheal: SelfhealSettings = section(SelfhealSettings, "report_error gates and healing runs.")
+    fleet: FleetSettings = section(FleetSettings, "Fleet channels, watchdog and healing loop.")
+    context: ContextSettings = section(ContextSettings, "Living-context healing.")
+    webhooks: WebhookSettings = section(WebhookSettings, "Inbound webhook secrets.")
+
+    # Where each value came from is not a setting; the loader notes the files it read here.
+    sources: list[str] = field(default_factory=list, metadata={"internal": True})
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir).expanduser()
+
+    @property
+    def results_path(self) -> Path:
+        return Path(self.results_dir).expanduser()
+
+    @property
+    def fleet_path(self) -> Path:
+        return Path(self.fleet_dir).expanduser()
+
+    @property
+    def node(self) -> str:
+        """This node's id: configured, or the hostname's first label made safe."""
+        if self.node_id:
+            return self.node_id
+        raw = socket.gethostname().split(".")[0].lower()
+        cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in raw).strip("-_")
+        return cleaned[:64] or "node"
+
+
+# ---------------------------------------------------------------------------------------------
+# Schema generation from the tree
+
+
+def _is_dataclass_type(tp: Any) -> bool:
+    return isinstance(tp, type) and dataclasses.is_dataclass(tp)
+
+
+def _type_schema(tp: Any) -> dict[str, Any]:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return {"enum": list(typing.get_args(tp))}
+    if tp is bool:
+        return {"type": "boolean"}
+    if tp is int:
+        return {"type": "integer"}
+    if tp is float:
+        return {"type": "number"}
+    if tp is str:
+        return {"type": "string"}
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        return {"type": "array", "items": _type_schema(item)}
+    if origin is dict:
+        _, value = typing.get_args(tp)
+        return {"type": "object", "additionalProperties": _type_schema(value)}
+    if _is_dataclass_type(tp):
+        return _object_schema(tp)
+    raise TypeError(f"no schema mapping for {tp!r}")
+
+
+def _public_fields(cls: type) -> list[dataclasses.Field[Any]]:
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+
+
+def _object_schema(cls: type) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    props: dict[str, Any] = {}
+    for f in _public_fields(cls):
+        s = _type_schema(hints[f.name])
+        meta = f.metadata
+        s.update(meta.get("schema", {}))
+        doc = meta.get("doc", "")
+        if meta.get("env"):
+            doc += f" Env: `{meta['env']}`."
+        s["description"] = doc
+        if f.default is not dataclasses.MISSING:
+            s["default"] = f.default
+        elif f.default_factory is not dataclasses.MISSING and not _is_dataclass_type(hints[f.name]):
+            s["default"] = f.default_factory()
+        props[f.name] = s
+    return {"type": "object", "additionalProperties": False, "properties": props}
+
+
+def json_schema() -> dict[str, Any]:
+    s = _object_schema(Settings)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://healer.dev/schemas/config.schema.json",
+        "title": "healer.yaml",
+        "description": "healer's settings file. Every key is optional; see the defaults.",
+        **s,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def _field_type(cls: type, name: str) -> Any:
+    return typing.get_type_hints(cls)[name]
+
+
+def _coerce(text: str, tp: Any) -> Any:
+    """Turn an env/flag string into the field's type (schema validation follows)."""
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        low = text.strip().lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        return text
+    if tp is int:
+        try:
+            return int(text)
+        except ValueError:
+            return text
+    if tp is float:
+        try:
+            return float(text)
+        except ValueError:
+            return text
+    if origin in (list, dict):
+        stripped = text.strip()
+        if stripped.startswith(("[", "{")):
+            try:
+                return json.loads(stripped)
+            except json.JSONDecodeError:
+                return text
+        if origin is list:
+            return [p.strip() for p in stripped.split(",") if p.strip()]
+        return text
+    return text
+
+
+def _resolve(path: list[str]) -> tuple[type, str] | None:
+    """The dataclass and field name a dotted path points at, or None."""
+    cls: type = Settings
+    for i, part in enumerate(path):
+        names = {f.name: f for f in _public_fields(cls)}
+        if part not in names:
+            return None
+        tp = _field_type(cls, part)
+        if i == len(path) - 1:
+            return cls, part
+        if not _is_dataclass_type(tp):
+            return None
+        cls = tp
+    return None
+
+
+def _nest(path: list[str], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    cur = out
+    for part in path[:-1]:
+        cur = cur.setdefault(part, {})
+    cur[path[-1]] = value
+    return out
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(base.get(key), dict):
+            _merge(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+def _validate_layer(raw: Any, source: str, *, key_hint: Mapping[str, str] | None = None) -> None:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("expected a mapping of settings at the top level", file=source,
+                          expected="a YAML mapping")
+    problems = schema_errors("config", raw)
+    if problems:
+        key, message = problems[0]
+        shown = (key_hint or {}).get(key, key)
+        raise ConfigError(message, file=source, key=shown, expected=_expected_for(key))
+
+
+def _expected_for(key: str) -> str:
+    parts = key.split(".")
+    found = _resolve(parts)
+    if not found:
+        return ""
+    cls, name = found
+    s = _type_schema(_field_type(cls, name))
+    if "enum" in s:
+        return "one of " + ", ".join(map(str, s["enum"]))
+    return s.get("type", "")
+
+
+def _env_layer(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    layer: dict[str, Any] = {}
+    hints: dict[str, str] = {}
+
+    def visit(cls: type, prefix: list[str]) -> None:
+        for f in _public_fields(cls):
+            path = [*prefix, f.name]
+            tp = _field_type(cls, f.name)
+            if _is_dataclass_type(tp):
+                visit(tp, path)
+                continue
+            names = ["HEALER__" + "__".join(p.upper() for p in path)]
+            if f.metadata.get("env"):
+                names.insert(0, f.metadata["env"])
+            for name in names:
+                if name in env:
+                    _merge(layer, _nest(path, _coerce(env[name], tp)))
+                    hints[".".join(path)] = name
+                    break
+
+    visit(Settings, [])
+    return layer, hints
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``["api.port=9000", …]`` → a nested dict with values coerced to the field types."""
+    layer: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise ConfigError(f"--set expects KEY=VALUE, got {pair!r}", file="flags")
+        path = key.strip().split(".")
+        found = _resolve(path)
+        if not found:
+            raise ConfigError("unknown setting", file="flags", key=key.strip())
+        cls, name = found
+        _merge(layer, _nest(path, _coerce(value, _field_type(cls, name))))
+    return layer
+
+
+def _read_yaml(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError("file is not UTF-8 text", file=str(path)) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"not valid YAML{where}: {problem}", file=str(path)) from exc
+    return {} if data is None else data
+
+
+def _read_json_file(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError("file is not UTF-8 text", file=str(path)) from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): {exc.msg}",
+                          file=str(path)) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror}", file=str(path)) from exc
+
+
+def _cto_layer(path: Path) -> dict[str, Any]:
+    """The orchestrator's settings healer honours, from cto-config.json."""
+    data = _read_json_file(path)
+    problems = schema_errors("cto-config", data)
+    if problems:
+        key, message = problems[0]
+        raise ConfigError(message, file=str(path), key=key)
+    defaults = data.get("defaults", {})
+    play = defaults.get("play", {})
+    rem = defaults.get("remediation", {})
+    layer: dict[str, Any] = {}
+    if "healerEndpoint" in play:
+        layer["healer_endpoint"] = play["healerEndpoint"]
+    if "maxIterations" in rem:
+        layer["max_iterations"] = rem["maxIterations"]
+    if "syncTimeoutSecs" in rem:
+        layer["sync_timeout_s"] = rem["syncTimeoutSecs"]
+    return {"play": layer} if layer else {}
+
+
+def _build(cls: type, raw: Mapping[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {}
+    for f in _public_fields(cls):
+        if f.name not in raw:
+            continue
+        tp = _field_type(cls, f.name)
+        value = raw[f.name]
+        if _is_dataclass_type(tp):
+            value = _build(tp, value)
+        elif tp is float and isinstance(value, int):
+            value = float(value)
+        kwargs[f.name] = value
+    return cls(**kwargs)
+
+
+def load_settings(
+    config_file: str | Path | None = None,
+    *,
+    overrides: list[str] | Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
+) -> Settings:
+    """Load the settings tree from every source; raise ``ConfigError`` naming the bad value."""
+    env = os.environ if env is None else env
+    merged: dict[str, Any] = {}
+    sources: list[str] = []
+
+    env_layer, env_hints = _env_layer(env)
+    _validate_layer(env_layer, "environment", key_hint=env_hints)
+
+    cto_name = env_layer.get("cto_config", "cto-config.json")
+    cto_path = Path(cto_name).expanduser()
+    if cto_path.is_file():
+        _merge(merged, _cto_layer(cto_path))
+        sources.append(str(cto_path))
+
+    explicit = config_file or env.get("HEALER_CONFIG")
+    path = Path(explicit).expanduser() if explicit else Path("healer.yaml")
+    if explicit and not path.is_file():
+        raise ConfigError("file not found", file=str(path))
+    if path.is_file():
+        layer = _read_yaml(path)
+        _validate_layer(layer, str(path))
+        _merge(merged, layer)
+        sources.append(str(path))
+
+    _merge(merged, env_layer)
+    if overrides:
+        flag_layer = parse_overrides(list(overrides)) if isinstance(overrides, list) else dict(
+            overrides)
+        _validate_layer(flag_layer, "flags")
+        _merge(merged, flag_layer)
+
+    _validate_layer(merged, "settings")
+    settings: Settings = _build(Settings, merged)
+    settings.sources = sources
+    _check_semantics(settings)
+    return settings
+
+
+def _check_semantics(s: Settings) -> None:
+    """Rules a schema cannot say."""
+    if s.node_id:
+        try:
+            safe_name(s.node_id, "node id")
+        except UnsafeNameError as exc:
+            raise ConfigError(exc.reason, file="settings", key="node_id",
+                              expected="a safe name") from exc
+    if s.api.host not in ("127.0.0.1", "::1", "localhost") and not s.api.token:
+        raise ConfigError(
+            "a token is required when the API binds to a non-loopback address",
+            file="settings", key="api.token", expected="a non-empty bearer token",
+        )
+
+
+def redacted(settings: Settings) -> dict[str, Any]:
+    """The settings as a dict with secrets masked, for `healer doctor` and logs."""
+
+    def visit(obj: Any) -> Any:
+        out: dict[str, Any] = {}
+        for f in _public_fields(type(obj)):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                out[f.name] = visit(value)
+            elif f.metadata.get("secret") and value:
+                out[f.name] = "***"
+            else:
+                out[f.name] = value
+        return out
+
+    return visit(settings)
+
+
+# ---------------------------------------------------------------------------------------------
+# The fleet's node list (.multifleet/config.json)
+
+
+@dataclass(frozen=True)
+class NodeEntry:
+    """One fleet node as the multifleet config describes it."""
+
+    node_id: str
+    host: str
+    user: str = ""
+    port: int = 8855
+    role: str = "worker"
+    mac_address: str = ""
+    lan_ip: str = ""
+    tailscale_ip: str = ""
+    tunnel_port: int = 0
+    ssh_port: int = 22
+    nats_url: str = ""
+    restart: tuple[str, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MultifleetConfig:
+    chief: str
+    chief_host: str
+    nodes: Mapping[str, NodeEntry]
+    path: str = ""
+
+
+def load_multifleet(path: str | Path) -> MultifleetConfig:
+    """Read and validate ``.multifleet/config.json``; hostile names are refused here."""
+    p = Path(path)
+    data = _read_json_file(p)
+    problems = schema_errors("multifleet-config", data)
+    if problems:
+        key, message = problems[0]
+        raise ConfigError(message, file=str(p), key=key)
+    known = {f.name for f in dataclasses.fields(NodeEntry)}
+    nodes: dict[str, NodeEntry] = {}
+    for node_id, entry in data.get("nodes", {}).items():
+        try:
+            safe_name(node_id, "node id")
+            safe_host(entry["host"], "host")
+            if entry.get("user"):
+                safe_user(entry["user"], "user")
+            for ip_key in ("lan_ip", "tailscale_ip"):
+                if entry.get(ip_key):
+                    safe_host(entry[ip_key], ip_key)
+            safe_port(entry.get("port", 8855))
+        except UnsafeNameError as exc:
+            raise ConfigError(exc.reason, file=str(p), key=f"nodes.{node_id}",
+                              expected=f"a safe {exc.what}") from exc
+        fields = {k: v for k, v in entry.items() if k in known and k != "restart"}
+        restart = tuple(entry.get("restart", ()))
+        extra = {k: v for k, v in entry.items() if k not in known}
+        nodes[node_id] = NodeEntry(node_id=node_id, restart=restart, extra=extra, **fields)
+    chief = data.get("chief", {})
+    chief_id = chief.get("nodeId", "")
+    if chief_id:
+        try:
+            safe_name(chief_id, "chief node id")
+        except UnsafeNameError as exc:
+            raise ConfigError(exc.reason, file=str(p), key="chief.nodeId") from exc
+    return MultifleetConfig(chief=chief_id, chief_host=chief.get("host", ""), nodes=nodes,
+                            path=str(p))
+
+
+def _main(argv: list[str]) -> int:
+    """`python -m healer.config [--check]`: write (or check) schemas/config.schema.json."""
+    from healer.resources import bundle_path
+
+    target = bundle_path("schemas", "config.schema.json")
+    text = json.dumps(json_schema(), indent=2) + "\n"
+    if "--check" in argv:
+        current = target.read_text() if target.exists() else ""
+        if current != text:
+            print(f"{target} is out of date: run python -m healer.config", file=sys.stderr)
+            return 1
+        return 0
+    target.write_text(text)
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_main(sys.argv[1:]))
+

@@ -1,0 +1,469 @@
+"""The results bus: agent result files in, each applied exactly once, bad files set aside.
+
+Agents (playbooks, Claude, any command) finish by writing
+``<results dir>/heal-<kind>-<target>-<epoch>.json``. The bus notices it (a watchdog observer,
+plus a start-up scan and a slow safety rescan), checks it, and hands it to its subscribers.
+
+Exactly once, also across ``kill -9``:
+
+1. the file's id is the sha256 of its name and bytes;
+2. a marker ``sets/results-pending/<id>`` is made, then the ledger record ``results/<id>`` is
+   *created* (create-only: a second creation of the same id fails atomically) — this creation
+   is the application;
+3. subscribers are called with the result; they get ``result.id`` so their own state changes
+   can be idempotent;
+4. the marker is removed and the file moves to ``applied/``.
+
+A crash before 2 leaves the file to be seen again; a crash after 2 finds the ledger record, so
+the file is only moved; a crash during 3 leaves the marker, and start-up delivers the ledger
+record to the subscribers again.
+
+Files that are not JSON, fail ``schemas/agent-result.schema.json``, are too big, too deep, not
+UTF-8, symlinks, not regular files, or oddly named move to ``rejected/`` with a ``.reason``
+file beside them. A file that does not parse yet may still be being written: it gets
+``bus.settle_s`` to become whole before it is rejected. Dot-files and ``*.tmp``/``*.part``
+files are writes in progress and are left alone (until they are abandoned for 10 minutes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import heapq
+import json
+import logging
+import os
+import re
+import stat
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from healer.core import seeds
+from healer.core.files import atomic_write_bytes
+from healer.core.schemas import errors as schema_errors
+from healer.core.store import Store
+from healer.errors import ConflictError, RejectedFile
+
+log = logging.getLogger(__name__)
+
+RESULT_NAME = re.compile(
+    r"heal-(?P<kind>[a-z0-9_]{1,32})-(?P<target>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
+    r"-(?P<epoch>\d{9,13})\.json"
+)
+_IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$")
+ABANDONED_S = 600.0
+LEDGER = "results"
+PENDING = "results-pending"
+SUBDIRS = ("applied", "rejected")
+
+
+@dataclass(frozen=True)
+class AgentResult:
+    """One applied agent result."""
+
+    id: str
+    name: str
+    kind: str
+    target: str
+    epoch: int
+    data: dict[str, Any]
+    received_at: float
+
+    @property
+    def status(self) -> str:
+        return str(self.data.get("status", ""))
+
+    @property
+    def incident(self) -> str:
+        return str(self.data.get("incident", ""))
+
+
+Subscriber = Callable[[AgentResult], None]
+SeedSubscriber = Callable[[seeds.Seed], None]
+
+
+@dataclass
+class BusStats:
+    applied: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    subscriber_errors: int = 0
+    seeds: int = 0
+    last_rejections: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _depth_ok(text: str, limit: int) -> bool:
+    """Cheap nesting check before json.loads (which would recurse as deep as the input)."""
+    depth = 0
+    in_str = esc = False
+    for ch in text:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif ch in "]}":
+            depth -= 1
+    return True
+
+
+class _Retry(Exception):
+    """The file may still be being written; look again later."""
+
+
+class ResultsBus:
+    """Watches the results dir (and the fleet seed inbox) and applies what lands there."""
+
+    def __init__(
+        self,
+        results_dir: Path | str,
+        store: Store,
+        *,
+        max_file_bytes: int = 1 << 20,
+        settle_s: float = 2.0,
+        rescan_s: float = 5.0,
+        max_json_depth: int = 64,
+        fleet_dir: Path | str | None = None,
+        node: str | None = None,
+        clock: Callable[[], float] = time.time,
+    ):
+        self.results_dir = Path(results_dir)
+        self.store = store
+        self.max_file_bytes = max_file_bytes
+        self.settle_s = settle_s
+        self.rescan_s = rescan_s
+        self.max_json_depth = max_json_depth
+        self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else None
+        self.node = node
+        self._clock = clock
+        self._subs: list[tuple[str | None, Subscriber]] = []
+        self._seed_subs: list[SeedSubscriber] = []
+        self.stats = BusStats()
+        self._cond = threading.Condition()
+        self._queue: list[tuple[float, int, Path]] = []  # (due, seq, path) heap
+        self._queued: set[Path] = set()
+        self._seq = 0
+        self._busy = 0
+        self._stop = threading.Event()
+        self._worker: threading.Thread | None = None
+        self._observer: Any = None
+        self._last_rescan = 0.0
+
+    # -- wiring ----------------------------------------------------------------------------
+
+    def subscribe(self, fn: Subscriber, kind: str | None = None) -> None:
+        """Call ``fn`` for every applied result (of ``kind``, if given)."""
+        self._subs.append((kind, fn))
+
+    def subscribe_seeds(self, fn: SeedSubscriber) -> None:
+        """Call ``fn`` for every seed file that arrives for this node."""
+        self._seed_subs.append(fn)
+
+    @property
+    def inbox_dir(self) -> Path | None:
+        if self.fleet_dir is None or not self.node:
+            return None
+        return self.fleet_dir / self.node
+
+    def start(self) -> None:
+        """Recover, scan what arrived while down, then watch."""
+        self.results_dir.mkdir(parents=True, exist_ok=True)
+        for sub in SUBDIRS:
+            (self.results_dir / sub).mkdir(exist_ok=True)
+        self.recover()
+        self._stop.clear()
+        self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
+        self._worker.start()
+        self.rescan()
+        handler = _Handler(self)
+        self._observer = Observer()
+        self._observer.schedule(handler, str(self.results_dir), recursive=False)
+        inbox = self.inbox_dir
+        if inbox is not None:
+            inbox.mkdir(parents=True, exist_ok=True)
+            self._observer.schedule(handler, str(inbox), recursive=False)
+        self._observer.daemon = True
+        self._observer.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._observer is not None:
+            self._observer.stop()
+            self._observer.join(timeout)
+            self._observer = None
+        self._stop.set()
+        with self._cond:
+            self._cond.notify_all()
+        if self._worker is not None:
+            self._worker.join(timeout)
+            self._worker = None
+
+    def drain(self, timeout: float = 30.0) -> bool:
+        """Wait until nothing is queued or being processed (for --once and tests)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._queue or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._cond.wait(min(left, 0.05))
+        return True
+
+    # -- queueing --------------------------------------------------------------------------
+
+    def enqueue(self, path: Path, delay: float = 0.0) -> None:
+        with self._cond:
+            if path in self._queued and delay == 0.0:
+                return
+            self._queued.add(path)
+            self._seq += 1
+            heapq.heappush(self._queue, (time.monotonic() + delay, self._seq, path))
+            self._cond.notify()
+
+    def rescan(self) -> None:
+        """Queue every candidate file in the results dir and the inbox, oldest first."""
+        self._last_rescan = time.monotonic()
+        for folder in (self.results_dir, self.inbox_dir):
+            if folder is None:
+                continue
+            try:
+                entries = list(os.scandir(folder))
+            except FileNotFoundError:
+                continue
+            entries = [e for e in entries if not e.is_dir(follow_symlinks=False)]
+
+            def mtime(e: os.DirEntry[str]) -> float:
+                try:
+                    return e.stat(follow_symlinks=False).st_mtime
+                except OSError:
+                    return 0.0
+
+            for entry in sorted(entries, key=mtime):
+                self.enqueue(Path(entry.path))
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            with self._cond:
+                while not self._stop.is_set():
+                    now = time.monotonic()
+                    if self._queue and self._queue[0][0] <= now:
+                        _, _, path = heapq.heappop(self._queue)
+                        self._queued.discard(path)
+                        self._busy += 1
+                        break
+                    if now - self._last_rescan >= self.rescan_s:
+                        path = None
+                        break
+                    wait = self._queue[0][0] - now if self._queue else self.rescan_s
+                    self._cond.wait(max(0.001, min(wait, self.rescan_s)))
+                else:
+                    return
+            if path is None:
+                self.rescan()
+                continue
+            try:
+                self._process(path)
+            except Exception:  # the loop never dies of one file
+                log.exception("bus: unexpected error on %s", path)
+            finally:
+                with self._cond:
+                    self._busy -= 1
+                    self._cond.notify_all()
+
+    # -- processing ------------------------------------------------------------------------
+
+    def _process(self, path: Path) -> None:
+        if path.parent == self.inbox_dir:
+            self._process_seed(path)
+            return
+        name = path.name
+        if name in SUBDIRS or not os.path.lexists(path):
+            return
+        if _IN_PROGRESS.search(name):
+            self._maybe_abandoned(path)
+            return
+        try:
+            result = self._load(path)
+        except _Retry:
+            self.enqueue(path, delay=min(0.05, self.settle_s))
+            return
+        except RejectedFile as exc:
+            self._reject(path, exc.reason)
+            return
+        self._apply(path, result)
+
+    def _maybe_abandoned(self, path: Path) -> None:
+        try:
+            age = self._clock() - path.lstat().st_mtime
+        except FileNotFoundError:
+            return
+        if age > ABANDONED_S:
+            self._reject(path, f"partial write abandoned for {int(age)} s")
+
+    def _load(self, path: Path) -> AgentResult:
+        m = RESULT_NAME.fullmatch(path.name)
+        if not m:
+            raise RejectedFile("name is not heal-<kind>-<target>-<epoch>.json")
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            raise
+        except OSError as exc:
+            if os.path.islink(path):
+                raise RejectedFile("is a symlink") from exc
+            raise RejectedFile(f"cannot open: {exc.strerror}") from exc
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise RejectedFile("not a regular file")
+            if st.st_size > self.max_file_bytes:
+                raise RejectedFile(f"larger than {self.max_file_bytes} bytes ({st.st_size})")
+            raw = b""
+            while chunk := os.read(fd, self.max_file_bytes + 1 - len(raw)):
+                raw += chunk
+                if len(raw) > self.max_file_bytes:
+                    raise RejectedFile(f"larger than {self.max_file_bytes} bytes")
+        finally:
+            os.close(fd)
+        young = self._clock() - st.st_mtime < self.settle_s
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RejectedFile(f"not UTF-8 (byte {exc.start})") from exc
+        if not text.strip():
+            if young:
+                raise _Retry
+            raise RejectedFile("empty file")
+        if not _depth_ok(text, self.max_json_depth):
+            raise RejectedFile(f"JSON nested deeper than {self.max_json_depth}")
+        try:
+            data = json.loads(text)
+        except (json.JSONDecodeError, RecursionError) as exc:
+            if young:
+                raise _Retry from exc
+            raise RejectedFile(f"not valid JSON: {exc}") from exc
+        problems = schema_errors("agent-result", data)
+        if problems:
+            key, message = problems[0]
+            raise RejectedFile(f"schema: {key + ': ' if key else ''}{message}"[:2000])
+        if data["kind"] != m["kind"] or data["target"] != m["target"]:
+            raise RejectedFile(
+                f"name says {m['kind']}/{m['target']} but content says "
+                f"{data['kind']}/{data['target']}"
+            )
+        digest = hashlib.sha256(path.name.encode() + b"\0" + raw).hexdigest()[:32]
+        return AgentResult(id=digest, name=path.name, kind=m["kind"], target=m["target"],
+                           epoch=int(m["epoch"]), data=data, received_at=self._clock())
+
+    def _apply(self, path: Path, result: AgentResult) -> None:
+        self.store.add_member(PENDING, result.id)
+        try:
+            self.store.create(LEDGER, result.id, {
+                "name": result.name, "kind": result.kind, "target": result.target,
+                "epoch": result.epoch, "received_at": result.received_at, "data": result.data,
+            })
+        except ConflictError:
+            self.store.remove_member(PENDING, result.id)
+            self.stats.duplicates += 1
+            self._move(path, "applied")
+            return
+        self._deliver(result)
+        self.store.remove_member(PENDING, result.id)
+        self._move(path, "applied")
+        self.stats.applied += 1
+
+    def _deliver(self, result: AgentResult) -> None:
+        for kind, fn in list(self._subs):
+            if kind is not None and kind != result.kind:
+                continue
+            try:
+                fn(result)
+            except Exception:
+                self.stats.subscriber_errors += 1
+                log.exception("bus: subscriber %r failed on %s", fn, result.name)
+
+    def recover(self) -> None:
+        """Deliver ledger records whose delivery a crash interrupted."""
+        for rid in self.store.members(PENDING):
+            rec = self.store.get(LEDGER, rid)
+            if rec is not None:
+                d = rec.data
+                log.info("bus: re-delivering %s after an interrupted run", d["name"])
+                self._deliver(AgentResult(id=rid, name=d["name"], kind=d["kind"],
+                                          target=d["target"], epoch=d["epoch"], data=d["data"],
+                                          received_at=d["received_at"]))
+            self.store.remove_member(PENDING, rid)
+
+    def _move(self, path: Path, sub: str) -> Path:
+        dest = self.results_dir / sub / path.name
+        if len(path.name.encode()) > 200:
+            dest = dest.with_name(hashlib.sha256(path.name.encode()).hexdigest()[:32] + ".bad")
+        n = 1
+        while os.path.lexists(dest):
+            n += 1
+            dest = dest.with_name(f"{dest.name}.{n}")
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(path, dest)
+        return dest
+
+    def _reject(self, path: Path, reason: str) -> None:
+        dest = self._move(path, "rejected")
+        with contextlib.suppress(OSError):
+            atomic_write_bytes(dest.with_name(dest.name + ".reason"),
+                               f"{reason}\nfile: {path.name!r}\n".encode())
+        self.stats.rejected += 1
+        self.stats.last_rejections = [*self.stats.last_rejections[-19:], (path.name, reason)]
+        log.warning("bus: rejected %r: %s", path.name, reason)
+
+    def _process_seed(self, path: Path) -> None:
+        if _IN_PROGRESS.search(path.name) or not seeds.NAME_RE.fullmatch(path.name):
+            return
+        try:
+            seed = seeds.read(path)
+        except FileNotFoundError:
+            return
+        except RejectedFile as exc:
+            dest = path.parent / "rejected"
+            dest.mkdir(exist_ok=True)
+            with contextlib.suppress(OSError):
+                os.rename(path, dest / path.name)
+                atomic_write_bytes(dest / (path.name + ".reason"), f"{exc.reason}\n".encode())
+            log.warning("bus: rejected seed %s: %s", path.name, exc.reason)
+            return
+        for fn in list(self._seed_subs):
+            try:
+                fn(seed)
+            except Exception:
+                log.exception("bus: seed subscriber failed on %s", path.name)
+        with contextlib.suppress(FileNotFoundError):
+            seeds.archive(path)
+        self.stats.seeds += 1
+
+
+class _Handler(FileSystemEventHandler):
+    def __init__(self, bus: ResultsBus):
+        self.bus = bus
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory or event.event_type in ("deleted", "opened", "closed_no_write"):
+            return
+        target = getattr(event, "dest_path", "") or event.src_path
+        if isinstance(target, bytes):
+            target = os.fsdecode(target)
+        path = Path(target)
+        if path.parent in (self.bus.results_dir, self.bus.inbox_dir):
+            self.bus.enqueue(path)

@@ -1,0 +1,89 @@
+"""The one way healer writes files: temp file in the same folder, fsync, rename.
+
+A reader never sees half a file, and a crash leaves either the old content or the new one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename is only durable once the directory entry is on disk.
+    with contextlib.suppress(OSError):
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _write_temp(path: Path, data: bytes, mode: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644) -> Path:
+    """Replace ``path`` with ``data`` atomically and durably."""
+    path = Path(path)
+    tmp = _write_temp(path, data, mode)
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644) -> bool:
+    """Create ``path`` with ``data`` only if it does not exist yet; atomic and durable.
+
+    Returns False (and writes nothing) when the file already exists. Uses link(2), which
+    fails if the target exists, so content and existence appear together.
+    """
+    path = Path(path)
+    tmp = _write_temp(path, data, mode)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+    _fsync_dir(path.parent)
+    return True
+
+
+def dumps(data: Any) -> bytes:
+    return (json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode()
+
+
+def atomic_write_json(path: Path | str, data: Any, *, mode: int = 0o644) -> Path:
+    return atomic_write_bytes(path, dumps(data), mode=mode)
+
+
+def atomic_write_text(path: Path | str, text: str, *, mode: int = 0o644) -> Path:
+    return atomic_write_bytes(path, text.encode(), mode=mode)
+
+
+def read_json(path: Path | str) -> Any:
+    with open(path, "rb") as fh:
+        return json.loads(fh.read())

@@ -1,0 +1,60 @@
+"""JSON Schema validators for the contracts in schemas/, each compiled once."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from healer.resources import bundle_path
+
+
+@cache
+def schema(name: str) -> dict[str, Any]:
+    """The schema ``schemas/<name>.schema.json``."""
+    with open(bundle_path("schemas", f"{name}.schema.json"), encoding="utf-8") as fh:
+        return json.load(fh)
+
+
+@cache
+def validator(name: str) -> Draft202012Validator:
+    s = schema(name)
+    Draft202012Validator.check_schema(s)
+    return Draft202012Validator(s, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def dotted(path: Any) -> str:
+    """``['api', 'port']`` → ``api.port``; list indexes as ``[3]``."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def describe(error: ValidationError) -> tuple[str, str]:
+    """(dotted key, human message) for the most relevant error."""
+    key = dotted(error.absolute_path)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        if extra:
+            key = f"{key}.{extra[0]}" if key else extra[0]
+            allowed = ", ".join(sorted(error.schema.get("properties", {})))
+            return key, f"unknown key (allowed here: {allowed})"
+    if error.validator == "required":
+        return key, error.message
+    return key, error.message
+
+
+def errors(name: str, data: Any) -> list[tuple[str, str]]:
+    """All problems of ``data`` against schema ``name`` as (key, message), best first."""
+    v = validator(name)
+    found = sorted(v.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
+    return [describe(e) for e in found]
+
+
+def first_error(name: str, data: Any) -> tuple[str, str] | None:
+    errs = errors(name, data)
+    return errs[0] if errs else None

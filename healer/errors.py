@@ -1,0 +1,137 @@
+"""healer's exception tree.
+
+Every error a caller may want to branch on carries structured fields, so nobody has to match
+on message strings. The command line maps them to exit codes (see ``exit_code``)::
+
+    HealerError                      base of everything healer raises on purpose
+    ├── UsageError                   a user mistake: bad flag, bad input file      exit 2
+    │   ├── ConfigError              a settings file or value is wrong (file, key, expected)
+    │   └── UnsafeNameError          a name that would become a path/host/argv is refused
+    ├── StoreError                   the state store could not do what was asked
+    │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
+    │   └── NotFoundError            no record under that key
+    ├── RejectedFile                 a results-bus or seed file was refused (reason)
+    ├── ExecutorError                an agent run failed (run_id, agent)
+    │   ├── AgentUnavailableError    the executor cannot run here (CLI missing, no model)
+    │   ├── AgentProcessError        the agent process failed (exit_code, stderr)
+    │   ├── AgentResultError         the agent finished but reported an error
+    │   └── AgentTimeoutError        the wall-clock limit was hit; the run was killed
+    └── UnavailableError             a dependency or service is missing             exit 3
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_FINDINGS = 1  # the command worked and found something (alerts, failures, unhealthy)
+EXIT_USAGE = 2  # the user asked for something wrong; nothing was changed
+EXIT_UNAVAILABLE = 3  # something healer needs is not installed or not reachable
+EXIT_INTERRUPTED = 130
+
+
+class HealerError(Exception):
+    """Base class of all errors healer raises on purpose."""
+
+    exit_code = EXIT_FINDINGS
+
+
+class UsageError(HealerError):
+    """The user asked for something that cannot be done as asked."""
+
+    exit_code = EXIT_USAGE
+
+
+class ConfigError(UsageError):
+    """A configuration file or value is invalid.
+
+    ``file`` is the file that holds the bad value (or ``"environment"``/``"flags"``), ``key``
+    the dotted path of the value, ``expected`` a short description of what would be valid.
+    """
+
+    def __init__(self, message: str, *, file: str = "", key: str = "", expected: str = ""):
+        self.file = file
+        self.key = key
+        self.expected = expected
+        where = ": ".join(p for p in (file, f"key '{key}'" if key else "") if p)
+        super().__init__(f"{where}: {message}" if where else message)
+
+
+class UnsafeNameError(UsageError, ValueError):
+    """A name that would become part of a path, host or argv was refused."""
+
+    def __init__(self, name: str, what: str, reason: str):
+        self.name = name
+        self.what = what
+        self.reason = reason
+        super().__init__(f"unsafe {what} {name!r}: {reason}")
+
+
+class StoreError(HealerError):
+    """The state store failed."""
+
+
+class ConflictError(StoreError):
+    """A compare-and-set lost: the record's revision is not the expected one."""
+
+    def __init__(self, kind: str, key: str, expected: int | None, actual: int | None):
+        self.kind = kind
+        self.key = key
+        self.expected = expected
+        self.actual = actual
+        super().__init__(f"{kind}/{key}: expected revision {expected}, found {actual}")
+
+
+class NotFoundError(StoreError):
+    """No record exists under the key."""
+
+    def __init__(self, kind: str, key: str):
+        self.kind = kind
+        self.key = key
+        super().__init__(f"{kind}/{key}: not found")
+
+
+class RejectedFile(HealerError):
+    """A file dropped on the bus (agent result or seed file) was refused."""
+
+    def __init__(self, reason: str):
+        self.reason = reason
+        super().__init__(reason)
+
+
+class ExecutorError(HealerError):
+    """An agent run failed."""
+
+    def __init__(self, message: str, *, agent: str = "", run_id: str = ""):
+        self.agent = agent
+        self.run_id = run_id
+        super().__init__(message)
+
+
+class AgentUnavailableError(ExecutorError):
+    """The executor cannot run here: its CLI is missing or no model is reachable."""
+
+
+class AgentProcessError(ExecutorError):
+    """The agent's process failed."""
+
+    def __init__(self, message: str, *, exit_code: int | None = None, stderr: str = "", **kw: str):
+        self.exit_code = exit_code
+        self.stderr = stderr
+        super().__init__(message, **kw)
+
+
+class AgentResultError(ExecutorError):
+    """The agent ran to the end but reported an error result."""
+
+
+class AgentTimeoutError(ExecutorError):
+    """The agent exceeded its wall-clock limit and was killed."""
+
+    def __init__(self, message: str, *, timeout_s: float, **kw: str):
+        self.timeout_s = timeout_s
+        super().__init__(message, **kw)
+
+
+class UnavailableError(HealerError):
+    """A dependency, binary or service healer needs is not available."""
+
+    exit_code = EXIT_UNAVAILABLE
