@@ -38,5 +38,7 @@ def setup(level: str = "info", fmt: str = "text", stream: Any = None) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("watchdog", "httpx", "httpcore", "asyncio", "uvicorn.access"):
+    for noisy in ("httpx", "httpcore", "asyncio", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+    # watchdog warns about events racing its own shutdown; nothing an operator can act on.
+    logging.getLogger("watchdog").setLevel(logging.ERROR)

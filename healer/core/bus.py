@@ -53,6 +53,22 @@ from healer.errors import ConflictError, RejectedFile
 
 log = logging.getLogger(__name__)
 
+
+def _no_move_pairing_delay() -> None:
+    """Stop watchdog holding renames for half a second.
+
+    watchdog keeps every IN_MOVED_FROM for 0.5 s to pair it with its IN_MOVED_TO, and its
+    consumer sleeps through that delay even when the pair is matched at once — so each
+    temp-file-then-rename write, which is how agents are told to write results, would reach
+    the bus half a second late and serialise at two per second. The bus needs only the
+    destination (an unpaired IN_MOVED_TO arrives as a created event), so pairing is moot here.
+    """
+    try:
+        from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
+    except ImportError:  # not Linux, or a watchdog without the grouper
+        return
+    InotifyMoveEventGrouper.delay = 0.0
+
 RESULT_NAME = re.compile(
     r"heal-(?P<kind>[a-z0-9_]{1,32})-(?P<target>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
     r"-(?P<epoch>\d{9,13})\.json"
@@ -191,6 +207,7 @@ class ResultsBus:
         self._worker.start()
         self.rescan()
         handler = _Handler(self)
+        _no_move_pairing_delay()
         self._observer = Observer()
         self._observer.schedule(handler, str(self.results_dir), recursive=False)
         inbox = self.inbox_dir

@@ -43,9 +43,12 @@ def describe(error: ValidationError) -> tuple[str, str]:
             key = f"{key}.{extra[0]}" if key else extra[0]
             allowed = ", ".join(sorted(error.schema.get("properties", {})))
             return key, f"unknown key (allowed here: {allowed})"
-    if error.validator == "required":
-        return key, error.message
-    return key, error.message
+    if error.validator == "type":
+        return key, f"expected {error.validator_value}, got {error.instance!r}"[:300]
+    if error.validator == "enum":
+        allowed = ", ".join(map(str, error.validator_value))
+        return key, f"expected one of {allowed}, got {error.instance!r}"[:300]
+    return key, error.message[:300]
 
 
 def errors(name: str, data: Any) -> list[tuple[str, str]]:

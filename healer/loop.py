@@ -1,0 +1,282 @@
+"""``python -m healer.loop``: the headless healer.
+
+Wires the parts that exist into one process — the state store, the results bus (agent results
+and the node's seed inbox), start-up recovery, periodic jobs, and the services other
+capabilities register (HTTP API, fleet watchdog, ...) — and runs until SIGINT/SIGTERM, ``--once``
+or ``--duration``. Stopping is clean: services stop in reverse order, background agent runs are
+cancelled (their process groups killed), the bus finishes the file in hand, state is on disk.
+
+A capability plugs in by adding a factory to ``SERVICE_FACTORIES``: a callable taking the
+``Healer`` and returning a ``Service`` (or None when it does not apply to these settings).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from filelock import FileLock, Timeout
+
+from healer import __version__
+from healer.config import Settings
+from healer.core.bus import AgentResult, ResultsBus
+from healer.core.files import atomic_write_json
+from healer.core.seeds import Seed
+from healer.core.store import Store, open_store
+from healer.errors import UsageError
+
+log = logging.getLogger("healer.loop")
+
+
+class Service(Protocol):
+    """Something the loop starts and stops (an HTTP server, a watchdog, ...)."""
+
+    name: str
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+@dataclass
+class PeriodicJob:
+    name: str
+    interval_s: float
+    fn: Callable[[], Awaitable[None] | None]
+    last_run: float = 0.0
+
+
+# "module:function" factories, imported only if the module exists, so the loop composes
+# whatever capabilities this installation has.
+SERVICE_FACTORIES: list[str] = [
+    "healer.api.service:create_service",
+    "healer.selfheal.service:create_loop_service",
+    "healer.fleet.service:create_service",
+    "healer.play.service:create_service",
+    "healer.context.service:create_service",
+]
+
+
+@dataclass
+class Healer:
+    """One running healer: settings, store, bus, services and periodic jobs."""
+
+    settings: Settings
+    store: Store
+    bus: ResultsBus
+    services: list[Service] = field(default_factory=list)
+    jobs: list[PeriodicJob] = field(default_factory=list)
+    recovery: list[Callable[[], Any]] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)
+    stopping: asyncio.Event = field(default_factory=asyncio.Event)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def every(self, name: str, interval_s: float, fn: Callable[[], Any]) -> None:
+        """Run ``fn`` every ``interval_s`` seconds while the loop runs (and once with --once)."""
+        self.jobs.append(PeriodicJob(name, interval_s, fn))
+
+    def status(self) -> dict[str, Any]:
+        s = self.bus.stats
+        return {
+            "pid": os.getpid(),
+            "version": __version__,
+            "node": self.settings.node,
+            "started_at": self.started_at,
+            "uptime_s": round(time.time() - self.started_at, 1),
+            "services": [svc.name for svc in self.services],
+            "bus": {"applied": s.applied, "duplicates": s.duplicates, "rejected": s.rejected,
+                    "subscriber_errors": s.subscriber_errors, "seeds": s.seeds},
+        }
+
+
+def build(settings: Settings) -> Healer:
+    """Create the store and bus and let every available capability attach itself."""
+    store = open_store(settings)
+    bus = ResultsBus(
+        settings.results_path, store,
+        max_file_bytes=settings.bus.max_file_bytes, settle_s=settings.bus.settle_s,
+        rescan_s=settings.bus.rescan_s, max_json_depth=settings.bus.max_json_depth,
+        fleet_dir=settings.fleet_path, node=settings.node,
+    )
+    healer = Healer(settings=settings, store=store, bus=bus)
+    bus.subscribe(_log_result)
+    bus.subscribe_seeds(_log_seed)
+    for spec in SERVICE_FACTORIES:
+        module_name, _, func = spec.partition(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and module_name.startswith(exc.name):
+                continue  # that capability is not part of this installation
+            raise
+        service = getattr(module, func)(healer)
+        if service is not None:
+            healer.services.append(service)
+    return healer
+
+
+def _log_result(result: AgentResult) -> None:
+    log.info("result %s: %s/%s status=%s", result.name, result.kind, result.target,
+             result.status, extra={"result_id": result.id, "status": result.status})
+
+
+def _log_seed(seed: Seed) -> None:
+    log.info("seed from %s: %s", seed.sender, seed.subject,
+             extra={"seed_from": seed.sender, "seed_type": seed.type})
+
+
+async def _call(fn: Callable[[], Any]) -> None:
+    out = fn()
+    if asyncio.iscoroutine(out):
+        await out
+
+
+async def _run_jobs(healer: Healer, *, once: bool) -> None:
+    while not healer.stopping.is_set():
+        now = time.monotonic()
+        for job in healer.jobs:
+            if once or now - job.last_run >= job.interval_s:
+                job.last_run = now
+                try:
+                    await _call(job.fn)
+                except Exception:
+                    log.exception("periodic job %s failed", job.name)
+        if once:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(healer.stopping.wait(), timeout=0.5)
+
+
+def _status_path(settings: Settings) -> Any:
+    return settings.state_path / "loop.json"
+
+
+async def run(settings: Settings, *, once: bool = False, duration: float | None = None) -> int:
+    """Run the loop until a signal, ``once`` (one pass) or ``duration`` seconds."""
+    settings.state_path.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(settings.state_path / "loop.lock", timeout=0)
+    try:
+        lock.acquire()
+    except Timeout as exc:
+        raise UsageError(
+            f"another healer loop is running on state dir {settings.state_path} "
+            "(stop it, or give this one its own --state-dir)"
+        ) from exc
+    try:
+        healer = build(settings)
+        return await _run_built(healer, once=once, duration=duration)
+    finally:
+        lock.release()
+
+
+async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> int:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, healer.stopping.set)
+
+    for fn in healer.recovery:
+        try:
+            await _call(fn)
+        except Exception:
+            log.exception("recovery step failed")
+
+    started: list[Service] = []
+    try:
+        await asyncio.to_thread(healer.bus.start)
+        for svc in healer.services:
+            await svc.start()
+            started.append(svc)
+        log.info("healer loop running (node %s, results %s, state %s, services: %s)",
+                 healer.settings.node, healer.settings.results_path,
+                 healer.settings.state_path, ", ".join(s.name for s in started) or "none")
+        _write_status(healer, "running")
+        if once:
+            await asyncio.to_thread(healer.bus.drain, 60.0)
+            await _run_jobs(healer, once=True)
+            await asyncio.to_thread(healer.bus.drain, 60.0)
+        else:
+            jobs = asyncio.create_task(_run_jobs(healer, once=False))
+            status = asyncio.create_task(_status_writer(healer))
+            try:
+                await asyncio.wait_for(healer.stopping.wait(), timeout=duration)
+            except TimeoutError:
+                log.info("duration of %.0f s reached", duration)
+            healer.stopping.set()
+            for task in (jobs, status):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    finally:
+        healer.stopping.set()
+        for svc in reversed(started):
+            try:
+                await svc.stop()
+            except Exception:
+                log.exception("stopping %s failed", svc.name)
+        await asyncio.to_thread(healer.bus.stop)
+        healer.store.close()
+        _write_status(healer, "stopped")
+        log.info("healer loop stopped: %s", healer.status()["bus"])
+    return 0
+
+
+async def _status_writer(healer: Healer) -> None:
+    while True:
+        await asyncio.sleep(5)
+        _write_status(healer, "running")
+
+
+def _write_status(healer: Healer, state: str) -> None:
+    with contextlib.suppress(OSError):
+        atomic_write_json(_status_path(healer.settings), {**healer.status(), "state": state})
+
+
+HELP = "run the headless healer loop (same as python -m healer.loop)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    from healer.commands._common import add_settings_args, parser, settings_from
+    from healer.commands._common import run as run_command
+
+    p = parser(
+        "loop",
+        "Run healer headless: watch results and seed files, serve the API, heal what breaks.\n"
+        "Stops cleanly on SIGINT/SIGTERM.",
+        "exit codes: 0 stopped cleanly, 2 bad settings or another loop owns the state dir",
+    )
+    p.add_argument("--once", action="store_true",
+                   help="recover, process what is pending, run each periodic job once, exit")
+    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
+    p.add_argument("--demo", action="store_true",
+                   help="run on an embedded local fleet, inject faults, show them healed")
+    add_settings_args(p)
+    args = p.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.duration is not None and args.duration <= 0:
+        p.error("--duration must be positive")
+
+    def body() -> int:
+        settings = settings_from(args)
+        if args.demo:
+            try:
+                demo = importlib.import_module("healer.fleet.demo")
+            except ModuleNotFoundError:
+                print("healer: the fleet demo is not part of this installation", file=sys.stderr)
+                return 3
+            return int(demo.run_demo(settings))
+        return asyncio.run(run(settings, once=args.once, duration=args.duration))
+
+    return run_command(body)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Set up everything healer and its tests need on a fresh Debian machine, idempotently:
+#   system packages (only those missing; needs root or sudo), a venv in .venv, healer + deps.
+# Usage: scripts/setup.sh [--test]   (--test adds what the test suite needs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+[ "${1:-}" = "--test" ] && want_test=1
+
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+
+# System packages: git always; for the tests also sshd (fleet SSH channel), Alertmanager
+# (webhook intake) and make. Installed only when missing.
+pkgs=()
+command -v git >/dev/null || pkgs+=(git)
+"$PY" -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
+if [ "$want_test" = 1 ]; then
+  command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
+  command -v ssh >/dev/null || pkgs+=(openssh-client)
+  command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
+fi
+if [ ${#pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  if command -v apt-get >/dev/null; then
+    echo "setup: installing system packages: ${pkgs[*]}" >&2
+    $SUDO apt-get update -q >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends \
+      "${pkgs[@]}" >/dev/null
+  else
+    echo "setup: please install: ${pkgs[*]}" >&2
+  fi
+fi
+
+stamp="$VENV/.healer-installed"
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PY" -m venv "$VENV"
+fi
+extra="fast"
+[ "$want_test" = 1 ] && extra="dev"
+if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ]; then
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extra]"
+  touch "$stamp.$extra"
+fi

@@ -1,0 +1,64 @@
+"""The `healer` command: help everywhere, version, unknown commands, doctor."""
+
+from __future__ import annotations
+
+import json
+
+from healer.cli import _command_modules
+
+
+class TestCli:
+    def test_root_help_lists_commands(self, cli) -> None:  # type: ignore[no-untyped-def]
+        """`healer --help` lists every command with its one-line help."""
+        r = cli("--help")
+        assert r.code == 0
+        for name in _command_modules():
+            assert f"  {name}" in r.out
+
+    def test_every_command_has_help(self, cli) -> None:  # type: ignore[no-untyped-def]
+        """Each command answers --help with exit 0 and a usage line."""
+        for name in _command_modules():
+            r = cli(name, "--help")
+            assert r.code == 0, (name, r.err)
+            assert f"healer {name}" in r.out, name
+
+    def test_version(self, cli) -> None:  # type: ignore[no-untyped-def]
+        from healer import __version__
+
+        r = cli("--version")
+        assert r.code == 0 and r.out.strip() == f"healer {__version__}"
+
+    def test_unknown_command(self, cli) -> None:  # type: ignore[no-untyped-def]
+        """An unknown command is a usage error (2) with a hint, not a traceback."""
+        r = cli("heal-everything")
+        assert r.code == 2 and "unknown command" in r.err and "Traceback" not in r.err
+
+    def test_no_arguments(self, cli) -> None:  # type: ignore[no-untyped-def]
+        r = cli()
+        assert r.code == 2 and "usage: healer" in r.out
+
+    def test_bad_flag(self, cli) -> None:  # type: ignore[no-untyped-def]
+        r = cli("doctor", "--frobnicate")
+        assert r.code == 2 and "unrecognized arguments" in r.err
+
+
+class TestDoctor:
+    def test_json_report(self, cli, dirs) -> None:  # type: ignore[no-untyped-def]
+        """doctor --json reports each check; the test machine has everything required."""
+        r = cli("doctor", "--json")
+        assert r.code == 0, r.err
+        report = json.loads(r.out)
+        names = {c["name"]: c for c in report["checks"]}
+        assert report["ok"] is True
+        assert names["tool: git"]["ok"]
+        assert names["dir: state"]["detail"] == str(dirs.state)
+        assert "executor" in names
+
+    def test_unwritable_dir_fails(self, cli, dirs) -> None:  # type: ignore[no-untyped-def]
+        """A results dir that cannot be created is a failed required check: exit 1."""
+        blocker = dirs.root / "file"
+        blocker.write_text("not a dir")
+        r = cli("doctor", "--json", "--results-dir", str(blocker / "results"))
+        assert r.code == 1
+        checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
+        assert checks["dir: results"]["ok"] is False
