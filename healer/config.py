@@ -134,6 +134,7 @@ class ForgeSettings:
     github_repo: str = setting("", "`owner/name` on GitHub for the `github` forge.")
     token_env: str = setting("GITHUB_TOKEN", "Environment variable holding the forge token.")
     api_url: str = setting("https://api.github.com", "GitHub API base URL.")
+    remote: str = setting("origin", "Git remote the `github` forge pushes healing branches to.")
 
 
 @dataclass
@@ -190,6 +191,17 @@ class SelfhealSettings:
                                     "attempt ends.", minimum=0)
     repo: str = setting("", "Repository being healed; empty means the git repository of the "
                         "working directory.")
+    breaker_reset_s: float = setting(3600.0, "After the circuit breaker opened, let one attempt "
+                                     "through again this long after the last failure.", minimum=0)
+    base_branch: str = setting("", "Branch healing worktrees start from and PRs target; empty "
+                               "uses `main` if it exists, else the current branch.")
+    allowed_hosts: list[str] = setting([], "Host names (and their subdomains) the sanitiser "
+                                       "keeps, in addition to loopback and the reserved "
+                                       "example domains.")
+    worker: Literal["process", "task"] = setting(
+        "process", "Where a healing run happens: `process` (a detached worker that outlives the "
+        "server that accepted the report) or `task` (an asyncio task in that server).",
+    )
 
 
 @dataclass
