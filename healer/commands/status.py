@@ -1,0 +1,77 @@
+"""`healer status`: healing attempts (get_healing_status), optionally refreshed from the forge."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from healer.commands._common import add_settings_args, parser, print_json, run, settings_from
+
+HELP = "show self-healing attempts (get_healing_status)"
+
+EPILOG = """\
+examples:
+  healer status                    the latest attempts
+  healer status 3f2a9c1d8e7b       the attempts of one fingerprint (a prefix is enough)
+  healer status --refresh --json   ask the forge about open PRs first (pr_open → pr_merged)
+
+exit codes: 0 ok, 1 a listed attempt needs a person (failed, timeout, anonymization_failed,
+unfixable), 2 bad input.
+"""
+
+_NEEDS_PERSON = {"failed", "timeout", "anonymization_failed", "unfixable"}
+
+
+def _age(ts: float | None) -> str:
+    if not ts:
+        return "-"
+    s = max(0, int(time.time() - ts))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if s >= size:
+            return f"{s // size}{unit} ago"
+    return f"{s}s ago"
+
+
+def _table(data: dict[str, Any]) -> None:
+    atts = data["attempts"]
+    if not atts:
+        print("no healing attempts" + (f" for {data['fingerprint']}"
+                                       if data.get("fingerprint") else ""))
+        return
+    print(f"{'ATTEMPT':<25} {'STATUS':<21} {'FP':<12} {'WHEN':<9} WHAT")
+    for a in atts:
+        what = f"{a.get('error_type', '?')} in {a.get('call_site', '?')}"
+        print(f"{a['attempt_id']:<25} {a['status']:<21} {a['fingerprint'][:12]:<12} "
+              f"{_age(a.get('created_at')):<9} {what}")
+        detail = a.get("pr_url") or a.get("unfixable_reason") or a.get("reason")
+        if detail:
+            print(f"{'':<25} {' '.join(str(detail).split())[:150]}")
+
+
+def main(argv: list[str]) -> int:
+    p = parser("status", HELP, EPILOG)
+    p.add_argument("fingerprint", nargs="?", help="a fingerprint or its prefix (≥4 hex digits)")
+    p.add_argument("--limit", type=int, default=20, help="at most this many attempts (20)")
+    p.add_argument("--refresh", action="store_true",
+                   help="poll the forge for open PRs first (records merges)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    add_settings_args(p)
+    args = p.parse_args(argv)
+    if args.limit < 1:
+        p.error("--limit must be at least 1")
+
+    def body() -> int:
+        from healer.selfheal.service import open_service
+
+        settings = settings_from(args)
+        service = open_service(settings)
+        if args.refresh:
+            service.refresh()
+        data = service.status(args.fingerprint, args.limit)
+        if args.json:
+            print_json(data)
+        else:
+            _table(data)
+        return 1 if any(a["status"] in _NEEDS_PERSON for a in data["attempts"]) else 0
+
+    return run(body)

@@ -1,0 +1,326 @@
+"""Healing attempts: the state machine, its records, and recovery after a crash.
+
+::
+
+    dispatch_pending ─► investigating ─► pr_open ─► pr_merged
+          │                  │              └─────► failed
+          └─► failed         ├─► failed | unfixable | anonymization_failed | timeout
+
+Records live in the store:
+
+* ``heal-attempts/<attempt_id>`` — one per attempt (the sanitised report, status, history,
+  worker, branch, PR, reason);
+* ``heal-fingerprints/<fingerprint>`` — the attempt ids of one fingerprint, newest last;
+* ``heal-admission/gate`` — what the gates decide on, updated by compare-and-set so that every
+  process sees one truth: the fingerprints being investigated (``active``), those with an open
+  PR (``open_prs``), when each fingerprint's last attempt ended (``ended``, for the cooldown)
+  and the outcomes of the latest attempts (``outcomes``, for the circuit breaker).
+
+A transition writes the attempt first and the admission record second; ``recover()`` repairs
+the admission record if a crash fell between the two.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from healer.core.store import Store
+from healer.errors import ConflictError, NotFoundError, UsageError
+
+ATTEMPTS = "heal-attempts"
+FINGERPRINTS = "heal-fingerprints"
+ADMISSION = "heal-admission"
+GATE_KEY = "gate"
+
+DISPATCH_PENDING = "dispatch_pending"
+INVESTIGATING = "investigating"
+PR_OPEN = "pr_open"
+PR_MERGED = "pr_merged"
+FAILED = "failed"
+UNFIXABLE = "unfixable"
+TIMEOUT = "timeout"
+ANONYMIZATION_FAILED = "anonymization_failed"
+
+STATUSES = (DISPATCH_PENDING, INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
+            ANONYMIZATION_FAILED)
+TRANSITIONS: dict[str, frozenset[str]] = {
+    DISPATCH_PENDING: frozenset({INVESTIGATING, FAILED}),
+    INVESTIGATING: frozenset({PR_OPEN, FAILED, UNFIXABLE, ANONYMIZATION_FAILED, TIMEOUT}),
+    PR_OPEN: frozenset({PR_MERGED, FAILED}),
+}
+ACTIVE = frozenset({DISPATCH_PENDING, INVESTIGATING})  # count against the concurrency cap
+TERMINAL = frozenset({PR_MERGED, FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})
+BREAKER_FAILURES = frozenset({FAILED, TIMEOUT, ANONYMIZATION_FAILED})  # unfixable: not counted
+MAX_OUTCOMES = 50
+MAX_PER_FINGERPRINT = 50
+PENDING_GRACE_S = 300.0  # a dispatch_pending older than this at start-up never got a worker
+STALE_GRACE_S = 600.0  # investigating this long past its deadline is over, worker or not
+
+Clock = Callable[[], float]
+
+
+class TransitionError(UsageError):
+    """A status change the state machine does not allow (e.g. ``failed`` → ``pr_open``)."""
+
+    def __init__(self, attempt_id: str, current: str, wanted: str):
+        self.attempt_id = attempt_id
+        self.current = current
+        self.wanted = wanted
+        super().__init__(f"attempt {attempt_id}: cannot go from {current} to {wanted}")
+
+
+def new_attempt_id(now: float) -> str:
+    """Sortable by creation time, unique across processes."""
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + "-" + secrets.token_hex(4)
+
+
+def worker_identity() -> dict[str, Any]:
+    """What identifies this process later, also against pid reuse: host, pid, start tick."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_tick(os.getpid())}
+
+
+def _start_tick(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            raw = fh.read().decode(errors="replace")
+    except OSError:
+        return None
+    # The command name may contain spaces or ')'; fields resume after the last ')'.
+    fields = raw.rsplit(")", 1)[-1].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def worker_alive(worker: dict[str, Any] | None) -> bool:
+    """Whether the process that recorded ``worker`` is still running on this host."""
+    if not worker or worker.get("host") != socket.gethostname():
+        return False
+    pid = worker.get("pid")
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    start = worker.get("start")
+    return start is None or _start_tick(pid) in (None, start)
+
+
+@dataclass
+class Attempts:
+    """The attempt records of one store."""
+
+    store: Store
+    clock: Clock = time.time
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def get(self, attempt_id: str) -> dict[str, Any] | None:
+        rec = self.store.get(ATTEMPTS, attempt_id)
+        return rec.data if rec else None
+
+    def require(self, attempt_id: str) -> dict[str, Any]:
+        found = self.get(attempt_id)
+        if found is None:
+            raise NotFoundError(ATTEMPTS, attempt_id)
+        return found
+
+    def for_fingerprint(self, fingerprint: str) -> list[dict[str, Any]]:
+        """The attempts of one fingerprint, newest first."""
+        rec = self.store.get(FINGERPRINTS, fingerprint)
+        ids = rec.data.get("attempts", []) if rec else []
+        found = [self.get(i) for i in reversed(ids)]
+        return [a for a in found if a is not None]
+
+    def latest(self, limit: int = 20) -> list[dict[str, Any]]:
+        """The newest ``limit`` attempts (ids sort by creation time)."""
+        out: list[dict[str, Any]] = []
+        for key in reversed(self.store.keys(ATTEMPTS)):
+            data = self.get(key)
+            if data is not None:
+                out.append(data)
+            if len(out) >= limit:
+                break
+        return out
+
+    def all(self) -> Iterator[dict[str, Any]]:
+        for rec in self.store.list(ATTEMPTS):
+            yield rec.data
+
+    def admission(self) -> dict[str, Any]:
+        rec = self.store.get(ADMISSION, GATE_KEY)
+        return rec.data if rec else empty_admission()
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def create(self, attempt_id: str, data: dict[str, Any]) -> dict[str, Any]:
+        """Store a new attempt in ``dispatch_pending`` and index it under its fingerprint."""
+        now = self.clock()
+        record = {
+            **data,
+            "attempt_id": attempt_id,
+            "status": DISPATCH_PENDING,
+            "created_at": now,
+            "updated_at": now,
+            "history": [{"status": DISPATCH_PENDING, "at": now}],
+        }
+        self.store.create(ATTEMPTS, attempt_id, record)
+        fp = data["fingerprint"]
+
+        def index(cur: dict[str, Any] | None) -> dict[str, Any]:
+            cur = cur or {"fingerprint": fp, "attempts": []}
+            if attempt_id not in cur["attempts"]:
+                cur["attempts"] = [*cur["attempts"], attempt_id][-MAX_PER_FINGERPRINT:]
+            return cur
+
+        self.store.update(FINGERPRINTS, fp, index)
+        return record
+
+    def update(self, attempt_id: str, **fields: Any) -> dict[str, Any]:
+        """Change fields other than ``status`` (worker, branch, notes …)."""
+        if "status" in fields:
+            raise ValueError("use transition() to change the status")
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            if cur is None:
+                raise NotFoundError(ATTEMPTS, attempt_id)
+            cur.update(fields)
+            cur["updated_at"] = self.clock()
+            return cur
+
+        rec = self.store.update(ATTEMPTS, attempt_id, fn)
+        assert rec is not None
+        return rec.data
+
+    def transition(self, attempt_id: str, to: str, *, expect: str | None = None,
+                   **fields: Any) -> dict[str, Any]:
+        """Move an attempt to ``to`` (atomically); ``TransitionError`` if not allowed.
+
+        ``expect``: also refuse unless the current status is this one (a worker that was
+        declared dead must not overwrite what recovery decided).
+        """
+        if to not in STATUSES:
+            raise ValueError(f"unknown status {to!r}")
+        now = self.clock()
+        previous: dict[str, str] = {}
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            if cur is None:
+                raise NotFoundError(ATTEMPTS, attempt_id)
+            status = cur["status"]
+            if (expect and status != expect) or to not in TRANSITIONS.get(status, ()):
+                raise TransitionError(attempt_id, status, to)
+            previous["status"] = status
+            cur.update(fields)
+            cur["status"] = to
+            cur["updated_at"] = now
+            cur["history"] = [*cur.get("history", []), {"status": to, "at": now}]
+            if status in ACTIVE and to not in ACTIVE:
+                cur["ended_at"] = now
+            return cur
+
+        rec = self.store.update(ATTEMPTS, attempt_id, fn)
+        assert rec is not None
+        self._admit_transition(rec.data, previous["status"], to, now)
+        return rec.data
+
+    def _admit_transition(self, attempt: dict[str, Any], old: str, new: str, now: float) -> None:
+        """Reflect a status change in the admission record the gates read."""
+        fp = attempt["fingerprint"]
+        aid = attempt["attempt_id"]
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            adm = cur or empty_admission()
+            if new not in ACTIVE and adm["active"].get(fp, {}).get("attempt_id") == aid:
+                del adm["active"][fp]
+            if new == PR_OPEN:
+                adm["open_prs"][fp] = aid
+            elif adm["open_prs"].get(fp) == aid:
+                del adm["open_prs"][fp]
+            if old in ACTIVE and new not in ACTIVE:
+                # The investigation is over: the cooldown starts, the breaker learns.
+                adm["ended"][fp] = now
+                if new != UNFIXABLE:
+                    adm["outcomes"] = [*adm["outcomes"], {"status": new, "at": now,
+                                                          "attempt_id": aid}][-MAX_OUTCOMES:]
+            return adm
+
+        self.store.update(ADMISSION, GATE_KEY, fn)
+
+    # --- recovery -----------------------------------------------------------------------------
+
+    def recover(self, *, timeout_s: float, alive: Callable[[dict[str, Any] | None], bool]
+                = worker_alive) -> list[dict[str, Any]]:
+        """Settle attempts a dead process left behind; return the ones changed.
+
+        * ``investigating`` whose worker is gone → ``timeout`` if its deadline passed, else
+          ``failed``; also ``timeout`` when far past the deadline even if something still runs;
+        * ``dispatch_pending`` older than ``PENDING_GRACE_S`` → ``failed`` (no worker started);
+        * admission entries that point at finished or missing attempts are dropped.
+        """
+        now = self.clock()
+        changed: list[dict[str, Any]] = []
+        for att in list(self.all()):
+            status = att.get("status")
+            aid = att["attempt_id"]
+            try:
+                if status == INVESTIGATING:
+                    deadline = att.get("deadline") or att["updated_at"] + timeout_s
+                    if now > deadline + STALE_GRACE_S or not alive(att.get("worker")):
+                        to = TIMEOUT if now >= deadline else FAILED
+                        reason = ("time limit exceeded" if to == TIMEOUT
+                                  else "the healing worker stopped before finishing")
+                        changed.append(self.transition(aid, to, expect=INVESTIGATING,
+                                                       reason=reason))
+                elif status == DISPATCH_PENDING and now - att["created_at"] > PENDING_GRACE_S:
+                    changed.append(self.transition(
+                        aid, FAILED, expect=DISPATCH_PENDING,
+                        reason="no healing worker picked the attempt up"))
+            except (TransitionError, ConflictError):
+                continue  # it moved on while we looked: the newer state wins
+        self._reconcile_admission()
+        return changed
+
+    def _reconcile_admission(self) -> None:
+        statuses = {a["attempt_id"]: a["status"] for a in self.all()}
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            changed = False
+            for fp, entry in list(cur["active"].items()):
+                status = statuses.get(entry.get("attempt_id"))
+                missing_for_long = status is None and now - entry.get("since", 0) > 60
+                if (status is not None and status not in ACTIVE) or missing_for_long:
+                    del cur["active"][fp]
+                    changed = True
+            for fp, aid in list(cur["open_prs"].items()):
+                if statuses.get(aid) != PR_OPEN:
+                    del cur["open_prs"][fp]
+                    changed = True
+            return cur if changed else None
+
+        self.store.update(ADMISSION, GATE_KEY, fn)
+
+
+def empty_admission() -> dict[str, Any]:
+    return {"active": {}, "open_prs": {}, "ended": {}, "outcomes": []}
+
+
+def public_view(att: dict[str, Any]) -> dict[str, Any]:
+    """What ``get_healing_status`` shows of an attempt (no worker internals)."""
+    keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
+            "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
+            "reason", "unfixable_reason", "findings")
+    return {k: att[k] for k in keys if att.get(k) not in (None, "", [])}

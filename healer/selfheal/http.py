@@ -1,0 +1,102 @@
+"""report_error and get_healing_status over HTTP: Starlette routes the API app mounts.
+
+::
+
+    POST /api/v1/errors               body: the report_error arguments (JSON)
+                                      → 202 accepted / 200 joined or rejected / 400 bad input
+    GET  /api/v1/healing[?limit=N]    → the latest attempts
+    GET  /api/v1/healing/{fp}         → the attempts of one fingerprint (or a ≥4-digit prefix)
+
+The routes find the service at ``request.app.state.selfheal`` (a ``SelfHealService``); the app
+that mounts them sets it. ``POST`` needs ``Authorization: Bearer <api.token>`` when a token is
+configured. A body may carry ``"healing_run": true`` (a healing agent reporting): it is
+refused by the recursion gate. Response bodies are exactly what the MCP tools return.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from healer.errors import UsageError
+
+
+def _service(request: Request) -> Any:
+    service = getattr(request.app.state, "selfheal", None)
+    if service is None:
+        raise RuntimeError("app.state.selfheal is not set: mount the routes with a service")
+    return service
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _authorised(request: Request, token: str) -> bool:
+    if not token:
+        return True
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
+                                                              token.encode())
+
+
+async def report_error(request: Request) -> JSONResponse:
+    service = _service(request)
+    if not _authorised(request, service.settings.api.token):
+        return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
+                            headers={"WWW-Authenticate": "Bearer"})
+    limit = service.settings.api.max_body_bytes
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return _error(413, f"body larger than {limit} bytes")
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > limit:
+            return _error(413, f"body larger than {limit} bytes")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return _error(400, "body is not JSON")
+    try:
+        result = service.report(body)
+    except UsageError as exc:
+        return _error(400, str(exc))
+    return JSONResponse(result, status_code=202 if result["accepted"] else 200)
+
+
+def _limit(request: Request) -> int:
+    raw = request.query_params.get("limit", "20")
+    if not raw.isdigit() or not 1 <= int(raw) <= 200:
+        raise UsageError("limit must be an integer 1-200")
+    return int(raw)
+
+
+async def healing_list(request: Request) -> JSONResponse:
+    try:
+        return JSONResponse(_service(request).status(None, _limit(request)))
+    except UsageError as exc:
+        return _error(400, str(exc))
+
+
+async def healing_one(request: Request) -> JSONResponse:
+    try:
+        data = _service(request).status(request.path_params["fingerprint"], _limit(request))
+    except UsageError as exc:
+        return _error(400, str(exc))
+    return JSONResponse(data, status_code=200 if data["attempts"] else 404)
+
+
+routes = [
+    Route("/api/v1/errors", report_error, methods=["POST"], name="report_error"),
+    Route("/api/v1/healing", healing_list, methods=["GET"], name="healing_list"),
+    Route("/api/v1/healing/{fingerprint}", healing_one, methods=["GET"], name="healing_one"),
+]
+
+__all__ = ["routes"]

@@ -1,0 +1,338 @@
+"""The self-healing service: ``report_error`` and ``get_healing_status`` behind every surface.
+
+The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
+
+* ``report(...)`` — sanitise, fingerprint, run the gates, and on acceptance create the attempt
+  and start the healing run in the background; returns at once with the seed's response shape
+  (``{"accepted", "fingerprint", "attempt_id"?, "reason"?, "message"}``);
+* ``status(fingerprint=None, limit=20)`` — the attempts of one fingerprint, or the latest;
+* ``refresh()`` — ask the forge about open PRs (``pr_open`` → ``pr_merged`` / ``failed``);
+* ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping.
+
+Background runs are detached worker processes by default (``selfheal.worker: process``), so
+an MCP server that exits (the Claude Code session ended) does not take the run with it; with
+``task`` they are asyncio tasks in the calling server. Either way a run whose process died is
+settled by ``recover()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from healer.core.store import Store
+from healer.errors import UsageError
+from healer.selfheal import attempts as st
+from healer.selfheal import gates
+from healer.selfheal.attempts import Attempts, new_attempt_id, public_view
+from healer.selfheal.fingerprint import identify
+from healer.selfheal.runner import HEALING_ENV, AgentRunner, runner_for
+from healer.selfheal.sanitize import Sanitizer
+
+log = logging.getLogger(__name__)
+
+# Input bounds: a report is a few KB; anything bigger is cut, not refused (the tail of a
+# traceback is where the error is, so tracebacks keep their end).
+MAX_TYPE = 300
+MAX_MESSAGE = 10_000
+MAX_TRACEBACK = 100_000
+MAX_CONTEXT = 20_000
+MAX_NAME = 200
+MODEL_CHECK_TTL_S = 30.0
+
+
+def _cut_head(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + " […]"
+
+
+def _cut_tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "[…]\n" + text[-limit:]
+
+
+def _find_repo_root(start: Path) -> str:
+    """The enclosing git work tree, found without running git (this is the hot path)."""
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return str(folder)
+    return str(start)
+
+
+def in_healing_worktree(cwd: Path | None = None) -> bool:
+    """Whether this process runs inside a healing worktree (``…/worktrees/heal-<id>``)."""
+    parts = (cwd or Path.cwd()).parts
+    return any(parts[i] == "worktrees" and parts[i + 1].startswith("heal-")
+               for i in range(len(parts) - 1))
+
+
+def settings_snapshot(settings: Any) -> dict[str, Any]:
+    """The settings as a plain mapping a worker process can load again."""
+    data = dataclasses.asdict(settings)
+    data.pop("sources", None)
+    return data
+
+
+@dataclass(frozen=True)
+class ReportInput:
+    """One ``report_error`` call, as received (before sanitising)."""
+
+    error_type: str
+    error_message: str
+    traceback: str = ""
+    call_site: str = ""
+    context: str = ""
+    tool_name: str = ""
+    severity_hint: str = ""
+    healing_run: bool = False  # the caller says it is a healing agent
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any]) -> ReportInput:
+        """Build from a JSON body / tool arguments; ``UsageError`` naming the bad field."""
+        if not isinstance(data, Mapping):
+            raise UsageError("the report must be a JSON object")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise UsageError(f"unknown field {unknown[0]!r}")
+        values: dict[str, Any] = {}
+        for name in known:
+            value = data.get(name)
+            if value is None:
+                continue
+            if name == "healing_run":
+                if not isinstance(value, bool):
+                    raise UsageError("healing_run must be true or false")
+            elif not isinstance(value, str):
+                raise UsageError(f"{name} must be a string")
+            values[name] = value
+        for required in ("error_type", "error_message"):
+            if required not in values:
+                raise UsageError(f"{required} is required")
+        if not values["error_type"].strip():
+            raise UsageError("error_type must not be empty")
+        hint = values.get("severity_hint", "").strip().lower()
+        if hint and hint not in gates.SEVERITIES:
+            raise UsageError("severity_hint must be one of " + ", ".join(gates.SEVERITIES))
+        return cls(**values)
+
+
+Launcher = Callable[[str], None]
+
+
+@dataclass
+class SelfHealService:
+    """report_error / get_healing_status over one store. Thread-safe and process-safe."""
+
+    settings: Any
+    store: Store
+    runner: AgentRunner | None = None
+    clock: Callable[[], float] = time.time
+    launcher: Launcher | None = None  # default: per selfheal.worker
+    env: Mapping[str, str] = field(default_factory=lambda: os.environ)
+    cwd: Path = field(default_factory=Path.cwd)
+    attempts: Attempts = field(init=False)
+    sanitizer: Sanitizer = field(init=False)
+    _model: tuple[float, bool] = field(init=False, default=(0.0, False))
+    _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
+
+    def __post_init__(self) -> None:
+        sh = self.settings.selfheal
+        self.attempts = Attempts(self.store, self.clock)
+        root = Path(sh.repo).expanduser().resolve() if sh.repo else Path(
+            _find_repo_root(self.cwd.resolve()))
+        self.root = str(root)
+        self.sanitizer = Sanitizer(root=root, allowed_hosts=sh.allowed_hosts)
+        self.limits = gates.Limits.from_settings(sh)
+        self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
+            in_healing_worktree(self.cwd)
+
+    # --- report_error -------------------------------------------------------------------------
+
+    def report(self, data: ReportInput | Mapping[str, Any]) -> dict[str, Any]:
+        """Gate a report and start a healing run if it passes; never blocks on the run."""
+        r = data if isinstance(data, ReportInput) else ReportInput.from_mapping(data)
+        scrub = self.sanitizer.scrub
+        error_type = scrub(_cut_head(r.error_type.strip(), MAX_TYPE))
+        message = scrub(_cut_head(r.error_message, MAX_MESSAGE))
+        traceback = scrub(_cut_tail(r.traceback, MAX_TRACEBACK)) if r.traceback else ""
+        call_site = scrub(_cut_head(r.call_site, MAX_NAME)) if r.call_site else ""
+        ident = identify(error_type, message, traceback=traceback, call_site=call_site,
+                         root=self.root)
+        fp = ident.fingerprint
+
+        def reject(reason: str, text: str) -> dict[str, Any]:
+            return {"accepted": False, "fingerprint": fp, "reason": reason, "message": text}
+
+        # 1–3: no recursion, enabled, severity — no store access needed.
+        if r.healing_run or self._recursive_process:
+            return reject(gates.RECURSION, "Reports from a healing agent are not healed (no "
+                          "recursion). Describe the problem in your result instead.")
+        sh = self.settings.selfheal
+        if not sh.enabled:
+            return reject(gates.DISABLED, "Self-healing is disabled here. Continue normally.")
+        severity = gates.severity_verdict(error_type, message, r.severity_hint or None)
+        if severity > sh.severity_threshold:
+            return reject(gates.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
+                          "below the investigation threshold. Continue normally.")
+
+        # 4–8 and the claim: one compare-and-set.
+        now = self.clock()
+        attempt_id = new_attempt_id(now)
+        decision = gates.admit(self.store, fp, attempt_id, now, self.limits,
+                               self.model_available)
+        if decision.reason == gates.ALREADY_INVESTIGATING:
+            return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
+                    "attempt_id": decision.attempt_id, "message": decision.message}
+        if not decision.accepted:
+            return reject(decision.reason, decision.message)
+
+        self.attempts.create(attempt_id, {
+            "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
+            "error_message": message, "traceback": traceback,
+            "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
+            "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
+            "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
+        })
+        self._launch(attempt_id)
+        return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
+                "message": "Healing agent dispatched"}
+
+    def model_available(self) -> bool:
+        """Gate 8, cached briefly: can a healing agent run here?"""
+        at, ok = self._model
+        now = time.monotonic()
+        if now - at > MODEL_CHECK_TTL_S or at == 0.0:
+            ok = self._runner().available()
+            self._model = (now, ok)
+        return ok
+
+    def _runner(self) -> AgentRunner:
+        if self.runner is None:
+            self.runner = runner_for(self.settings)
+        return self.runner
+
+    # --- background runs ----------------------------------------------------------------------
+
+    def _launch(self, attempt_id: str) -> None:
+        try:
+            if self.launcher is not None:
+                self.launcher(attempt_id)
+            elif self.settings.selfheal.worker == "task":
+                self._start_task(attempt_id)
+            else:
+                self._spawn_worker(attempt_id)
+        except Exception as exc:
+            log.exception("could not start the healing run of %s", attempt_id)
+            self.attempts.transition(attempt_id, st.FAILED, expect=st.DISPATCH_PENDING,
+                                     reason=f"the healing worker did not start: "
+                                            f"{type(exc).__name__}")
+
+    def _start_task(self, attempt_id: str) -> None:
+        from healer.selfheal.dispatch import Dispatcher
+
+        loop = asyncio.get_running_loop()  # RuntimeError without a loop: caught by _launch
+        d = Dispatcher(self.settings, self.store, runner=self._runner(), clock=self.clock)
+        task = loop.create_task(d.run(attempt_id), name=f"healing-{attempt_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _spawn_worker(self, attempt_id: str) -> None:
+        logs = self.settings.state_path / "selfheal" / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{attempt_id}.log", "ab") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "healer.selfheal.dispatch", attempt_id],
+                stdin=subprocess.PIPE, stdout=out, stderr=out, cwd=self.cwd,
+                start_new_session=True,  # survives the server; its own process group
+                env={k: v for k, v in os.environ.items() if k != HEALING_ENV},
+            )
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(settings_snapshot(self.settings)).encode())
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+        # Reap the child when it ends so a long-lived server collects no zombies.
+        threading.Thread(target=proc.wait, daemon=True, name=f"reap-{attempt_id}").start()
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for in-process healing tasks (``worker: task``) to finish."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    # --- get_healing_status -------------------------------------------------------------------
+
+    def status(self, fingerprint: str | None = None, limit: int = 20) -> dict[str, Any]:
+        """``{"fingerprint"?, "count", "attempts": [...]}``, newest first."""
+        if fingerprint:
+            fingerprint = fingerprint.strip().lower()
+            if not (4 <= len(fingerprint) <= 64) or any(
+                    c not in "0123456789abcdef" for c in fingerprint):
+                raise UsageError("fingerprint must be 4-64 hex digits (from report_error)")
+            found = self._by_prefix(fingerprint)
+            atts = [public_view(a) for a in found[:limit]]
+            return {"fingerprint": fingerprint, "count": len(atts), "attempts": atts}
+        atts = [public_view(a) for a in self.attempts.latest(limit)]
+        return {"count": len(atts), "attempts": atts}
+
+    def _by_prefix(self, fp: str) -> list[dict[str, Any]]:
+        if len(fp) == 64:
+            return self.attempts.for_fingerprint(fp)
+        keys = [k for k in self.store.keys(st.FINGERPRINTS) if k.startswith(fp)]
+        out: list[dict[str, Any]] = []
+        for key in keys:
+            out.extend(self.attempts.for_fingerprint(key))
+        return sorted(out, key=lambda a: a["created_at"], reverse=True)
+
+    # --- housekeeping -------------------------------------------------------------------------
+
+    def refresh(self) -> list[dict[str, Any]]:
+        """Poll the forge for every open PR; settle merged/closed ones. Returns the changed."""
+        from healer.selfheal import forge as fg
+
+        changed = []
+        for att in list(self.attempts.all()):
+            if att.get("status") != st.PR_OPEN or not att.get("pr_number"):
+                continue
+            try:
+                forge = fg.open_forge(self.settings, att.get("repo") or self.root,
+                                      self.sanitizer)
+                state = forge.pr_state(int(att["pr_number"]))
+            except (fg.ForgeError, UsageError) as exc:
+                log.warning("could not check PR of %s: %s", att["attempt_id"], exc)
+                continue
+            if state == fg.MERGED:
+                changed.append(self.attempts.transition(att["attempt_id"], st.PR_MERGED,
+                                                        expect=st.PR_OPEN))
+            elif state == fg.CLOSED:
+                changed.append(self.attempts.transition(
+                    att["attempt_id"], st.FAILED, expect=st.PR_OPEN,
+                    reason="the PR was closed without merging"))
+        return changed
+
+    def recover(self) -> list[dict[str, Any]]:
+        """Settle attempts left behind by processes that died (call at start-up)."""
+        return self.attempts.recover(timeout_s=self.settings.selfheal.timeout_s)
+
+    def reap(self) -> list[str]:
+        """Remove worktrees past ``selfheal.worktree_ttl_s`` (call periodically)."""
+        from healer.selfheal.dispatch import reap_worktrees
+
+        return reap_worktrees(self.settings, self.store, now=self.clock())
+
+
+def open_service(settings: Any, **kw: Any) -> SelfHealService:
+    """A service over the store the settings name."""
+    from healer.core.store import open_store
+
+    return SelfHealService(settings, open_store(settings), **kw)
