@@ -1,0 +1,74 @@
+"""Agents: definitions (``agents/*.md``), task prompts (``prompts/*.j2``) and executors.
+
+The rest of healer starts agents through ``AgentRunner`` (background runs) or an ``Executor``
+(``select_executor(settings)``), giving an ``AgentTask`` and getting a ``RunOutcome``; every
+run leaves a result file on the results bus.
+"""
+
+from healer.agents.context import (
+    Alert,
+    ChannelStatus,
+    ErrorReport,
+    LivingContext,
+    Peer,
+    RunInfo,
+    Session,
+    context_from_vars,
+)
+from healer.agents.definitions import (
+    KNOWN_TOOLS,
+    AgentDefinition,
+    get_definition,
+    load_definitions,
+    parse_definition,
+)
+from healer.agents.executors import (
+    CommandExecutor,
+    Executor,
+    PlaybookExecutor,
+    explain_auto,
+    select_executor,
+)
+from healer.agents.playbooks import PlaybookContext, get_playbook, playbook, registered
+from healer.agents.prompts import PromptError, fence, render, render_string, render_task
+from healer.agents.runtime import AgentRunner, RunHandle
+from healer.agents.task import AgentTask, RunOutcome
+
+__all__ = [
+    # the contract
+    "AgentTask",
+    "RunOutcome",
+    # running
+    "AgentRunner",
+    "RunHandle",
+    "Executor",
+    "PlaybookExecutor",
+    "CommandExecutor",
+    "select_executor",
+    "explain_auto",
+    # definitions
+    "AgentDefinition",
+    "KNOWN_TOOLS",
+    "load_definitions",
+    "get_definition",
+    "parse_definition",
+    # prompts and their context
+    "render",
+    "render_string",
+    "render_task",
+    "fence",
+    "PromptError",
+    "RunInfo",
+    "Peer",
+    "ChannelStatus",
+    "Alert",
+    "Session",
+    "ErrorReport",
+    "LivingContext",
+    "context_from_vars",
+    # playbooks
+    "playbook",
+    "PlaybookContext",
+    "get_playbook",
+    "registered",
+]

@@ -1,0 +1,421 @@
+"""Executors: one interface, three ways to run an agent, one result contract.
+
+``await executor.run(task) -> RunOutcome``. Whatever happens — success, the agent's own
+failure, a crash, a timeout, a cancellation — the run leaves a result file
+``<results dir>/heal-<kind>-<target>-<epoch>.json`` valid against the schema: the agent's own
+when it wrote a valid one, else a failed (or ``timeout``) result written by healer.
+
+- ``playbook``: a registered deterministic Python playbook (``healer.agents.playbooks``).
+- ``claude``: Claude Code through claude-agent-sdk (``healer.agents.claude``).
+- ``command``: any CLI from ``settings.executor.commands[agent]``.
+- ``auto``: ``claude`` when a model is reachable, else ``playbook`` (``explain_auto``).
+
+Invalid tasks (unknown agent, unsafe names, a prompt that does not render) raise
+``UsageError`` before anything runs.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+from healer.agents import results
+from healer.agents.context import RunInfo, context_from_vars
+from healer.agents.definitions import AgentDefinition, get_definition
+from healer.agents.playbooks import PlaybookContext, get_playbook, registered
+from healer.agents.prompts import render_task
+from healer.agents.task import AgentTask, RunOutcome, new_run_id
+from healer.errors import (
+    AgentProcessError,
+    AgentResultError,
+    AgentTimeoutError,
+    AgentUnavailableError,
+    ExecutorError,
+    UsageError,
+)
+
+log = logging.getLogger(__name__)
+
+EXECUTORS = ("playbook", "claude", "command")
+KEEP_RUN_DIRS = 200  # run folders (prompt, transcript, output) kept under the state dir
+
+
+@dataclass
+class Prepared:
+    """A task with every default filled in, its definition, and where its result goes."""
+
+    task: AgentTask
+    definition: AgentDefinition
+    run: RunInfo
+    result_path: Path
+    run_dir: Path
+    context: dict[str, Any]
+    timeout_s: float
+    started: float
+    prompts_dir: Path | None = None
+
+    def prompt(self) -> str:
+        """The task prompt: given, or rendered from the agent's template."""
+        if self.task.prompt is not None:
+            return self.task.prompt
+        template = self.task.template or self.definition.template
+        return render_task(template, self.run, self.context, folder=self.prompts_dir)
+
+
+def secret_env_names(settings: Any) -> set[str]:
+    """Environment variables that hold healer's secrets; agents never inherit them."""
+    names: set[str] = set()
+
+    def visit(obj: Any) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                visit(value)
+            elif f.metadata.get("secret") and f.metadata.get("env"):
+                names.add(f.metadata["env"])
+
+    visit(settings)
+    names.add(settings.forge.token_env)
+    names.update(k for k in os.environ if k.startswith("HEALER__"))
+    return names
+
+
+def run_env(prep: Prepared) -> dict[str, str]:
+    """What every agent process is told about its run (also the marker to find its processes)."""
+    return {
+        "HEALER_RUN_ID": prep.run.run_id, "HEALER_AGENT": prep.run.agent,
+        "HEALER_KIND": prep.run.kind, "HEALER_TARGET": prep.run.target,
+        "HEALER_INCIDENT": prep.run.incident, "HEALER_RESULT_FILE": prep.run.result_path,
+        "HEALER_CWD": prep.run.cwd,
+    }
+
+
+def _prune(root: Path, keep: int) -> None:
+    try:
+        dirs = sorted((p for p in root.iterdir() if p.is_dir()), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return
+    for old in dirs[:-keep] if len(dirs) > keep else []:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class Executor(abc.ABC):
+    """Runs agent tasks; subclasses implement ``_execute``."""
+
+    name: ClassVar[str]
+    agent_writes_result: ClassVar[bool] = True  # False: healer writes what _execute returns
+
+    def __init__(self, settings: Any, *, agents_dir: Path | str | None = None,
+                 prompts_dir: Path | str | None = None):
+        self.settings = settings
+        self.agents_dir = agents_dir
+        self.prompts_dir = Path(prompts_dir) if prompts_dir else None
+
+    # -- the shared run ------------------------------------------------------------------
+
+    def prepare(self, task: AgentTask) -> Prepared:
+        """Fill in defaults, check the task, reserve the result path (raises UsageError)."""
+        definition = get_definition(task.agent, self.agents_dir)
+        kind = task.kind or definition.kind
+        cwd = str(Path(task.cwd or os.getcwd()).resolve())
+        if not Path(cwd).is_dir():
+            raise UsageError(f"working directory {cwd!r} does not exist")
+        timeout = float(task.timeout_s or self.settings.executor.timeout_s)
+        task = dataclasses.replace(task, kind=kind, cwd=cwd, timeout_s=timeout,
+                                   run_id=task.run_id or new_run_id())
+        results_dir = self.settings.results_path.resolve()
+        results_dir.mkdir(parents=True, exist_ok=True)
+        path = results.reserve_result_path(results_dir, kind, task.target)
+        runs_root = self.settings.state_path.resolve() / "agents" / "runs"
+        run_dir = runs_root / task.run_id
+        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _prune(runs_root, KEEP_RUN_DIRS)
+        run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
+                      result_path=str(path), cwd=cwd, timeout_s=timeout, executor=self.name,
+                      incident=task.incident)
+        context = {**context_from_vars(task.agent, task.target, task.vars,
+                                       settings=self.settings), **task.context}
+        return Prepared(task=task, definition=definition, run=run, result_path=path,
+                        run_dir=run_dir, context=context, timeout_s=timeout,
+                        started=time.monotonic(), prompts_dir=self.prompts_dir)
+
+    async def run(self, task: AgentTask, *,
+                  on_prepared: Callable[[Prepared], None] | None = None) -> RunOutcome:
+        """Run ``task`` to the end; always leaves a result file (see the module doc).
+
+        ``on_prepared`` is called once the run id and result path are fixed, before any work.
+        """
+        prep = self.prepare(task)
+        if on_prepared is not None:
+            on_prepared(prep)
+        log.info("agent %s run %s (%s) started for %s, timeout %.0f s", prep.run.agent,
+                 prep.run.run_id, self.name, prep.run.target, prep.timeout_s)
+        produced: Mapping[str, Any] | None = None
+        error: ExecutorError | None = None
+        try:
+            produced = await asyncio.wait_for(self._execute(prep), prep.timeout_s)
+        except TimeoutError:
+            error = AgentTimeoutError(f"no result within {prep.timeout_s:g} s; the run was "
+                                      "stopped", timeout_s=prep.timeout_s, agent=prep.run.agent,
+                                      run_id=prep.run.run_id)
+        except ExecutorError as exc:
+            error = exc
+        except asyncio.CancelledError:
+            self._conclude(prep, None, ExecutorError("cancelled", agent=prep.run.agent,
+                                                     run_id=prep.run.run_id))
+            raise
+        except UsageError:
+            raise
+        except Exception as exc:  # a bug in a playbook or executor must still end in a result
+            log.exception("agent %s run %s crashed", prep.run.agent, prep.run.run_id)
+            error = ExecutorError(f"{type(exc).__name__}: {exc}", agent=prep.run.agent,
+                                  run_id=prep.run.run_id)
+        outcome = self._conclude(prep, produced, error)
+        log.info("agent %s run %s finished: %s in %.1f s%s", outcome.agent, outcome.run_id,
+                 outcome.status, outcome.duration_s, f" ({outcome.error})" if outcome.error
+                 else "")
+        return outcome
+
+    @abc.abstractmethod
+    async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
+        """Do the work. Return result fields (healer writes them) or None (the agent wrote its
+        own file). Raise an ``ExecutorError`` on failure."""
+
+    # -- ending a run --------------------------------------------------------------------
+
+    def _base(self, prep: Prepared) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "schema_version": 1, "kind": prep.run.kind, "target": prep.run.target,
+            "agent": prep.run.agent[:64], "executor": self.name, "run_id": prep.run.run_id,
+            "timestamp": results.now_iso(),
+            "duration_s": round(time.monotonic() - prep.started, 3),
+        }
+        if prep.run.incident:
+            doc["incident"] = prep.run.incident
+        return doc
+
+    def _outcome(self, prep: Prepared, doc: dict[str, Any] | None, status: str,
+                 error: ExecutorError | None, message: str = "") -> RunOutcome:
+        return RunOutcome(
+            run_id=prep.run.run_id, agent=prep.run.agent, executor=self.name, status=status,
+            result_path=str(prep.result_path), result=doc, error=message or (str(error) if
+                                                                             error else ""),
+            duration_s=time.monotonic() - prep.started, kind=prep.run.kind,
+            target=prep.run.target, incident=prep.run.incident, exception=error)
+
+    def _conclude(self, prep: Prepared, produced: Mapping[str, Any] | None,
+                  error: ExecutorError | None) -> RunOutcome:
+        why = ""
+        if produced is not None and error is None:
+            doc = {**self._base(prep), **dict(produced)}
+            try:
+                written = results.write_result(prep.result_path, doc)
+                return self._outcome(prep, written, written["status"], None)
+            except ValueError as exc:
+                error = AgentResultError(f"the playbook returned an invalid result: {exc}",
+                                         agent=prep.run.agent, run_id=prep.run.run_id)
+        elif self.agent_writes_result:
+            data, why = results.read_result(prep.result_path)
+            if data is not None:
+                why = results.problems(data, prep.run.kind, prep.run.target)
+                if not why:
+                    # The agent's own valid result stands, even if the process failed after.
+                    return self._outcome(prep, data, str(data["status"]), error)
+                why = f"the agent's result is invalid ({why})"
+                self._set_aside(prep)
+        if error is None:
+            error = AgentResultError(why or "no result", agent=prep.run.agent,
+                                     run_id=prep.run.run_id)
+        message = str(error) if not why or why in str(error) else f"{error}; {why}"
+        status = "timeout" if isinstance(error, AgentTimeoutError) else "failed"
+        doc = {**self._base(prep), "status": status,
+               "summary": results.clip(f"{prep.run.agent} run {prep.run.run_id} {status}: "
+                                       f"{message}", 4000),
+               "error": results.clip(message)}
+        written = results.write_result(prep.result_path, doc)
+        return self._outcome(prep, written, status, error, message)
+
+    def _set_aside(self, prep: Prepared) -> None:
+        """Keep an invalid agent result for debugging, out of the bus's way."""
+        with contextlib.suppress(OSError):
+            if prep.result_path.is_file():
+                os.replace(prep.result_path, prep.run_dir / "invalid-result.json")
+
+
+class PlaybookExecutor(Executor):
+    """Runs the agent's registered playbook; no model, no subprocess of its own."""
+
+    name = "playbook"
+    agent_writes_result = False
+
+    async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
+        fn = get_playbook(prep.run.agent)
+        if fn is None:
+            known = ", ".join(sorted(registered())) or "none"
+            raise AgentUnavailableError(
+                f"no playbook registered for agent {prep.run.agent!r} (playbooks exist for: "
+                f"{known}); run it with --executor claude or command",
+                agent=prep.run.agent, run_id=prep.run.run_id)
+        ctx = PlaybookContext(task=prep.task, run=prep.run, context=prep.context,
+                              settings=self.settings,
+                              log=logging.getLogger(f"healer.playbook.{prep.run.agent}"),
+                              deadline=prep.started + prep.timeout_s)
+        produced = await fn(ctx)
+        if not isinstance(produced, Mapping) or "status" not in produced:
+            raise AgentResultError("the playbook returned no result fields with a status",
+                                   agent=prep.run.agent, run_id=prep.run.run_id)
+        return produced
+
+
+class CommandExecutor(Executor):
+    """Runs any CLI as the agent: argv from ``settings.executor.commands[agent]`` (or ``*``).
+
+    ``{prompt_file}``, ``{result_file}``, ``{cwd}`` (and ``{run_id}``, ``{agent}``,
+    ``{target}``, ``{kind}``) are substituted in each argument; the same values are in the
+    environment as ``HEALER_*``. The command runs in its own session; a timeout or a
+    cancellation kills it and everything it started. Output goes to ``output.log`` in the
+    run's folder.
+    """
+
+    name = "command"
+
+    def __init__(self, settings: Any, *, commands: Mapping[str, list[str]] | None = None,
+                 env: Mapping[str, str] | None = None, **kw: Any):
+        super().__init__(settings, **kw)
+        self.commands = dict(settings.executor.commands if commands is None else commands)
+        self.extra_env = dict(env or {})
+
+    def argv(self, prep: Prepared, prompt_file: Path) -> list[str]:
+        template = self.commands.get(prep.run.agent) or self.commands.get("*")
+        if not template:
+            raise AgentUnavailableError(
+                f"no command configured for agent {prep.run.agent!r} (set "
+                f"executor.commands.{prep.run.agent} or executor.commands.*)",
+                agent=prep.run.agent, run_id=prep.run.run_id)
+        values = {"{prompt_file}": str(prompt_file), "{result_file}": prep.run.result_path,
+                  "{cwd}": prep.run.cwd, "{run_id}": prep.run.run_id,
+                  "{agent}": prep.run.agent, "{target}": prep.run.target,
+                  "{kind}": prep.run.kind}
+        out = []
+        for arg in template:
+            for key, value in values.items():
+                arg = arg.replace(key, value)
+            out.append(arg)
+        return out
+
+    async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
+        from healer.agents._proctree import kill_tree
+
+        prompt_file = prep.run_dir / "prompt.md"
+        prompt_file.write_text(prep.prompt(), encoding="utf-8")
+        argv = self.argv(prep, prompt_file)
+        secrets_ = secret_env_names(self.settings)
+        env = {k: v for k, v in os.environ.items() if k not in secrets_}
+        env.update(self.extra_env)
+        env.update(run_env(prep))
+        env["HEALER_PROMPT_FILE"] = str(prompt_file)
+        out_path = prep.run_dir / "output.log"
+        with open(out_path, "wb") as out:
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, cwd=prep.run.cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+            except OSError as exc:
+                raise AgentUnavailableError(f"cannot start {argv[0]!r}: {exc.strerror or exc}",
+                                            agent=prep.run.agent,
+                                            run_id=prep.run.run_id) from exc
+            try:
+                code = await proc.wait()
+            except asyncio.CancelledError:
+                await kill_tree(proc.pid, prep.run.run_id)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(proc.wait(), 5)
+                raise
+            finally:
+                # The command is done, but anything it left running in its session goes too.
+                await kill_tree(None, prep.run.run_id, grace_s=1.0)
+        if code != 0:
+            tail = out_path.read_bytes()[-4000:].decode(errors="replace")
+            raise AgentProcessError(f"{Path(argv[0]).name} exited with code {code}",
+                                    exit_code=code, stderr=tail, agent=prep.run.agent,
+                                    run_id=prep.run.run_id)
+        return None
+
+
+def claude_cli(settings: Any) -> str | None:
+    """The Claude Code CLI to run: configured, bundled with claude-agent-sdk, or on PATH."""
+    configured = settings.executor.claude.cli_path
+    if configured:
+        path = Path(configured).expanduser()
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    try:
+        import importlib.util
+
+        spec = importlib.util.find_spec("claude_agent_sdk")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        bundled = Path(spec.origin).parent / "_bundled" / "claude"
+        if bundled.is_file() and os.access(bundled, os.X_OK):
+            return str(bundled)
+    return shutil.which("claude")
+
+
+def user_claude_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where the user's Claude Code keeps its settings and login."""
+    env = os.environ if env is None else env
+    return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
+
+
+def _url_host(url: str) -> str:
+    rest = url.split("://", 1)[-1]
+    return rest.split("/", 1)[0].rsplit("@", 1)[-1]  # never show credentials in a URL
+
+
+def explain_auto(settings: Any, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Which executor ``auto`` picks, and why (for ``healer doctor``)."""
+    env = os.environ if env is None else env
+    cli = claude_cli(settings)
+    if cli is None:
+        where = settings.executor.claude.cli_path or "bundled with claude-agent-sdk or on PATH"
+        return "playbook", f"no Claude Code CLI found ({where})"
+    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
+        if env.get(key):
+            return "claude", f"{key} is set"
+    if env.get("ANTHROPIC_BASE_URL"):
+        return "claude", f"ANTHROPIC_BASE_URL points at {_url_host(env['ANTHROPIC_BASE_URL'])}"
+    for key in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"):
+        if env.get(key, "").lower() in ("1", "true"):
+            return "claude", f"{key} is set"
+    creds = user_claude_dir(env) / ".credentials.json"
+    if creds.is_file():
+        return "claude", f"Claude Code is logged in ({creds})"
+    return "playbook", ("no model reachable: no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or Claude "
+                        "Code login")
+
+
+def select_executor(settings: Any, name: str | None = None, **kw: Any) -> Executor:
+    """The executor called ``name`` (default ``settings.executor.default``); ``auto`` resolves."""
+    choice = name or settings.executor.default
+    if choice == "auto":
+        choice, reason = explain_auto(settings)
+        log.debug("executor auto → %s: %s", choice, reason)
+    if choice == "playbook":
+        return PlaybookExecutor(settings, **kw)
+    if choice == "command":
+        return CommandExecutor(settings, **kw)
+    if choice == "claude":
+        from healer.agents.claude import ClaudeExecutor
+
+        return ClaudeExecutor(settings, **kw)
+    raise UsageError(f"unknown executor {choice!r} (auto, {', '.join(EXECUTORS)})")
