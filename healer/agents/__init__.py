@@ -34,7 +34,7 @@ from healer.agents.prompts import PromptError, fence, render, render_string, ren
 from healer.agents.runtime import AgentRunner, RunHandle
 from healer.agents.task import AgentTask, RunOutcome
 
-__all__ = [
+__all__ = [  # noqa: RUF022 - grouped by purpose, like claude_agent_sdk
     # the contract
     "AgentTask",
     "RunOutcome",

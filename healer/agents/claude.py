@@ -6,8 +6,8 @@ What the agent gets, and nothing more:
   and ``allowed_tools`` (what runs without asking) are both the definition's list, every other
   known tool is in ``disallowed_tools``, and ``permission_mode="dontAsk"`` denies anything not
   pre-approved — so a tool outside the list is refused, not executed;
-- ``cwd`` (plus the results dir), ``max_turns`` (the lower of the definition's and the
-  settings'), ``max_budget_usd``, and a wall-clock timeout;
+- ``cwd`` (plus its run folder, where it writes its result), ``max_turns`` (the lower of the
+  definition's and the settings'), ``max_budget_usd``, and a wall-clock timeout;
 - no user or project settings (``setting_sources=[]``, no CLAUDE.md, no skills, only the MCP
   servers the task names), an isolated ``CLAUDE_CONFIG_DIR`` in the run's folder (a copy of the
   user's login is placed there when one exists, and removed after), non-essential traffic off,
@@ -149,7 +149,7 @@ class ClaudeExecutor(Executor):
             disallowed_tools=sorted(KNOWN_TOOLS - set(tools)),
             permission_mode="dontAsk",
             cwd=prep.run.cwd,
-            add_dirs=[str(prep.result_path.parent)],
+            add_dirs=[str(prep.staged_path.parent)],
             max_turns=max_turns,
             max_budget_usd=claude.max_budget_usd,
             model=model,

@@ -3,7 +3,9 @@
 ``await executor.run(task) -> RunOutcome``. Whatever happens — success, the agent's own
 failure, a crash, a timeout, a cancellation — the run leaves a result file
 ``<results dir>/heal-<kind>-<target>-<epoch>.json`` valid against the schema: the agent's own
-when it wrote a valid one, else a failed (or ``timeout``) result written by healer.
+when it wrote a valid one, else a failed (or ``timeout``) result written by healer. Agents
+write under that name in their run's folder (``<state>/agents/runs/<run_id>/``); healer checks
+the file and publishes it atomically when the run ends (see ``healer.agents.results``).
 
 - ``playbook``: a registered deterministic Python playbook (``healer.agents.playbooks``).
 - ``claude``: Claude Code through claude-agent-sdk (``healer.agents.claude``).
@@ -33,8 +35,9 @@ from healer.agents import results
 from healer.agents.context import RunInfo, context_from_vars
 from healer.agents.definitions import AgentDefinition, get_definition
 from healer.agents.playbooks import PlaybookContext, get_playbook, registered
-from healer.agents.prompts import render_task
+from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
+from healer.core.files import atomic_write_bytes
 from healer.errors import (
     AgentProcessError,
     AgentResultError,
@@ -57,7 +60,8 @@ class Prepared:
     task: AgentTask
     definition: AgentDefinition
     run: RunInfo
-    result_path: Path
+    result_path: Path  # where the result is published on the bus
+    staged_path: Path  # where an agent writes it: in the run's folder, out of the bus's sight
     run_dir: Path
     context: dict[str, Any]
     timeout_s: float
@@ -69,6 +73,8 @@ class Prepared:
         if self.task.prompt is not None:
             return self.task.prompt
         template = self.task.template or self.definition.template
+        if not self.task.template and template not in templates(self.prompts_dir):
+            template = DEFAULT_TEMPLATE  # a user's agent without a template of its own
         return render_task(template, self.run, self.context, folder=self.prompts_dir)
 
 
@@ -140,13 +146,15 @@ class Executor(abc.ABC):
         run_dir = runs_root / task.run_id
         run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         _prune(runs_root, KEEP_RUN_DIRS)
+        staged = run_dir / path.name
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
-                      result_path=str(path), cwd=cwd, timeout_s=timeout, executor=self.name,
+                      result_path=str(staged if self.agent_writes_result else path), cwd=cwd,
+                      timeout_s=timeout, executor=self.name,
                       incident=task.incident)
         context = {**context_from_vars(task.agent, task.target, task.vars,
                                        settings=self.settings), **task.context}
         return Prepared(task=task, definition=definition, run=run, result_path=path,
-                        run_dir=run_dir, context=context, timeout_s=timeout,
+                        staged_path=staged, run_dir=run_dir, context=context, timeout_s=timeout,
                         started=time.monotonic(), prompts_dir=self.prompts_dir)
 
     async def run(self, task: AgentTask, *,
@@ -225,13 +233,18 @@ class Executor(abc.ABC):
                 error = AgentResultError(f"the playbook returned an invalid result: {exc}",
                                          agent=prep.run.agent, run_id=prep.run.run_id)
         elif self.agent_writes_result:
-            data, why = results.read_result(prep.result_path)
+            staged = prep.staged_path.exists() or prep.staged_path.is_symlink()
+            data, why = results.read_result(prep.staged_path if staged else prep.result_path)
             if data is not None:
                 why = results.problems(data, prep.run.kind, prep.run.target)
                 if not why:
                     # The agent's own valid result stands, even if the process failed after.
+                    if staged:
+                        # Published in one atomic step (also across filesystems).
+                        atomic_write_bytes(prep.result_path, prep.staged_path.read_bytes())
                     return self._outcome(prep, data, str(data["status"]), error)
                 why = f"the agent's result is invalid ({why})"
+            if staged:
                 self._set_aside(prep)
         if error is None:
             error = AgentResultError(why or "no result", agent=prep.run.agent,
@@ -246,10 +259,9 @@ class Executor(abc.ABC):
         return self._outcome(prep, written, status, error, message)
 
     def _set_aside(self, prep: Prepared) -> None:
-        """Keep an invalid agent result for debugging, out of the bus's way."""
+        """Keep an unusable agent result for debugging, out of the bus's way."""
         with contextlib.suppress(OSError):
-            if prep.result_path.is_file():
-                os.replace(prep.result_path, prep.run_dir / "invalid-result.json")
+            os.replace(prep.staged_path, prep.staged_path.with_name("invalid-result.json"))
 
 
 class PlaybookExecutor(Executor):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import secrets
 import time
@@ -44,10 +45,17 @@ class Probe:
 
 
 def _err(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError | asyncio.TimeoutError):
-        return "timed out"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
+    """A short reason: the refused/timed-out cause behind a library's wrapper, if any."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            break
+        if isinstance(seen, ConnectionRefusedError) or (
+                isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED):
+            return "connection refused"
+        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
+            return "timed out"
+        seen = seen.__cause__ or seen.__context__
     text = str(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
 
@@ -121,7 +129,8 @@ async def probe_seed(inbox: Path, timeout: float = 2.0) -> Probe:
         return Probe(False, f"{inbox}: timed out (slow or hung filesystem)")
 
 
-async def probe_peer(peer: Peer, fleet_dir: Path, budget_s: float | None = None) -> dict[str, Probe]:
+async def probe_peer(peer: Peer, fleet_dir: Path,
+                     budget_s: float | None = None) -> dict[str, Probe]:
     """Probe every channel to ``peer`` at once; ``budget_s`` caps each probe's timeout."""
 
     def t(name: str) -> float:

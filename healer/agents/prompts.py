@@ -26,6 +26,7 @@ from healer.agents.context import RunInfo
 from healer.errors import UsageError
 from healer.resources import bundle_path
 
+DEFAULT_TEMPLATE = "_default.md.j2"  # for agents without prompts/<agent>.md.j2
 MAX_DATA_CHARS = 20_000  # one fenced block; the rest is cut with a note (bounded prompts)
 
 

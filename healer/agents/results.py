@@ -1,9 +1,12 @@
 """Agent result files on the bus: naming, checking, and the failed result healer writes.
 
 Every run ends with ``<results dir>/heal-<kind>-<target>-<epoch>.json`` valid against
-``schemas/agent-result.schema.json``. The executor chooses the name before the run (the agent
-is told it), and writes a failed result itself when the agent left none or an invalid one, so
-whoever waits on the bus always hears back.
+``schemas/agent-result.schema.json``. The executor chooses the name before the run. An agent
+(Claude, a command) writes its result under that name in its run's folder
+(``<state>/agents/runs/<run_id>/``), out of the bus's sight — so neither a half-written file
+nor the Write tool's temp file is ever picked up — and healer checks it and publishes it
+atomically in the results dir when the run ends. When the agent left none, or an invalid one,
+healer writes a failed result instead, so whoever waits on the bus always hears back.
 """
 
 from __future__ import annotations

@@ -24,18 +24,18 @@ from healer.testing.scripted_model import (
 )
 
 __all__ = [
-    "ScriptedModel",
+    "DUMMY_API_KEY",
+    "Fault",
     "RecordedRequest",
     "Reply",
-    "Fault",
-    "text",
-    "tool_use",
-    "reply",
-    "text_block",
-    "tool_block",
-    "http_error",
+    "ScriptedModel",
     "break_stream",
     "hang",
+    "http_error",
     "load_script",
-    "DUMMY_API_KEY",
+    "reply",
+    "text",
+    "text_block",
+    "tool_block",
+    "tool_use",
 ]

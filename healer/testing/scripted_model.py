@@ -27,6 +27,7 @@ Run it standalone with ``python -m healer.testing.scripted_model --script FILE``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import re
@@ -35,12 +36,12 @@ import string
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 
-DUMMY_API_KEY = "sk-ant-scripted-model-dummy-key"  # noqa: S105 - not a secret, a placeholder
+DUMMY_API_KEY = "sk-ant-scripted-model-dummy-key"
 
 DEFAULT_CAPTURES: dict[str, str] = {
     "result_path": r"[Rr]esult file: `([^`\n]+)`",
@@ -48,7 +49,7 @@ DEFAULT_CAPTURES: dict[str, str] = {
     "incident": r"incident: `([^`\n]+)`",
     "target": r"target: `([^`\n]+)`",
     "kind": r"kind: `([^`\n]+)`",
-    "cwd": r"[Ww]orking directory: `([^`\n]+)`",
+    "cwd": r"[Ww]orking directory: `([^`\n]+)`|Primary working directory: (\S+)",
 }
 SIDE_REPLY = "ok"
 _ids = itertools.count(1)
@@ -80,8 +81,13 @@ class Fault:
     """Something going wrong instead of a reply.
 
     ``http_error``: answer ``status`` with an Anthropic error body. ``break_stream``: send
-    ``after_events`` SSE events of ``reply`` then drop the connection. ``hang``: accept the
-    request and answer nothing for ``seconds`` (None: until the server stops).
+    ``after_events`` SSE events of ``reply`` (half the body, for a non-streaming request) then
+    drop the connection. ``hang``: accept the request and answer nothing for ``seconds``
+    (None: until the server stops).
+
+    ``times``: how many requests the fault answers before the script moves on. Claude Code
+    retries failed requests (and falls back from streaming), so the default ``None`` keeps
+    the model broken for good; ``times=1`` is a blip the CLI's retry gets past.
     """
 
     kind: Literal["http_error", "break_stream", "hang"]
@@ -91,6 +97,7 @@ class Fault:
     after_events: int = 3
     seconds: float | None = None
     reply: Reply | None = None
+    times: int | None = None
 
 
 Turn = Reply | Fault | Callable[["RecordedRequest"], "Reply | Fault"]
@@ -121,20 +128,22 @@ def tool_block(name: str, input: Mapping[str, Any], *, id: str = "") -> dict[str
 
 
 def http_error(status: int = 529, error_type: str = "overloaded_error",
-               message: str = "Overloaded") -> Fault:
-    """A turn answered with an HTTP error (529 overloaded by default)."""
-    return Fault("http_error", status=status, error_type=error_type, message=message)
+               message: str = "Overloaded", *, times: int | None = None) -> Fault:
+    """The model answers with an HTTP error (529 overloaded by default)."""
+    return Fault("http_error", status=status, error_type=error_type, message=message,
+                 times=times)
 
 
-def break_stream(after_events: int = 3, reply: Reply | None = None) -> Fault:
-    """A turn whose SSE stream stops after ``after_events`` events, connection dropped."""
+def break_stream(after_events: int = 3, reply: Reply | None = None, *,
+                 times: int | None = None) -> Fault:
+    """The model's stream stops after ``after_events`` events, connection dropped."""
     return Fault("break_stream", after_events=after_events,
-                 reply=reply or text("this reply is cut off midway"))
+                 reply=reply or text("this reply is cut off midway"), times=times)
 
 
-def hang(seconds: float | None = None) -> Fault:
-    """A turn that never answers (or only after ``seconds``)."""
-    return Fault("hang", seconds=seconds)
+def hang(seconds: float | None = None, *, times: int | None = None) -> Fault:
+    """The model never answers (or only after ``seconds``)."""
+    return Fault("hang", seconds=seconds, times=times)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,10 +191,10 @@ class RecordedRequest:
         return list(self.json.get("messages") or [])
 
     def user_text(self) -> str:
-        """All text the user side sent in this conversation, in order."""
+        """All text the user side (and the CLI's context blocks) sent, in order."""
         out: list[str] = []
         for m in self.messages:
-            if m.get("role") != "user":
+            if m.get("role") == "assistant":
                 continue
             content = m.get("content")
             if isinstance(content, str):
@@ -197,10 +206,14 @@ class RecordedRequest:
         return "\n".join(out)
 
     def tool_results(self) -> list[dict[str, Any]]:
-        """The ``tool_result`` blocks of the latest user message (answers to the last turn)."""
-        if not self.messages:
+        """The ``tool_result`` blocks of the latest user message (answers to the last turn).
+
+        Claude Code may add system-role context after it (budget notes); those are skipped.
+        """
+        users = [m for m in self.messages if m.get("role") == "user"]
+        if not users:
             return []
-        content = self.messages[-1].get("content")
+        content = users[-1].get("content")
         if not isinstance(content, list):
             return []
         return [b for b in content if isinstance(b, dict) and b.get("type") == "tool_result"]
@@ -249,6 +262,7 @@ class ScriptedModel:
         self._port = port
         self._lock = threading.Lock()
         self._next = 0
+        self._uses = 0  # requests the current (fault) turn has answered
         self._stopping = threading.Event()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -321,7 +335,11 @@ class ScriptedModel:
             if self._next < len(self.script):
                 turn = self.script[self._next]
                 req.turn = self._next
-                self._next += 1
+                self._uses += 1
+                if not isinstance(turn, Fault) or (turn.times is not None
+                                                   and self._uses >= turn.times):
+                    self._next += 1
+                    self._uses = 0
                 return turn
             self.exhausted_requests += 1
             return self.when_exhausted
@@ -339,7 +357,7 @@ class ScriptedModel:
         for name, pattern in self.captures.items():
             m = re.search(pattern, haystack)
             if m:
-                values[name] = m.group(1)
+                values[name] = next((g for g in m.groups() if g is not None), m.group(0))
         return values
 
 
@@ -438,6 +456,18 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(raw)
 
+    def _send_cut(self, raw: bytes) -> None:
+        """Promise the whole body, send half of it, drop the connection."""
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw[: len(raw) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+        with contextlib.suppress(OSError):
+            self.connection.shutdown(socket.SHUT_RDWR)
+
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
@@ -486,7 +516,10 @@ class _Handler(BaseHTTPRequestHandler):
         if not req.stream:
             reply_ = what.reply if isinstance(what, Fault) else what
             assert reply_ is not None
-            self._send_json(200, message_json(reply_, model_name, usage))
+            if isinstance(what, Fault):
+                self._send_cut(json.dumps(message_json(reply_, model_name, usage)).encode())
+            else:
+                self._send_json(200, message_json(reply_, model_name, usage))
             return
         reply_ = what.reply if isinstance(what, Fault) and what.reply else what
         assert isinstance(reply_, Reply)
@@ -521,14 +554,16 @@ def turn_from_dict(item: Mapping[str, Any]) -> Reply | Fault:
     if not isinstance(item, Mapping):
         raise ValueError(f"a turn must be a mapping, got {type(item).__name__}")
     fault = item.get("fault")
+    times = int(item["times"]) if item.get("times") is not None else None
     if fault == "http_error":
         return http_error(int(item.get("status", 529)), str(item.get("error_type",
-                          "overloaded_error")), str(item.get("message", "Overloaded")))
+                          "overloaded_error")), str(item.get("message", "Overloaded")),
+                          times=times)
     if fault == "break_stream":
-        return break_stream(int(item.get("after_events", 3)))
+        return break_stream(int(item.get("after_events", 3)), times=times)
     if fault == "hang":
         seconds = item.get("seconds")
-        return hang(float(seconds) if seconds is not None else None)
+        return hang(float(seconds) if seconds is not None else None, times=times)
     if fault is not None:
         raise ValueError(f"unknown fault {fault!r} (http_error, break_stream, hang)")
     blocks: list[dict[str, Any]] = []
