@@ -31,7 +31,7 @@ _DIGIT_WORD = re.compile(r"\w*\d\w*(?:[.:/-]\w*\d\w*)*")
 _SPACE = re.compile(r"\s+")
 
 # Python frames; JavaScript/TypeScript "at fn (file:line:col)" frames as a courtesy.
-_PY_FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line \d+, in (?P<func>[^\s]+)', re.M)
+_PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[^\s]+)')
 _JS_FRAME = re.compile(
     r"^\s*at (?:(?P<func>[\w$.<>\[\] ]+?) \()?(?P<path>[^\s()]+?):\d+:\d+\)?\s*$", re.M)
 _FOREIGN = ("site-packages/", "dist-packages/", "/lib/python", "node_modules/", "<frozen",
@@ -64,7 +64,11 @@ def normalise_message(message: str) -> str:
 
 def fingerprint(error_type: str, call_site: str, message: str) -> str:
     """sha256 hex of ``error_type||call_site||normalised message``."""
-    raw = f"{error_type.strip()}||{call_site}||{normalise_message(message)}"
+    return _digest(error_type.strip(), call_site, normalise_message(message))
+
+
+def _digest(error_type: str, call_site: str, normalised: str) -> str:
+    raw = f"{error_type}||{call_site}||{normalised}"
     return hashlib.sha256(raw.encode("utf-8", "replace")).hexdigest()
 
 
@@ -133,4 +137,5 @@ def identify(error_type: str, message: str, *, traceback: str = "", call_site: s
     site = normalise_call_site(call_site, root) if call_site.strip() else \
         call_site_from_traceback(traceback, root)
     etype = error_type.strip()
-    return Identity(fingerprint(etype, site, message), etype, site, normalise_message(message))
+    norm = normalise_message(message)
+    return Identity(_digest(etype, site, norm), etype, site, norm)

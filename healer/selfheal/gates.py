@@ -20,12 +20,14 @@ exactly one attempt, and the cap holds across processes. Rejections never feed t
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from healer.core.store import Store
+from healer.core.store import FileStore, Store
 from healer.selfheal.attempts import (
     ADMISSION,
     BREAKER_FAILURES,
@@ -46,33 +48,36 @@ NO_MODEL = "no_model"
 SEVERITIES = ("critical", "high", "medium", "low", "info")
 MEDIUM = 2
 
-# Verdicts from the error itself; a caller's hint only refines a medium verdict.
-_INFO_TYPES = re.compile(r"(?:^|\.)(?:CancelledError|KeyboardInterrupt|SystemExit|GeneratorExit|"
-                         r"StopIteration|StopAsyncIteration|\w*Warning)$")
-_LOW_TYPES = re.compile(r"(?:^|\.)(?:\w*Timeout\w*|\w*TimedOut\w*|ConnectError|ConnectionError|"
+# Verdicts from the error itself (the class name without its module); a caller's hint only
+# refines a medium verdict.
+_INFO_TYPES = re.compile(r"CancelledError|KeyboardInterrupt|SystemExit|GeneratorExit|"
+                         r"StopIteration|StopAsyncIteration|\w*Warning")
+_LOW_TYPES = re.compile(r"\w*Timeout\w*|\w*TimedOut\w*|ConnectError|ConnectionError|"
                         r"ConnectionResetError|ConnectionRefusedError|BrokenPipeError|"
                         r"RateLimitError|TooManyRequests\w*|ServiceUnavailable\w*|"
-                        r"RemoteDisconnected|ReadError|WriteError|NetworkError)$")
-_LOW_MESSAGE = re.compile(r"rate.?limit|too many requests|\b429\b|temporarily unavailable|"
-                          r"try again later|timed? ?out\b", re.I)
-_CRITICAL_MESSAGE = re.compile(r"data loss|corrupt|security|leak|privilege|"
-                               r"unauthori[sz]ed access|injection", re.I)
-_HIGH_TYPES = re.compile(r"(?:^|\.)(?:AttributeError|TypeError|NameError|KeyError|IndexError|"
+                        r"RemoteDisconnected|ReadError|WriteError|NetworkError")
+_HIGH_TYPES = re.compile(r"AttributeError|TypeError|NameError|KeyError|IndexError|"
                          r"ImportError|ModuleNotFoundError|NotImplementedError|AssertionError|"
                          r"UnboundLocalError|RecursionError|ZeroDivisionError|\w*IntegrityError|"
                          r"\w*ProgrammingError|Undefined\w*Error|\w*SyntaxError|"
-                         r"\w*ViolationError|InternalError|\w*OperationalError)$")
+                         r"\w*ViolationError|InternalError|\w*OperationalError")
+_LOW_WORDS = ("rate limit", "rate-limit", "ratelimit", "too many requests", " 429",
+              "temporarily unavailable", "try again later", "timed out", "timeout")
+_CRITICAL_WORDS = ("data loss", "corrupt", "security", "leak", "privilege",
+                   "unauthorized access", "unauthorised access", "injection")
 
 
 def severity_verdict(error_type: str, message: str, hint: str | None = None) -> int:
     """0 critical … 4 info: from the error, then the hint if the verdict is medium."""
-    if _INFO_TYPES.search(error_type):
+    name = error_type.rsplit(".", 1)[-1].strip()
+    if _INFO_TYPES.fullmatch(name):
         return 4
-    if _LOW_TYPES.search(error_type) or _LOW_MESSAGE.search(message):
+    low = message.lower()
+    if _LOW_TYPES.fullmatch(name) or any(w in low for w in _LOW_WORDS):
         return 3
-    if _CRITICAL_MESSAGE.search(message):
+    if any(w in low for w in _CRITICAL_WORDS):
         return 0
-    verdict = 1 if _HIGH_TYPES.search(error_type) else MEDIUM
+    verdict = 1 if _HIGH_TYPES.fullmatch(name) else MEDIUM
     if verdict == MEDIUM and hint:
         hint = hint.strip().lower()
         if hint in SEVERITIES:
@@ -147,8 +152,40 @@ def decide(adm: dict[str, Any], fingerprint: str, now: float, limits: Limits,
     return Decision(ACCEPTED, "Healing agent dispatched")
 
 
+class AdmissionReader:
+    """Reads the admission record, re-parsing it only when the file changed.
+
+    Every write of a FileStore record is a rename of a new file, so the file's identity
+    (inode, mtime, ctime, size) changes with each revision; other stores are simply read.
+    A stale read can only reject (the acceptance itself is re-decided under compare-and-set).
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        root = getattr(store, "root", None)
+        self._path = (Path(root) / "records" / ADMISSION / f"{GATE_KEY}.json"
+                      if isinstance(store, FileStore) and root is not None else None)
+        self._key: tuple[int, ...] | None = None
+        self._data: dict[str, Any] = empty_admission()
+
+    def read(self) -> dict[str, Any]:
+        if self._path is not None:
+            try:
+                st = os.stat(self._path)
+            except FileNotFoundError:
+                return empty_admission()
+            key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            if key == self._key:
+                return self._data
+        rec = self.store.get(ADMISSION, GATE_KEY)
+        self._data = rec.data if rec else empty_admission()
+        self._key = key if self._path is not None else None
+        return self._data
+
+
 def admit(store: Store, fingerprint: str, attempt_id: str, now: float, limits: Limits,
-          model_available: Callable[[], bool]) -> Decision:
+          model_available: Callable[[], bool], reader: AdmissionReader | None = None
+          ) -> Decision:
     """Run gates 4–8 and, if they pass, claim the fingerprint and a slot in one atomic write."""
     outcome: dict[str, Decision] = {}
 
@@ -164,7 +201,11 @@ def admit(store: Store, fingerprint: str, attempt_id: str, now: float, limits: L
                         if now - v < limits.cooldown_s and k != fingerprint}
         return adm
 
-    # The hot path for duplicates is one read: no lock, no write.
-    store.update(ADMISSION, GATE_KEY, fn)
+    # The hot path (duplicates, cooldowns, a full cap) is one read: no lock, no copy, no write.
+    adm = reader.read() if reader is not None else AdmissionReader(store).read()
+    first = decide(adm, fingerprint, now, limits, model_available)
+    if not first.accepted:
+        return first
+    store.update(ADMISSION, GATE_KEY, fn)  # decides again on the latest revision, atomically
     d = outcome["d"]
     return Decision(d.reason, d.message, attempt_id) if d.accepted else d

@@ -25,16 +25,34 @@ never run through its regex.
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
-from collections import Counter
+import string
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from healer.errors import HealerError
-
-MARK = "[REDACTED-"
+from healer.selfheal.detectors import (
+    PLACEHOLDERS,
+    Census,
+    CustomDetector,
+    Detector,
+    Hit,
+    View,
+    apply,
+    boundary_ok,
+    expand,
+    folded,
+    has_mark,
+    hints,
+    keep_ip,
+    long_tokens,
+    looks_secret,
+    luhn,
+    marker,
+    needles,
+    random_looking,
+)
 
 # Hosts that identify nobody: loopback, the RFC 2606/6761 reserved names, and the public
 # services a fix PR naturally mentions. ``selfheal.allowed_hosts`` adds to these.
@@ -53,12 +71,8 @@ _WEAK_TLDS = (
 )
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _CODE_WORDS = frozenset({"self", "cls", "this", "super", "os", "sys"})
-
 _EMAIL_ALLOWED = re.compile(r"^(?:no-?reply@|.*@users\.noreply\.github\.com$)", re.I)
-_SECRETISH_VALUE = re.compile(r"[A-Za-z0-9+/=_~!@#$%^*.-]{4,}")
-_DOTTED_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
-_PLACEHOLDERS = frozenset({"", "none", "null", "nil", "true", "false", "***", "xxx", "changeme",
-                           "redacted", "secret", "password", "token", "<redacted>", "..."})
+_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "session", "cookie", "auth")
 
 
 class AnonymizationError(HealerError):
@@ -88,99 +102,19 @@ class Finding:
         return {"kind": self.kind, "start": self.start, "end": self.end, "hint": self.hint}
 
 
-Replacer = Callable[[re.Match[str]], str | None]
-
-
-@dataclass(frozen=True)
-class _Detector:
-    kind: str
-    pattern: re.Pattern[str]
-    replace: Replacer  # the replacement text, or None when the match is harmless after all
-    triggers: tuple[str, ...] = ()  # substrings of which one must occur (empty: always run)
-    lower: bool = False  # match triggers against the lower-cased text
-
-    def may_match(self, text: str, low: str) -> bool:
-        if not self.triggers:
-            return True
-        hay = low if self.lower else text
-        return any(t in hay for t in self.triggers)
-
-
-def _const(marker: str) -> Replacer:
-    return lambda _m: marker
-
-
-def _marker(kind: str) -> str:
-    return f"{MARK}{kind}]"
-
-
-# --- predicates used by several detectors -----------------------------------------------------
-
-
-def _has_mark(value: str) -> bool:
-    return MARK in value
-
-
-def _looks_secret(value: str) -> bool:
-    """An unquoted assignment value that is a credential rather than code (``token=token``)."""
-    if _has_mark(value) or value.lower() in _PLACEHOLDERS:
-        return False
-    if not _SECRETISH_VALUE.fullmatch(value):
-        return False
-    if _DOTTED_IDENT.fullmatch(value) and not any(c.isdigit() for c in value):
-        return False
-    return any(c.isdigit() for c in value) or any(c in "+/=~!@#$%^*" for c in value)
-
-
-_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{20,}")
-
-
-def _random_looking(token: str) -> bool:
-    """A generated key rather than a path, an identifier or a git SHA: a long alphanumeric run,
-    upper and lower case mixed throughout (not CamelCase), digits, high character entropy."""
-    if not _ALNUM_RUN.search(token):
-        return False
-    upper = sum(c.isupper() for c in token)
-    lower = sum(c.islower() for c in token)
-    digits = sum(c.isdigit() for c in token)
-    if digits < 2 or not upper or not lower or not 0.2 <= upper / (upper + lower) <= 0.8:
-        return False
-    counts = Counter(token)
-    n = len(token)
-    entropy = -sum(c / n * math.log2(c / n) for c in counts.values())
-    return entropy >= 3.8
-
-
-def _luhn(digits: str) -> bool:
-    total = 0
-    for i, ch in enumerate(reversed(digits)):
-        d = ord(ch) - 48
-        if i % 2:
-            d = d * 2 - 9 if d > 4 else d * 2
-        total += d
-    return total % 10 == 0
-
-
-def _keep_ip(text: str) -> bool:
-    try:
-        ip = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return True  # not an address at all (a time, a C++ scope): leave it
-    if ip.is_loopback or ip.is_unspecified:
-        return True
-    return isinstance(ip, ipaddress.IPv4Address) and str(ip) == "255.255.255.255"
-
-
 class Sanitizer:
     """Scrubs and validates text. ``root``: the repository whose paths become relative;
-    ``allowed_hosts``: extra host names (and their subdomains) that may stay."""
+    ``allowed_hosts``: extra host names (and their subdomains) that may stay; ``prefilter``:
+    use the one-pass Hyperscan census when Hyperscan is installed (same results, faster)."""
 
-    def __init__(self, *, root: Path | str | None = None, allowed_hosts: Iterable[str] = ()):
+    def __init__(self, *, root: Path | str | None = None, allowed_hosts: Iterable[str] = (),
+                 prefilter: bool = True):
         self.root = str(Path(root).resolve()) if root else ""
         hosts = {h.lower().strip(".") for h in (*DEFAULT_ALLOWED_HOSTS, *allowed_hosts) if h}
         self._allowed = frozenset(hosts)
         self._allowed_suffixes = tuple("." + h for h in hosts) + _RESERVED_SUFFIXES
         self._detectors = self._build()
+        self._census = Census(self._detectors if prefilter else [])
 
     # --- public -------------------------------------------------------------------------------
 
@@ -190,28 +124,31 @@ class Sanitizer:
             return text
         if self.root and self.root in text:
             text = text.replace(self.root + "/", "").replace(self.root, ".")
-        low = text.lower()
-        for det in self._detectors:
-            if det.may_match(text, low):
-                new = det.pattern.sub(lambda m, r=det.replace: r(m) or m.group(0), text)
-                if new != text:
-                    text = new
-                    low = text.lower()
-        return text
+        view = View(text)
+        census = self._census(text)
+        for i, det in enumerate(self._detectors):
+            if census is not None and i not in census:
+                continue
+            hits = det.find(view)
+            if hits:
+                # Later detectors see the markers, not the secrets (an e-mail's domain is not
+                # reported again as a host name). What the markers themselves bring in
+                # (``…CREDENTIALS]@host``) joins the census.
+                view = View(apply(view.text, hits))
+                if census is not None:
+                    census |= self._census(" ".join({rep for _s, _e, rep in hits}))  # type: ignore[operator]
+        return view.text
 
     def findings(self, text: str) -> list[Finding]:
         """Every hit in ``text`` (empty when it is safe to publish)."""
         if not text:
             return []
-        low = text.lower()
-        found: list[Finding] = []
-        for det in self._detectors:
-            if not det.may_match(text, low):
-                continue
-            for m in det.pattern.finditer(text):
-                if det.replace(m) is not None:
-                    found.append(Finding(det.kind, m.start(), m.end(), _mask(m.group(0))))
-        return found
+        view = View(text)
+        census = self._census(text)
+        return [Finding(det.kind, start, end, _mask(text[start:end]))
+                for i, det in enumerate(self._detectors)
+                if census is None or i in census
+                for start, end, _rep in det.find(view)]
 
     def ensure_publishable(self, text: str, what: str) -> str:
         """Return ``text`` unchanged, or raise ``AnonymizationError`` if anything is found."""
@@ -226,130 +163,191 @@ class Sanitizer:
 
     # --- the detectors, most specific first ---------------------------------------------------
 
-    def _build(self) -> list[_Detector]:
-        d = _Detector
+    def _build(self) -> list[Detector | CustomDetector]:
+        d, c, e = Detector, re.compile, re.escape
         return [
-            d("PRIVATE-KEY", re.compile(
-                r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
-                r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S),
-              _const(_marker("PRIVATE-KEY")), ("PRIVATE KEY",)),
-            d("DB-URL", re.compile(
-                r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|mssql|"
-                r"sqlserver|oracle|cockroachdb|clickhouse|couchdb|neo4j|cassandra)"
-                r"(?:\+[a-z0-9]+)?://[^\s'\"<>`]+", re.I),
-              _const(_marker("DB-URL")), ("://",)),
-            d("WEBHOOK-URL", re.compile(
-                r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
-                r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks|"
-                r"[a-z0-9-]+\.webhook\.office\.com)/[^\s'\"<>`]+", re.I),
-              _const(_marker("WEBHOOK-URL")), ("hooks.slack", "discord", "webhook.office")),
-            d("CREDENTIALS", re.compile(
-                r"\b([a-z][a-z0-9+.-]{1,20}://)[^\s/@:'\"<>\[\]]+(?::[^\s/@'\"<>\[\]]*)?@", re.I),
-              lambda m: m.group(1) + _marker("CREDENTIALS") + "@", ("://",)),
-            d("JWT", re.compile(r"\beyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
-              _const(_marker("JWT")), ("eyJ",)),
-            d("API-KEY", re.compile(
-                r"\b(?:sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"
+            d("PRIVATE-KEY", c(r"-----BEGIN[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----.*?"
+                               r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S),
+              _const("PRIVATE-KEY"), needles("PRIVATE KEY", back=40, fwd=32),
+              census=("PRIVATE KEY",)),
+            d("DB-URL", c(r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|"
+                          r"mssql|sqlserver|oracle|cockroachdb|clickhouse|couchdb|neo4j|"
+                          r"cassandra)(?:\+[a-z0-9]+)?://[^\s'\"<>`]+"),
+              _const("DB-URL"), needles("://", back=24, fwd=1), lower=True, census=("://",)),
+            d("WEBHOOK-URL", c(r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
+                               r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks|"
+                               r"[a-z0-9-]+\.webhook\.office\.com)/[^\s'\"<>`]+"),
+              _const("WEBHOOK-URL"), needles(*_WEBHOOK_WORDS, back=80, fwd=48, lower=True),
+              lower=True, census=tuple(e(w) for w in _WEBHOOK_WORDS)),
+            d("CREDENTIALS", c(r"://[^\s/@:'\"<>\[\]]+(?::[^\s/@'\"<>\[\]]*)?@"),
+              _const_text("://" + marker("CREDENTIALS") + "@"), _gate("://"), census=("://",)),
+            d("JWT", c(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
+              lambda m: marker("JWT") if boundary_ok(m, _KEY_CHARS, "") else None,
+              _gate("eyJ"), census=("eyJ",)),
+            d("API-KEY", c(
+                r"(?:sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"
                 r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
                 r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}"
                 r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
                 r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,}"
                 r"|AIza[0-9A-Za-z_-]{35}|glpat-[A-Za-z0-9_-]{20,}|npm_[A-Za-z0-9]{36}"
                 r"|hf_[A-Za-z0-9]{30,})"),
-              _const(_marker("API-KEY")),
-              ("sk-", "_live_", "_test_", "AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA",
-               "AIPA", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "xapp-",
-               "AIza", "glpat-", "npm_", "hf_")),
-            d("TOKEN", re.compile(r"(?i)\b(authorization[\"']?\s*[:=]\s*[\"']?)((?:\w+\s+)?)"
-                                  r"([^\s\"',;]+)"),
-              self._auth_header, ("authorization",), lower=True),
-            d("TOKEN", re.compile(r"\b([Bb]earer|BEARER|[Bb]asic)(\s+)([A-Za-z0-9._~+/-]{8,}=*)"),
-              self._auth_scheme, ("bearer", "basic"), lower=True),
-            d("SECRET", re.compile(
-                r"(?i)\b((?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|secret|token|"
-                r"api[_-]?key|apikey|access[_-]?key|private[_-]?key|credentials?|session[_-]?id|"
-                r"cookie|auth))([\"']?\s*[:=]\s*)(?:([\"'])([^\"'\n]*)\3|([^\s\"',;&}\])]+))"),
-              self._assignment,
-              ("pass", "secret", "token", "key", "credential", "session", "cookie", "auth"),
-              lower=True),
-            d("EMAIL", re.compile(r"\b[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}\b"),
-              lambda m: None if _EMAIL_ALLOWED.match(m.group(0)) else _marker("EMAIL"), ("@",)),
-            d("UUID", re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-                                 r"[0-9a-fA-F]{12}\b"),
-              _const(_marker("UUID")), ("-",)),
-            d("CARD", re.compile(r"(?<![\d-])(?:4\d{3}|5[1-5]\d{2}|3[47]\d{2}|6011)"
-                                 r"(?:[ -]?\d{4}){2}[ -]?\d{1,7}(?![\d-])"),
-              self._card),
-            d("SSN", re.compile(r"(?<![\d-])\d{3}-\d{2}-\d{4}(?![\d-])"), _const(_marker("SSN")),
-              ("-",)),
-            d("IP", re.compile(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
-                               r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),
-              lambda m: None if _keep_ip(m.group(0)) else _marker("IP"), ("::", ":")),
-            d("IP", re.compile(r"(?<![\w.])(?:(?:25[0-5]|2[0-4]\d|1?\d?\d)\.){3}"
-                               r"(?:25[0-5]|2[0-4]\d|1?\d?\d)(?![\w]|\.\d)"),
-              lambda m: None if _keep_ip(m.group(0)) else _marker("IP"), (".",)),
-            d("PHONE", re.compile(
-                r"(?<![\w+])(?:\+\d{1,3}[\s.-]?(?:\(\d{1,4}\)[\s.-]?)?\d{1,4}(?:[\s.-]?\d{2,4}){2,3}"
-                r"|\(\d{3}\)\s?\d{3}[\s.-]\d{4}|\d{3}[\s.-]\d{3}[\s.-]\d{4})(?![\w.-])"),
-              _const(_marker("PHONE"))),
-            d("HOME-PATH", re.compile(r"(?:/home|/Users)/[^/\s\"':]+|(?<![\w.])/root(?=[/\s\"']|$)"
-                                      r"|\b[A-Za-z]:\\Users\\[^\\\s\"']+"),
-              self._home, ("/home/", "/Users/", "/root", "\\Users\\")),
-            d("HOST", re.compile(
-                rf"(?<![\w./-])((?:{_LABEL}\.)+(?:{_STRONG_TLDS})"
-                rf"|(?:{_LABEL}\.){{2,}}(?:{_WEAK_TLDS}))(?![\w-]|\.[a-z0-9]|\()"),
-              self._host, (".",)),
-            d("HOST", re.compile(rf"(?:(?<=://)|(?<=CREDENTIALS\]@))((?:{_LABEL}\.)+{_LABEL})"
-                                 rf"(?=[:/\s\"'>]|$)"),
-              self._host, ("://",)),
-            d("SECRET", re.compile(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{32,}={0,2}"
-                                   r"(?![A-Za-z0-9+/_=-])"),
-              lambda m: _marker("SECRET") if _random_looking(m.group(0)) else None),
+              lambda m: marker("API-KEY") if boundary_ok(m, _KEY_CHARS, "") else None,
+              hints(*_API_HINTS, back=4, fwd=64), census=_API_HINTS),
+            d("TOKEN", c(r"\b(authorization[\"']?\s*[:=]\s*[\"']?)((?:\w+\s+)?)([^\s\"',;]+)"),
+              self._auth_header, needles("authorization", back=1, fwd=64, lower=True),
+              lower=True, census=("authorization",)),
+            d("TOKEN", c(r"\b(bearer|basic)(\s+)([a-z0-9._~+/-]{8,}=*)"),
+              self._auth_scheme, needles("bearer", "basic", back=1, fwd=24, lower=True),
+              lower=True, census=("bearer", "basic")),
+            CustomDetector("SECRET", self._assignments, census=_SECRET_WORDS, lower=True),
+            CustomDetector("EMAIL", self._emails, census=("@",)),
+            d("UUID", c(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+                        r"[0-9a-fA-F]{12}\b"),
+              _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,)),
+            d("CARD", c(r"[3456][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}"), self._card,
+              folded(rb"0000", back=24, fwd=24, fallback=r"[0-9]{4}"), census=("[0-9]{4}",)),
+            d("SSN", c(r"[0-9]{3}-[0-9]{2}-[0-9]{4}"),
+              lambda m: marker("SSN") if boundary_ok(m, _DIGITS + "-", _DIGITS + "-") else None,
+              folded(rb"000-00-0000", back=1, fwd=1, fallback=r"-[0-9]{2}-[0-9]{4}"),
+              census=("[0-9]{3}-[0-9]{2}-[0-9]{4}",)),
+            d("IP", c(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
+                      r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),
+              lambda m: None if keep_ip(m.group(0)) else marker("IP"),
+              hints(_IP6_HINT, back=48, fwd=48), census=(_IP6_HINT,)),
+            d("IP", c(r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}"
+                      r"(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w]|\.[0-9])"),
+              lambda m: None if keep_ip(m.group(0)) else marker("IP"),
+              folded(rb"\.0{1,3}\.0{1,3}\.0", back=4, fwd=4, fallback=_IP4_HINT),
+              census=(_IP4_HINT,)),
+            d("PHONE", c(
+                r"(?<![\w+])(?:\+[0-9]{1,3}[\s.-]?(?:\([0-9]{1,4}\)[\s.-]?)?[0-9]{1,4}"
+                r"(?:[\s.-]?[0-9]{2,4}){2,3}|\([0-9]{3}\)\s?[0-9]{3}[\s.-][0-9]{4}"
+                r"|[0-9]{3}[\s.-][0-9]{3}[\s.-][0-9]{4})(?![\w.-])"),
+              _const("PHONE"),
+              folded(rb"\+0", rb"\(000\)", rb"000-0000", rb"000\.0000", rb"000 0000",
+                     back=12, fwd=24, fallback=r"[+(]|[0-9]{3}[ .-][0-9]{4}"),
+              census=(r"\+[0-9]", r"\([0-9]{3}\)", r"[0-9]{3}[ .-][0-9]{4}")),
+            d("HOME-PATH", c(r"(?:/home|/Users)/[^/\s\"':]+|(?<![\w.])/root(?=[/\s\"']|$)"
+                             r"|\b[A-Za-z]:\\Users\\[^\\\s\"']+"),
+              _const_text("~"), needles(*_HOME_WORDS, back=3, fwd=2),
+              census=tuple(e(w) for w in _HOME_WORDS)),
+            CustomDetector("HOST", self._hosts, census=(_TLD_HINT.pattern,)),
+            CustomDetector("HOST", self._url_hosts, census=("://", r"\]@")),
+            d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{32,}={0,2}"
+                          r"(?![A-Za-z0-9+/_=-])"),
+              lambda m: marker("SECRET") if random_looking(m.group(0)) else None,
+              long_tokens(32), census=(r"[A-Za-z0-9+/_-]{32}",)),
         ]
+
+    # --- custom finders -----------------------------------------------------------------------
+
+    def _emails(self, v: View) -> list[Hit]:
+        text, out, last = v.text, [], 0
+        for i in v.positions("@"):
+            if i < last:
+                continue
+            start, _ = expand(text, i, i, _EMAIL_LOCAL)
+            _, end = expand(text, i + 1, i + 1, _EMAIL_DOMAIN)
+            m = _EMAIL.match(text, start, end)
+            if m and not _EMAIL_ALLOWED.match(m.group(0)):
+                out.append((start, m.end(), marker("EMAIL")))
+                last = m.end()
+        return out
+
+    def _url_hosts(self, v: View) -> list[Hit]:
+        """The host of every URL (``scheme://host``, ``…CREDENTIALS]@host``), whatever its TLD."""
+        text, out = v.text, []
+        starts = [i + 3 for i in v.positions("://")] + [i + 2 for i in v.positions("]@")]
+        for start in sorted(starts):
+            _, end = expand(text, start, start, _URL_HOST_CHARS)
+            if end == start or (end < len(text) and text[end] not in _URL_HOST_END):
+                continue
+            if _URL_HOST.fullmatch(text, start, end) and (rep := self._host_marker(
+                    text[start:end])):
+                out.append((start, end, rep))
+        return out
+
+    def _hosts(self, v: View) -> list[Hit]:
+        text, out, last = v.text, [], 0
+        for t in _TLD_HINT.finditer(text):
+            start, _ = expand(text, t.start(), t.start(), _HOST_CHARS)
+            end = t.end()
+            while start < end and text[start] in ".-":
+                start += 1
+            if start < last or (start > 0 and text[start - 1] in _HOST_BEFORE):
+                continue
+            if end < len(text) and (text[end] in "-(" or _DOT_LABEL.match(text, end)):
+                continue  # the name goes on (a longer host, a call, a module path)
+            m = _HOST.fullmatch(text, start, end)
+            if m and (rep := self._host_marker(m.group(0))):
+                out.append((start, end, rep))
+                last = end
+        return out
+
+    def _assignments(self, v: View) -> list[Hit]:
+        """``password=…``, ``"api_key": "…"``, ``client_secret: '…'`` — the value goes."""
+        text, low = v.text, v.low
+        names: set[tuple[int, int]] = set()
+        for word in _SECRET_WORDS:
+            for i in v.positions(word, lower=True):
+                names.add(expand(low, i, i + len(word), _IDENT_CHARS))
+        out: list[Hit] = []
+        last = 0
+        for start, end in sorted(names):
+            if start < last or not _SECRET_NAME.fullmatch(low, start, end):
+                continue
+            m = _ASSIGNED.match(text, end)
+            if not m:
+                continue
+            sep, quote, quoted, bare = m.group(1), m.group(2), m.group(3), m.group(4)
+            if quote:
+                if (has_mark(quoted) or quoted.strip().lower() in PLACEHOLDERS or len(quoted) < 3
+                        or quoted.startswith(("<", "${", "{{", "%("))):
+                    continue  # empty, a placeholder or a template: not a value
+                rep = f"{sep}{quote}{marker('SECRET')}{quote}"
+            elif looks_secret(bare):
+                rep = f"{sep}{marker('SECRET')}"
+            else:
+                continue
+            out.append((end, m.end(), rep))
+            last = m.end()
+        return out
 
     # --- replacement callbacks ----------------------------------------------------------------
 
     @staticmethod
     def _auth_header(m: re.Match[str]) -> str | None:
         value = m.group(3)
-        if _has_mark(value) or value.lower() in _PLACEHOLDERS:
+        if has_mark(value) or value.lower() in PLACEHOLDERS:
             return None
-        return m.group(1) + m.group(2) + _marker("TOKEN")
+        return m.group(1) + m.group(2) + marker("TOKEN")
 
     @staticmethod
     def _auth_scheme(m: re.Match[str]) -> str | None:
+        if m.group(1) not in ("Bearer", "bearer", "BEARER", "Basic", "basic", "BASIC"):
+            return None
         value = m.group(3)
         if not (any(c.isdigit() or c.isupper() or c in "+/=._~-" for c in value)):
             return None  # "bearer authentication failed": prose, not a credential
-        return m.group(1) + m.group(2) + _marker("TOKEN")
-
-    @staticmethod
-    def _assignment(m: re.Match[str]) -> str | None:
-        quote, quoted, bare = m.group(3), m.group(4), m.group(5)
-        if quote:
-            if _has_mark(quoted) or quoted.strip().lower() in _PLACEHOLDERS or len(quoted) < 3:
-                return None
-            if quoted.startswith(("<", "${", "{{", "%(")):
-                return None  # a template placeholder, not a value
-            return f"{m.group(1)}{m.group(2)}{quote}{_marker('SECRET')}{quote}"
-        if not _looks_secret(bare):
-            return None
-        return f"{m.group(1)}{m.group(2)}{_marker('SECRET')}"
+        return m.group(1) + m.group(2) + marker("TOKEN")
 
     @staticmethod
     def _card(m: re.Match[str]) -> str | None:
+        if not boundary_ok(m, _DIGITS + "-", _DIGITS + "-"):
+            return None
         digits = "".join(c for c in m.group(0) if c.isdigit())
-        if 13 <= len(digits) <= 19 and _luhn(digits):
-            return _marker("CARD")
-        return None
-
-    @staticmethod
-    def _home(m: re.Match[str]) -> str:
-        return "~"
+        if not (13 <= len(digits) <= 19 and luhn(digits)):
+            return None
+        if not digits.startswith(("4", "51", "52", "53", "54", "55", "34", "37", "6011")):
+            return None
+        return marker("CARD")
 
     def _host(self, m: re.Match[str]) -> str | None:
-        host = m.group(1)
-        if _has_mark(host) or self.host_allowed(host):
+        return self._host_marker(m.group(1))
+
+    def _host_marker(self, host: str) -> str | None:
+        if has_mark(host) or self.host_allowed(host):
             return None
         try:
             ipaddress.ip_address(host)
@@ -358,7 +356,49 @@ class Sanitizer:
             pass
         if host.split(".", 1)[0] in _CODE_WORDS:
             return None
-        return _marker("HOST")
+        return marker("HOST")
+
+
+_KEY_CHARS = string.ascii_letters + string.digits + "_-"
+_DIGITS = "0123456789"
+_EMAIL_LOCAL = frozenset(_KEY_CHARS + ".%+")
+_EMAIL_DOMAIN = frozenset(string.ascii_letters + string.digits + ".-")
+_EMAIL = re.compile(r"[A-Za-z0-9._%+-]+@(?:[A-Za-z0-9-]+\.)+[A-Za-z]{2,}")
+_HOST_CHARS = frozenset(string.ascii_lowercase + string.digits + ".-")
+_HOST_BEFORE = frozenset(string.ascii_letters + string.digits + "_./-@")
+_TLD_HINT = re.compile(rf"\.(?:{_STRONG_TLDS}|{_WEAK_TLDS})\b")
+_HOST = re.compile(rf"(?:{_LABEL}\.)+(?:{_STRONG_TLDS})|(?:{_LABEL}\.){{2,}}(?:{_WEAK_TLDS})")
+_DOT_LABEL = re.compile(r"\.[a-z0-9]")
+_IDENT_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-")
+_SECRET_NAME = re.compile(
+    r"(?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
+    r"access[_-]?key|private[_-]?key|credentials?|session[_-]?id|cookie|auth)")
+_ASSIGNED = re.compile(r"([\"']?[ \t]*[:=][ \t]*)(?:([\"'])([^\"'\n]*)\2|([^\s\"',;&}\])]+))")
+_URL_HOST = re.compile(rf"(?:{_LABEL}\.)+{_LABEL}", re.I)
+_URL_HOST_CHARS = frozenset(string.ascii_letters + string.digits + ".-")
+_URL_HOST_END = frozenset(":/ \t\n\"'>?#")
+_WEBHOOK_WORDS = ("hooks.slack", "discord", "webhook.office")
+_HOME_WORDS = ("/home/", "/Users/", "/root", "\\Users\\")
+_UUID_HINT = r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
+_IP6_HINT = r":[0-9A-Fa-f]{0,4}:"
+_IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
+_API_HINTS = (r"sk-", r"k_live_", r"k_test_", r"AKIA", r"ASIA", r"A[GIRNP][DPOVI]A", r"AIza",
+              r"gh[pousr]_", r"github_pat_", r"glpat-", r"xox[abposre]-", r"xapp-", r"npm_",
+              r"hf_")
+
+
+def _gate(needle: str) -> Callable[[View], list[tuple[int, int]] | None]:
+    """Scan the whole text, but only if ``needle`` occurs (for literal-first patterns)."""
+    return lambda v: None if v.positions(needle) else []
+
+
+def _const(kind: str) -> Callable[[re.Match[str]], str]:
+    text = marker(kind)
+    return lambda _m: text
+
+
+def _const_text(text: str) -> Callable[[re.Match[str]], str]:
+    return lambda _m: text
 
 
 def _mask(value: str) -> str:

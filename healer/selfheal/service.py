@@ -100,13 +100,11 @@ class ReportInput:
         """Build from a JSON body / tool arguments; ``UsageError`` naming the bad field."""
         if not isinstance(data, Mapping):
             raise UsageError("the report must be a JSON object")
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - known)
+        unknown = sorted(set(data) - _REPORT_FIELDS)
         if unknown:
             raise UsageError(f"unknown field {unknown[0]!r}")
         values: dict[str, Any] = {}
-        for name in known:
-            value = data.get(name)
+        for name, value in data.items():
             if value is None:
                 continue
             if name == "healing_run":
@@ -126,6 +124,7 @@ class ReportInput:
         return cls(**values)
 
 
+_REPORT_FIELDS = frozenset(f.name for f in dataclasses.fields(ReportInput))
 Launcher = Callable[[str], None]
 
 
@@ -153,6 +152,7 @@ class SelfHealService:
         self.root = str(root)
         self.sanitizer = Sanitizer(root=root, allowed_hosts=sh.allowed_hosts)
         self.limits = gates.Limits.from_settings(sh)
+        self._admission = gates.AdmissionReader(self.store)
         self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
             in_healing_worktree(self.cwd)
 
@@ -189,7 +189,7 @@ class SelfHealService:
         now = self.clock()
         attempt_id = new_attempt_id(now)
         decision = gates.admit(self.store, fp, attempt_id, now, self.limits,
-                               self.model_available)
+                               self.model_available, self._admission)
         if decision.reason == gates.ALREADY_INVESTIGATING:
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
                     "attempt_id": decision.attempt_id, "message": decision.message}

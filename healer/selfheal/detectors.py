@@ -1,0 +1,351 @@
+"""The machinery behind the sanitiser's detectors: cheap locators, then the full pattern.
+
+Python's regex engine is only fast when a pattern starts with a literal: a pattern such as "a
+phone number" or "a host name" starts with a character class and crawls through every byte of
+every traceback. So each ``Detector`` has a *locator* that finds the few places worth looking
+at — a substring (``"@"``, ``"://"``, ``"eyJ"``), a literal-first hint regex, or a literal in
+the *digit-folded* text (every digit turned into ``0``, so ``"000-00-0000"`` is a plain
+substring search for an SSN) — and the full pattern only runs in a window around each one.
+Case-insensitive detectors run on the lower-cased text (same positions for ASCII) and match the
+original again for the replacement. A ``View`` caches the lower-cased and digit-folded forms
+and the substring positions that several detectors share.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import re
+import string
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+MARK = "[REDACTED-"
+
+Window = tuple[int, int]
+Hit = tuple[int, int, str]  # start, end, replacement
+Replacer = Callable[[re.Match[str]], str | None]
+
+_FOLD = bytes.maketrans(b"123456789", b"000000000")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def marker(kind: str) -> str:
+    return f"{MARK}{kind}]"
+
+
+def has_mark(value: str) -> bool:
+    return MARK in value
+
+
+class View:
+    """One text and the derived forms the locators share (computed on first use)."""
+
+    __slots__ = ("_folded", "_low", "_pos", "text")
+
+    def __init__(self, text: str):
+        self.text = text
+        self._low: str | None = None
+        self._folded: bytes | bool | None = False
+        self._pos: dict[tuple[str, bool], list[int]] = {}
+
+    @property
+    def low(self) -> str:
+        """The lower-cased text, position for position like the original."""
+        if self._low is None:
+            low = self.text.lower()
+            if len(low) != len(self.text):  # e.g. "İ" lower-cases to two characters
+                low = self.text.translate(_ASCII_LOWER)
+            self._low = low
+        return self._low
+
+    @property
+    def folded(self) -> bytes | None:
+        """The text with every digit as ``0`` (ASCII texts only; None otherwise)."""
+        if self._folded is False:
+            self._folded = self.text.encode().translate(_FOLD) if self.text.isascii() else None
+        return self._folded  # type: ignore[return-value]
+
+    def positions(self, needle: str, lower: bool = False) -> list[int]:
+        key = (needle, lower)
+        found = self._pos.get(key)
+        if found is None:
+            hay = self.low if lower else self.text
+            found = []
+            i = hay.find(needle)
+            while i != -1:
+                found.append(i)
+                i = hay.find(needle, i + 1)
+            self._pos[key] = found
+        return found
+
+
+Locator = Callable[[View], list[Window] | None]  # None: the whole text
+
+
+def _merge(windows: list[Window]) -> list[Window]:
+    windows.sort()
+    out: list[Window] = []
+    for ws, we in windows:
+        if out and ws <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], we))
+        else:
+            out.append((ws, we))
+    return out
+
+
+def needles(*words: str, back: int, fwd: int, lower: bool = False) -> Locator:
+    """Windows around every occurrence of any of ``words``."""
+
+    def locate(v: View) -> list[Window]:
+        n = len(v.text)
+        found = [(max(0, i - back), min(n, i + len(w) + fwd))
+                 for w in words for i in v.positions(w, lower)]
+        return _merge(found) if found else []
+
+    return locate
+
+
+def hints(*patterns: str, back: int, fwd: int) -> Locator:
+    """Windows around the hits of literal-first hint regexes."""
+    compiled = [re.compile(p) for p in patterns]
+
+    def locate(v: View) -> list[Window]:
+        n = len(v.text)
+        found = [(max(0, m.start() - back), min(n, m.end() + fwd))
+                 for h in compiled for m in h.finditer(v.text)]
+        return _merge(found) if found else []
+
+    return locate
+
+
+def folded(*patterns: bytes, back: int, fwd: int, fallback: str) -> Locator:
+    """Windows around literal-first hits in the digit-folded text (``fallback``: a hint regex
+    on the original, for texts that are not ASCII)."""
+    compiled = [re.compile(p) for p in patterns]
+    slow = hints(fallback, back=back, fwd=fwd)
+
+    def locate(v: View) -> list[Window]:
+        data = v.folded
+        if data is None:
+            return slow(v)
+        n = len(v.text)
+        found = [(max(0, m.start() - back), min(n, m.end() + fwd))
+                 for h in compiled for m in h.finditer(data)]
+        return _merge(found) if found else []
+
+    return locate
+
+
+def long_tokens(min_len: int) -> Locator:
+    """Whitespace-separated tokens at least ``min_len`` long with both letter cases."""
+
+    def locate(v: View) -> list[Window]:
+        text = v.text
+        found: list[Window] = []
+        cursor = 0
+        for tok in [t for t in text.split() if len(t) >= min_len]:
+            i = text.find(tok, cursor)
+            cursor = i + len(tok)
+            if tok.lower() != tok and tok.upper() != tok:
+                found.append((i, cursor))
+        return found
+
+    return locate
+
+
+def everywhere(_v: View) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Detector:
+    """One kind of secret: where to look, what it looks like, what replaces it.
+
+    ``census``: regexes (Hyperscan syntax, ASCII) of which one matches whenever the locator
+    would find anything — the one-pass pre-filter (see ``Census``).
+    """
+
+    kind: str
+    pattern: re.Pattern[str]
+    replace: Replacer
+    locate: Locator = everywhere
+    lower: bool = False  # the pattern is written for the lower-cased text
+    census: tuple[str, ...] = ()
+
+    def find(self, v: View) -> list[Hit]:
+        """(start, end, replacement) of every hit, in order, not overlapping."""
+        windows = self.locate(v)
+        if windows == []:
+            return []
+        return self._collect(self.pattern, v.low if self.lower else v.text, v.text, windows)
+
+    def _collect(self, pattern: re.Pattern[str], hay: str, text: str,
+                 windows: list[Window] | None) -> list[Hit]:
+        out: list[Hit] = []
+        last = 0
+        exact = re.compile(pattern.pattern, re.I) if hay is not text else None
+        for ws, we in windows if windows is not None else [(0, len(hay))]:
+            for m in pattern.finditer(hay, max(ws, last), we):
+                if m.end() == we < len(hay):
+                    # The window cut the match short: match again without the end limit.
+                    m = pattern.match(hay, m.start()) or m
+                if m.start() < last:
+                    continue
+                om = exact.match(text, m.start()) if exact else m
+                rep = self.replace(om or m)
+                if rep is not None:
+                    out.append((m.start(), m.end(), rep))
+                    last = m.end()
+        return out
+
+
+@dataclass(frozen=True)
+class CustomDetector:
+    """A detector with its own finder, for kinds a windowed regex cannot do fast."""
+
+    kind: str
+    finder: Callable[[View], list[Hit]]
+    census: tuple[str, ...] = ()
+    lower: bool = False
+
+    def find(self, v: View) -> list[Hit]:
+        return self.finder(v)
+
+
+class Census:
+    """Which detectors may find something in a text, in one Hyperscan pass.
+
+    Every detector states regexes that must match for it to find anything; Hyperscan scans
+    for all of them at once (each reported at most once) and only those detectors run. Without
+    Hyperscan (an optional dependency) every detector runs: same results, slower.
+    """
+
+    def __init__(self, detectors: list[Detector | CustomDetector]):
+        self._db: object | None = None
+        self._local = threading.local()
+        if not detectors:
+            return
+        try:
+            import hyperscan as hs
+        except ImportError:
+            return
+        exprs, ids, flags = [], [], []
+        for i, det in enumerate(detectors):
+            if not det.census:
+                return  # a detector that must always run: no pre-filter possible
+            for expr in det.census:
+                exprs.append(expr.encode())
+                ids.append(i)
+                flags.append(hs.HS_FLAG_SINGLEMATCH
+                             | (hs.HS_FLAG_CASELESS if det.lower else 0))
+        db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+        self._hs = hs
+        self._db = db
+
+    @property
+    def active(self) -> bool:
+        return self._db is not None
+
+    def __call__(self, text: str) -> set[int] | None:
+        """The indexes of the detectors worth running (None: all of them)."""
+        if self._db is None:
+            return None
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        found: set[int] = set()
+        add = found.add
+        self._db.scan(text.encode("utf-8", "surrogatepass"),  # type: ignore[attr-defined]
+                      match_event_handler=lambda i, _f, _t, _fl, _c: add(i), scratch=scratch)
+        return found
+
+
+def apply(text: str, hits: Iterable[Hit]) -> str:
+    parts: list[str] = []
+    pos = 0
+    for start, end, rep in hits:
+        parts.append(text[pos:start])
+        parts.append(rep)
+        pos = end
+    parts.append(text[pos:])
+    return "".join(parts)
+
+
+def expand(text: str, i: int, j: int, chars: frozenset[str]) -> tuple[int, int]:
+    """Grow the span ``[i, j)`` left and right over ``chars``."""
+    while i > 0 and text[i - 1] in chars:
+        i -= 1
+    n = len(text)
+    while j < n and text[j] in chars:
+        j += 1
+    return i, j
+
+
+# --- predicates -------------------------------------------------------------------------------
+
+_SECRETISH_VALUE = re.compile(r"[A-Za-z0-9+/=_~!@#$%^*.-]{4,}")
+_DOTTED_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+PLACEHOLDERS = frozenset({"", "none", "null", "nil", "true", "false", "***", "xxx", "changeme",
+                          "redacted", "secret", "password", "token", "<redacted>", "..."})
+_ALNUM_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def looks_secret(value: str) -> bool:
+    """An unquoted assignment value that is a credential rather than code (``token=token``)."""
+    if has_mark(value) or value.lower() in PLACEHOLDERS:
+        return False
+    if not _SECRETISH_VALUE.fullmatch(value):
+        return False
+    if _DOTTED_IDENT.fullmatch(value) and not any(c.isdigit() for c in value):
+        return False
+    return any(c.isdigit() for c in value) or any(c in "+/=~!@#$%^*" for c in value)
+
+
+def random_looking(token: str) -> bool:
+    """A generated key rather than a path, an identifier or a git SHA: a long alphanumeric run,
+    upper and lower case mixed throughout (not CamelCase), digits, high character entropy."""
+    if not _ALNUM_RUN.search(token):
+        return False
+    upper = sum(c.isupper() for c in token)
+    lower = sum(c.islower() for c in token)
+    digits = sum(c.isdigit() for c in token)
+    if digits < 2 or not upper or not lower or not 0.2 <= upper / (upper + lower) <= 0.8:
+        return False
+    counts = Counter(token)
+    n = len(token)
+    entropy = -sum(c / n * math.log2(c / n) for c in counts.values())
+    return entropy >= 3.8
+
+
+def luhn(digits: str) -> bool:
+    total = 0
+    for i, ch in enumerate(reversed(digits)):
+        d = ord(ch) - 48
+        if i % 2:
+            d = d * 2 - 9 if d > 4 else d * 2
+        total += d
+    return total % 10 == 0
+
+
+def keep_ip(text: str) -> bool:
+    """Loopback, unspecified and broadcast addresses identify nobody; non-addresses stay."""
+    if "." in text and ":" not in text:  # dotted quad, already range-checked by the pattern
+        return text.startswith("127.") or text in ("0.0.0.0", "255.255.255.255")  # noqa: S104
+    try:
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return True  # a time of day, a C++ scope, a MAC: not an IP address
+    if ip.is_loopback or ip.is_unspecified:
+        return True
+    return isinstance(ip, ipaddress.IPv4Address) and str(ip) == "255.255.255.255"
+
+
+def boundary_ok(m: re.Match[str], before: str, after: str) -> bool:
+    """The characters just outside the match are not in ``before`` / ``after``."""
+    s = m.string
+    i, j = m.start(), m.end()
+    return not ((i > 0 and s[i - 1] in before) or (j < len(s) and s[j] in after))
