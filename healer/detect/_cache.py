@@ -1,0 +1,51 @@
+"""A small on-disk cache for work that only depends on content: compiled Hyperscan databases
+and "this catalog file passed schema validation".
+
+Entries are named by a sha256 of everything they depend on, so a stale entry is never used;
+writes are atomic; any problem (read-only home, corrupt entry) just means no cache. Location:
+``$HEALER_CACHE_DIR``, else ``$XDG_CACHE_HOME/healer``, else ``~/.cache/healer``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+from pathlib import Path
+
+_VERSION = b"healer-detect-cache-1"
+MAX_ENTRY_BYTES = 64 << 20
+
+
+def cache_dir() -> Path:
+    explicit = os.environ.get("HEALER_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "healer"
+
+
+def key(*parts: bytes | str) -> str:
+    h = hashlib.sha256(_VERSION)
+    for part in parts:
+        data = part.encode("utf-8", "surrogateescape") if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "big"))
+        h.update(data)
+    return h.hexdigest()
+
+
+def get(kind: str, name: str) -> bytes | None:
+    try:
+        path = cache_dir() / "detect" / f"{kind}-{name}"
+        if path.stat().st_size > MAX_ENTRY_BYTES:
+            return None
+        return path.read_bytes()
+    except (OSError, RuntimeError):  # RuntimeError: no home directory
+        return None
+
+
+def put(kind: str, name: str, data: bytes) -> None:
+    from healer.core.files import atomic_write_bytes
+
+    with contextlib.suppress(OSError, RuntimeError):
+        atomic_write_bytes(cache_dir() / "detect" / f"{kind}-{name}", data, mode=0o600)

@@ -1,0 +1,302 @@
+"""Scanning a whole file fast: block reads into one reused buffer, regions in parallel.
+
+The file is split at newline boundaries into one region per worker. The calling process scans
+the first region itself; each other region is scanned by a forked child that sends back only
+its raw hits and its newline count (marshal over a pipe), so line numbers stay exact. Reads go
+through ``os.preadv`` into a buffer that is allocated once, so no page of the file is mapped or
+copied twice. Workers are used only for files of at least ``PARALLEL_MIN_BYTES`` and where
+``fork`` exists; a worker that fails is redone in the calling process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import marshal
+import mmap
+import os
+import signal
+import struct
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from healer.detect import _match
+from healer.detect._timestamps import HEAD_BYTES
+from healer.detect.alert import NO_LABELS, Alert
+from healer.detect.engine import BLOCK_BYTES, LOOKBACK_LINES, RawHit
+from healer.errors import UsageError
+
+if TYPE_CHECKING:
+    from healer.detect.engine import Engine
+
+PARALLEL_MIN_BYTES = 32 << 20
+# The calling process also merges the results and prints: its region is this much smaller.
+CALLER_DISCOUNT = 0.06
+_TAIL_READ = 1 << 20  # how far before a region the borrowed-timestamp heads are looked for
+
+Progress = Callable[[int, int], None]
+
+
+def default_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | None,
+              not_before: float | None, labels: Mapping[str, str] | None,
+              workers: int | None, progress: Progress | None,
+              render: Callable[[list[Alert]], Any] | None = None,
+              idle: Callable[[], None] | None = None) -> list[Any]:
+    """Scan a file; without ``render`` return its alerts.
+
+    With ``render``, each region's alerts are passed to ``render`` where that region was
+    scanned (in its worker, in parallel) and the (marshal-able) results come back in file
+    order: how ``healer scan`` formats its output on every core. ``idle`` is called in this
+    process once its own scan is done, while the workers finish theirs.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot open: {exc.strerror}") from None
+    try:
+        size = os.fstat(fd).st_size
+        seen_at = engine.clock()
+        start = start_time
+        if start is None:
+            start = engine.first_line_ts(os.pread(fd, HEAD_BYTES * 8, 0))
+            if start is None:
+                start = seen_at
+        n = workers if workers is not None else default_workers()
+        if n < 2 or size < PARALLEL_MIN_BYTES or not hasattr(os, "fork"):
+            regions = [(0, size)]
+        else:
+            regions = _split(fd, size, n)
+        pats = engine.catalog.patterns
+
+        def finish(hits: list[RawHit], base: int) -> Any:
+            alerts = engine.alerts(hits, base=base, source=source, start=start, seen_at=seen_at,
+                                   labels=labels, not_before=not_before)
+            if render is not None:
+                return render(alerts)
+            return [(a.pattern.index, a.line_no, a.line, a.ts) for a in alerts]  # type: ignore
+
+        results = _run_regions(engine, fd, size, regions, progress, finish, idle)
+    finally:
+        os.close(fd)
+    if render is not None:
+        return results
+    out: list[Any] = []
+    label_map = labels or NO_LABELS
+    for rows in results:
+        for i, line_no, line, ts in rows:
+            p = pats[i]
+            out.append(Alert(p.code, p.id, p.priority, p.severity, source, line_no, line, ts,
+                             label_map, p))
+    return out
+
+
+def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
+    first = (1 - CALLER_DISCOUNT) / n
+    cuts = [0]
+    for k in range(1, n):
+        guess = int(size * (first + (k - 1) * (1 - first) / (n - 1)))
+        chunk = os.pread(fd, 1 << 16, guess)
+        nl = chunk.find(b"\n")
+        cut = guess + nl + 1 if nl >= 0 else cuts[-1]
+        if cut > cuts[-1]:
+            cuts.append(cut)
+    cuts.append(size)
+    return [(a, b) for a, b in itertools.pairwise(cuts) if b > a] or [(0, size)]
+
+
+Finish = Callable[[list[RawHit], int], Any]
+
+
+def _run_regions(engine: Engine, fd: int, size: int, regions: list[tuple[int, int]],
+                 progress: Progress | None, finish: Finish,
+                 idle: Callable[[], None] | None = None) -> list[Any]:
+    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``.
+
+    A worker sends its newline count as soon as it has scanned, gets back the line number its
+    region starts at, and then finishes (e.g. formats) its alerts in parallel with the others.
+    """
+    shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
+
+    def report(k: int, done: int) -> None:
+        struct.pack_into("q", shared, 8 * k, done)
+        if progress is not None and k == 0:
+            progress(sum(struct.unpack_from(f"{len(regions)}q", shared)), size)
+
+    workers: list[_Worker] = []
+    try:
+        for k in range(1, len(regions)):
+            workers.append(_Worker.fork(engine, fd, regions[k], k, report, finish, workers))
+        newlines, hits = scan_region(engine, fd, *regions[0], lambda d: report(0, d))
+        if idle is not None and workers:
+            idle()  # the workers have more to scan: use the wait
+        base = newlines
+        for w in workers:
+            w.base = base
+            count = w.scanned()
+            if count is None:  # the worker failed: do its part here
+                count, w_hits = scan_region(engine, fd, *regions[w.k])
+                w.result = (finish(w_hits, base),)
+            base += count
+        results = [finish(hits, 0)]
+        if idle is not None and not workers:
+            idle()
+        for w in workers:
+            got = w.finished()
+            if got is None:
+                _, w_hits = scan_region(engine, fd, *regions[w.k])
+                got = (finish(w_hits, w.base),)
+            results.append(got[0])
+        if progress is not None:
+            progress(size, size)
+        return results
+    finally:
+        for w in workers:
+            w.reap()
+        shared.close()
+
+
+class _Worker:
+    """A forked process scanning one region (see ``_run_regions`` for the protocol)."""
+
+    def __init__(self, k: int, pid: int, up: int, down: int):
+        self.k, self.pid, self.up, self.down = k, pid, up, down
+        self.base = 0
+        self.result: tuple[Any] | None = None
+        self.done = False
+
+    @classmethod
+    def fork(cls, engine: Engine, fd: int, region: tuple[int, int], k: int,
+             report: Callable[[int, int], None], finish: Finish, others: list[_Worker]
+             ) -> _Worker:
+        up_r, up_w = os.pipe()
+        down_r, down_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the worker: never returns, never runs the parent's cleanup
+            code = 70
+            try:
+                for fd_ in (up_r, down_w, *(f for o in others for f in (o.up, o.down))):
+                    os.close(fd_)
+                count, hits = scan_region(engine, fd, *region, lambda d: report(k, d))
+                os.write(up_w, struct.pack("q", count))
+                base = struct.unpack("q", _read_exact(down_r, 8))[0]
+                with os.fdopen(up_w, "wb") as out:
+                    out.write(marshal.dumps(finish(hits, base)))
+                code = 0
+            finally:
+                os._exit(code)
+        os.close(up_w)
+        os.close(down_r)
+        return cls(k, pid, up_r, down_w)
+
+    def scanned(self) -> int | None:
+        """Wait for the worker's newline count and send it its base line."""
+        if self.result is not None:
+            return None
+        head = _read_exact(self.up, 8)
+        if len(head) < 8:
+            self.reap()
+            return None
+        try:
+            os.write(self.down, struct.pack("q", self.base))
+        except OSError:
+            self.reap()
+            return None
+        return int(struct.unpack("q", head)[0])
+
+    def finished(self) -> tuple[Any] | None:
+        if self.result is not None:
+            return self.result
+        if self.done:
+            return None
+        with os.fdopen(os.dup(self.up), "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(self.pid, 0)
+        self.done = True
+        if status != 0 or not data:
+            return None
+        try:
+            # Our own forked child wrote it a moment ago over a private pipe.
+            return (marshal.loads(data),)  # noqa: S302
+        except (EOFError, ValueError, TypeError):
+            return None
+
+    def reap(self) -> None:
+        for fd_ in (self.up, self.down):
+            with contextlib.suppress(OSError):
+                os.close(fd_)
+        self.up = self.down = -1
+        if not self.done:
+            self.done = True
+            with contextlib.suppress(OSError):
+                os.kill(self.pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.pid, 0)
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+def scan_region(engine: Engine, fd: int, lo: int, hi: int,
+                report: Callable[[int], None] | None = None) -> tuple[int, list[RawHit]]:
+    """Scan ``[lo, hi)`` of the file (``lo`` at a line start): (newlines, raw hits)."""
+    buf = bytearray(min(BLOCK_BYTES, max(hi - lo, 1)))
+    tail = _heads_before(fd, lo)
+    hits: list[RawHit] = []
+    newlines = 0
+    carry = 0
+    off = lo
+    while off < hi:
+        room = len(buf) - carry
+        if room == 0:  # one line longer than the buffer: grow it
+            buf.extend(bytes(len(buf)))
+            room = len(buf) - carry
+        got = os.preadv(fd, [memoryview(buf)[carry:carry + min(room, hi - off)]], off)
+        if got <= 0:  # the file shrank under us
+            break
+        off += got
+        fill = carry + got
+        cut = fill if off >= hi else buf.rfind(b"\n", 0, fill) + 1
+        if cut <= 0:
+            carry = fill
+            continue
+        n, block_hits, tail = engine.scan_block(buf, 0, cut, tail)
+        hits += [(idx + newlines, *rest) for idx, *rest in block_hits] if newlines else block_hits
+        newlines += n
+        carry = fill - cut
+        if carry:
+            buf[:carry] = buf[cut:fill]
+        if report is not None:
+            report(off - lo - carry)
+    return newlines, hits
+
+
+def _heads_before(fd: int, lo: int) -> list[bytes]:
+    """The heads of the lines just before ``lo`` (for borrowed timestamps)."""
+    if lo <= 0:
+        return []
+    start = max(0, lo - _TAIL_READ)
+    data: Any = os.pread(fd, lo - start, start)
+    if b"\x1b" in data:
+        data = _match.strip_ansi(data)
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+    if start > 0 and lines:
+        lines.pop(0)  # cut in the middle
+    return [ln[:HEAD_BYTES] for ln in lines[-LOOKBACK_LINES:]]

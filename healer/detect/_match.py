@@ -1,0 +1,270 @@
+"""The two multi-pattern matchers behind the engine, and ANSI stripping.
+
+Both only *propose* candidate lines: ``candidates(buf, lo, hi)`` returns ``(offset, pattern
+index)`` pairs where ``offset`` lies on a line of ``buf[lo:hi]`` on which the pattern may
+match (``lo`` is a line start). The engine then
+confirms every candidate with Python's ``re`` on that single line, so both matchers give the
+same alerts by construction: Hyperscan is a (very fast) superset filter, ``re`` is the truth.
+
+- ``HyperscanMatcher``: one Hyperscan block-mode database over all patterns (caseless unless
+  the pattern is case-sensitive, multi-line so ``^``/``$`` work at line ends). A pattern
+  Hyperscan cannot compile exactly is compiled with ``HS_FLAG_PREFILTER`` (a superset), and a
+  pattern it cannot compile at all is left to a ``ReMatcher``.
+- ``ReMatcher``: the patterns joined into one alternation, searched over the buffer, jumping to
+  the next line after each hit.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+import threading
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from healer.detect import _cache
+from healer.detect.catalog import Pattern, Suppression
+
+# CSI (colours, cursor), OSC (titles, hyperlinks) and two-byte escapes; never a newline, so
+# stripping keeps line numbers.
+ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+# Anchors that mean "start/end of the whole input" differ between re (the line) and Hyperscan
+# (the whole buffer): such patterns always go to ``re``.
+_BUFFER_ANCHORS = re.compile(r"\\[AZz]")
+
+
+_SCRATCH = threading.local()
+
+
+def strip_ansi(buf: bytes | bytearray, lo: int = 0, hi: int | None = None) -> bytes:
+    """``buf[lo:hi]`` without ANSI escape sequences."""
+    out, n = strip_ansi_into(buf, lo, len(buf) if hi is None else hi)
+    return bytes(out[:n])
+
+
+def strip_ansi_into(buf: bytes | bytearray, lo: int, hi: int) -> tuple[bytearray, int]:
+    """``buf[lo:hi]`` without ANSI escapes, as (per-thread scratch buffer, length).
+
+    Only lines that hold ESC are rewritten; the rest is copied. The scratch buffer is reused
+    by the next call in the thread (allocating 8 MB per block costs more than the copy).
+    """
+    out: bytearray | None = getattr(_SCRATCH, "buf", None)
+    if out is None or len(out) < hi - lo:
+        out = _SCRATCH.buf = bytearray(max(hi - lo, 1 << 16))
+    view, dst = memoryview(buf), memoryview(out)
+    w = 0
+    pos = lo
+    find, rfind = buf.find, buf.rfind
+    esc = find(b"\x1b", lo, hi)
+    while esc >= 0:
+        ls = rfind(b"\n", pos, esc) + 1 or pos
+        le = find(b"\n", esc, hi)
+        le = hi if le < 0 else le
+        dst[w:w + ls - pos] = view[pos:ls]
+        w += ls - pos
+        clean = ANSI.sub(b"", view[ls:le])
+        dst[w:w + len(clean)] = clean
+        w += len(clean)
+        pos = le
+        esc = find(b"\x1b", le, hi)
+    dst[w:w + hi - pos] = view[pos:hi]
+    w += hi - pos
+    view.release()
+    dst.release()
+    return out, w
+
+
+class Matcher(Protocol):
+    patterns: Sequence[Pattern]
+
+    def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]: ...
+
+
+def hyperscan_available() -> bool:
+    try:
+        import hyperscan  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class ReMatcher:
+    """Candidate lines by Python ``re``: exact, and slow on big inputs."""
+
+    def __init__(self, patterns: Sequence[Pattern]):
+        self.patterns = list(patterns)
+        parts = []
+        for p in self.patterns:
+            flag = "-i" if p.case_sensitive else "i"
+            parts.append(b"(?" + flag.encode() + b":" + p.regex.encode("utf-8") + b")")
+        try:
+            self._one: re.Pattern[bytes] | None = re.compile(b"|".join(parts), re.MULTILINE)
+            self._each: list[re.Pattern[bytes]] = []
+        except re.error:
+            # Patterns with global inline flags cannot be joined: search them one by one.
+            self._one = None
+            self._each = [re.compile(p.regex.encode("utf-8"), p.flags | re.MULTILINE)
+                          for p in self.patterns]
+
+    def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+        if not self.patterns:
+            return []
+        offsets: set[int] = set()
+        for rx in [self._one] if self._one is not None else self._each:
+            pos = lo
+            search = rx.search
+            while pos < hi:
+                m = search(buf, pos, hi)
+                if m is None:
+                    break
+                start = m.start()
+                offsets.add(start)
+                nl = buf.find(b"\n", start, hi)
+                pos = hi if nl < 0 else nl + 1
+        return [(off, p.index) for off in sorted(offsets) for p in self.patterns]
+
+
+class HyperscanMatcher:
+    """Candidate lines by Hyperscan; ``leftover`` are the patterns it could not take."""
+
+    def __init__(self, patterns: Sequence[Pattern]):
+        import hyperscan as hs
+
+        self._hs = hs
+        self.patterns: list[Pattern] = []
+        self.leftover: list[Pattern] = []
+        self.prefiltered: list[str] = []
+        exact = [p for p in patterns if not _BUFFER_ANCHORS.search(p.regex)]
+        self.leftover = [p for p in patterns if _BUFFER_ANCHORS.search(p.regex)]
+        base = [hs.HS_FLAG_MULTILINE | (0 if p.case_sensitive else hs.HS_FLAG_CASELESS)
+                for p in exact]
+        self._db: Any = _compile(hs, exact, base)
+        if self._db is not None:
+            self.patterns = exact
+        else:
+            # Something did not compile: find out pattern by pattern (slow path, rare).
+            flags: list[int] = []
+            for p, flag in zip(exact, base, strict=True):
+                found = _hs_flag_for(hs, p.regex.encode("utf-8"), flag)
+                if found is None:
+                    self.leftover.append(p)
+                    continue
+                if found & hs.HS_FLAG_PREFILTER:
+                    self.prefiltered.append(p.id)
+                self.patterns.append(p)
+                flags.append(found)
+            self._db = _compile(hs, self.patterns, flags)
+        self._local = threading.local()
+
+    def _scratch(self) -> Any:
+        # A scratch space may serve one scan at a time: one per thread.
+        scratch = getattr(self._local, "scratch", None)
+        if scratch is None:
+            scratch = self._local.scratch = self._hs.Scratch(self._db)
+        return scratch
+
+    def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+        if self._db is None or hi <= lo:
+            return []
+        out: list[tuple[int, int]] = []
+        add = out.append
+        shift = lo - 1  # Hyperscan reports exclusive end offsets within the view
+
+        def on_match(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
+            add((to + shift, idx))
+
+        view = buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
+        self._db.scan(view, match_event_handler=on_match, scratch=self._scratch())
+        return out
+
+
+def _compile(hs: Any, patterns: Sequence[Pattern], flags: Sequence[int]) -> Any:
+    """A block-mode database, from the content-addressed cache when it was built before."""
+    if not patterns:
+        return None
+    exprs = [p.regex.encode("utf-8") for p in patterns]
+    ids = [p.index for p in patterns]
+    name = _cache.key(getattr(hs, "__version__", "?"),
+                      repr((exprs, ids, list(flags))).encode())
+    blob = _cache.get("hs", name)
+    if blob is not None:
+        try:
+            return hs.loadb(blob, hs.HS_MODE_BLOCK)
+        except hs.error:
+            pass  # built for another CPU or another Hyperscan: rebuild below
+    db = hs.Database(mode=hs.HS_MODE_BLOCK)
+    try:
+        db.compile(expressions=exprs, ids=ids, elements=len(patterns), flags=list(flags))
+    except hs.error:
+        return None
+    _cache.put("hs", name, hs.dumpb(db))
+    return db
+
+
+def _hs_flag_for(hs: Any, expr: bytes, base: int) -> int | None:
+    """The flags that compile ``expr`` in Hyperscan (exact, else prefilter), or None."""
+    for flag in (base, base | hs.HS_FLAG_PREFILTER):
+        try:
+            db = hs.Database(mode=hs.HS_MODE_BLOCK)
+            db.compile(expressions=[expr], ids=[0], elements=1, flags=[flag])
+        except hs.error:
+            continue
+        return flag
+    return None
+
+
+class Suppressor:
+    """Which suppressions hold for a batch of matched lines.
+
+    With Hyperscan the lines of a block are joined and scanned once to find the suppressions
+    that may match each line; ``re`` then confirms those (the same truth as the ``re`` engine,
+    which simply tries them all).
+    """
+
+    def __init__(self, suppressions: Sequence[Suppression], *, use_hyperscan: bool):
+        self.suppressions = list(suppressions)
+        self.search = [s.compiled().search for s in self.suppressions]
+        self.codes = [frozenset(s.codes) for s in self.suppressions]
+        everyone = list(range(len(self.suppressions)))
+        self._always = everyone
+        self._db: Any = None
+        if use_hyperscan and self.suppressions:
+            exact = [k for k, s in enumerate(self.suppressions)
+                     if not _BUFFER_ANCHORS.search(s.regex)]
+            fake = [Pattern(id=self.suppressions[k].id, regex=self.suppressions[k].regex,
+                            code="S", priority=2, severity="info",
+                            case_sensitive=self.suppressions[k].case_sensitive, index=k)
+                    for k in exact]
+            matcher = HyperscanMatcher(fake)
+            if matcher.patterns:
+                self._db = matcher
+                taken = {p.index for p in matcher.patterns}
+                self._always = [k for k in everyone if k not in taken]
+
+    def candidates(self, lines: Sequence[bytes]) -> list[list[int]]:
+        """For each line, the suppressions worth trying on it (in catalog order)."""
+        if self._db is None or not lines:
+            return [self._always] * len(lines)
+        starts: list[int] = []
+        pos = 0
+        for line in lines:
+            starts.append(pos)
+            pos += len(line) + 1
+        found: list[set[int]] = [set() for _ in lines]
+        for off, k in self._db.candidates(b"\n".join(lines), 0, pos - 1):
+            found[bisect.bisect_right(starts, off) - 1].add(k)
+        return [sorted(f.union(self._always)) if f else self._always for f in found]
+
+    def verdict(self, line: bytes, ks: Sequence[int], codes: set[str]) -> set[str] | None:
+        """None if the whole line is suppressed, else the codes suppressed on it."""
+        gone: set[str] = set()
+        for k in ks:
+            limited = self.codes[k]
+            if limited and not (limited & codes):
+                continue
+            if self.search[k](line):
+                if not limited:
+                    return None
+                gone |= limited
+        return gone

@@ -1,0 +1,301 @@
+"""The body of ``healer scan`` (kept out of the command module so its import stays light)."""
+
+from __future__ import annotations
+
+import argparse
+import calendar
+import os
+import re
+import signal
+import stat
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from healer.detect.catalog import SEVERITY_RANK, Catalog
+from healer.detect.engine import Alert, Engine
+from healer.errors import EXIT_FINDINGS, EXIT_OK, HealerError, UsageError
+
+if TYPE_CHECKING:
+    from healer.config import DetectSettings
+
+PROGRESS_MIN_BYTES = 64 << 20
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
+_UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?"
+                  r"\s*(Z|[+-]\d{2}:?\d{2})?")
+
+
+def parse_duration(text: str) -> float | None:
+    """``10m``, ``1h30m``, ``45s``, ``2d`` → seconds; None if ``text`` is not a duration."""
+    t = text.strip().lower().replace(" ", "")
+    if not t or _DURATION.sub("", t):
+        return None
+    return sum(float(n) * _UNIT_S[u] for n, u in _DURATION.findall(t))
+
+
+def parse_time(text: str) -> float | None:
+    """An ISO 8601 time (no zone = UTC) or Unix seconds → Unix seconds; None if neither."""
+    t = text.strip()
+    if re.fullmatch(r"\d{9,11}(\.\d+)?", t):
+        return float(t)
+    m = _ISO.fullmatch(t)
+    if not m:
+        return None
+    y, mo, d, h, mi, s, frac, zone = m.groups()
+    try:
+        ts = float(calendar.timegm((int(y), int(mo), int(d), int(h or 0), int(mi or 0),
+                                    int(s or 0), 0, 0, 0)))
+    except (ValueError, OverflowError):
+        return None
+    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31):
+        return None
+    ts += int(frac) / 10 ** len(frac) if frac else 0
+    if zone and zone != "Z":
+        digits = zone[1:].replace(":", "")
+        off = int(digits[:2]) * 3600 + int(digits[2:]) * 60
+        ts -= off if zone[0] == "+" else -off
+    return ts
+
+
+def parse_since(text: str, now: float) -> float:
+    dur = parse_duration(text)
+    if dur is not None:
+        return now - dur
+    at = parse_time(text)
+    if at is None:
+        raise UsageError(f"--since {text!r}: expected a duration (10m, 2h, 1d) or an ISO time "
+                         "(2024-05-01T10:00:00Z)")
+    return at
+
+
+# Environment variables that are not settings (load_settings does not read them).
+_NOT_SETTINGS = {"HEALER_DETECT_ENGINE", "HEALER_CACHE_DIR"}
+_SETTINGS_FLAGS = ("config", "set", "state_dir", "results_dir", "fleet_dir", "log_level",
+                   "log_format")
+
+
+def detect_settings(args: argparse.Namespace) -> Any:
+    """The detect.* settings for this run.
+
+    Loading the settings tree means importing and running jsonschema, which takes longer
+    (~0.15 s) than scanning 100 MB. When no source of settings exists — no settings flag, no
+    HEALER* variable, no healer.yaml or cto-config.json here — the result is known: the
+    defaults, which schemas/config.schema.json (generated from healer.config and kept in step
+    by a test) carries. Otherwise the full loader runs.
+    """
+    from types import SimpleNamespace
+
+    from healer.commands._common import settings_from
+
+    quiet = (not any(getattr(args, f, None) for f in _SETTINGS_FLAGS)
+             and not any(k.startswith("HEALER") and k not in _NOT_SETTINGS for k in os.environ)
+             and not Path("healer.yaml").exists() and not Path("cto-config.json").exists())
+    if quiet:
+        defaults = _schema_defaults()
+        if defaults is not None:
+            from healer import log
+
+            log.setup("info", "text")
+            return SimpleNamespace(**defaults)
+    return settings_from(args).detect
+
+
+def _schema_defaults() -> dict[str, Any] | None:
+    import json
+
+    from healer.resources import bundle_path
+
+    try:
+        schema = json.loads(bundle_path("schemas", "config.schema.json").read_bytes())
+        props = schema["properties"]["detect"]["properties"]
+        return {name: spec["default"] for name, spec in props.items()}
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+class _Output:
+    """Prints alerts (JSON Lines or text) and counts them for the summary."""
+
+    def __init__(self, as_json: bool, stream: IO[str], *, live: bool):
+        self.as_json = as_json
+        self.stream = stream
+        self.live = live
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self.ids: dict[tuple[str, str], set[str]] = {}
+        self.meaning: dict[tuple[str, str], str] = {}
+
+    def render(self, alerts: list[Alert]) -> tuple[str, dict[int, int]]:
+        """Alerts → (output text, count per pattern index); runs in scan workers too."""
+        fmt: Callable[[Alert], str] = Alert.to_json if self.as_json else Alert.to_text
+        text = "".join([fmt(a) + "\n" for a in alerts])
+        return text, dict(Counter(a.pattern.index for a in alerts if a.pattern))
+
+    def write(self, text: str, counts: dict[int, int], catalog: Catalog) -> None:
+        if text:
+            self.stream.write(text)
+            if self.live:
+                self.stream.flush()
+        for index, n in counts.items():
+            p = catalog.patterns[index]
+            key = (p.code, p.severity)
+            self.counts[key] += n
+            self.ids.setdefault(key, set()).add(p.id)
+            self.meaning.setdefault(key, p.meaning)
+
+    def emit(self, alerts: list[Alert], catalog: Catalog) -> None:
+        if alerts:
+            self.write(*self.render(alerts), catalog)
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self, stream: IO[str], sources: int) -> None:
+        from rich.console import Console
+        from rich.table import Table
+
+        console = Console(file=stream, highlight=False, soft_wrap=False)
+        if not self.counts:
+            console.print(f"no alerts in {sources} source(s)", markup=False)
+            return
+        table = Table(title=f"{self.total} alert(s) in {sources} source(s)", title_justify="left")
+        for col, just in (("code", "left"), ("severity", "left"), ("alerts", "right"),
+                          ("patterns", "left"), ("meaning", "left")):
+            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        order = sorted(self.counts, key=lambda k: (-SEVERITY_RANK.get(k[1], 0), k[0]))
+        for key in order:
+            table.add_row(key[0], key[1], str(self.counts[key]), ", ".join(sorted(self.ids[key])),
+                          self.meaning[key])
+        console.print(table)
+
+
+class ScanRun:
+    """One ``healer scan`` invocation."""
+
+    def __init__(self, args: argparse.Namespace, detect: DetectSettings):
+        self.args = args
+        self.detect = detect
+
+    def run(self) -> int:
+        a = self.args
+        now = time.time()
+        not_before = parse_since(a.since, now) if a.since else None
+        start = None
+        if a.start:
+            start = parse_time(a.start)
+            if start is None:
+                raise UsageError(f"--start {a.start!r}: expected an ISO time or Unix seconds")
+        files = [f for f in a.files if f != "-"]
+        use_stdin = "-" in a.files
+        for f in files:
+            _check_file(f)
+        catalog = Catalog.load(a.catalog or self.detect.catalog or None,
+                               a.catalog_mode or self.detect.catalog_mode)
+        engine = Engine(catalog, engine=a.engine, max_line_chars=self.detect.max_line_chars,
+                        preflight_window_s=self.detect.preflight_window_s)
+        out = _Output(a.json, sys.stdout, live=a.follow or bool(a.cmd) or bool(a.loki) or use_stdin)
+        sources = len(files) + int(use_stdin) + int(bool(a.cmd)) + int(bool(a.loki))
+        failures: list[Exception] = []
+        try:
+            if not a.follow:
+                for f in files:
+                    for text, counts in engine.render_file(
+                            f, out.render, start_time=start, not_before=not_before,
+                            workers=a.workers, progress=_progress_for(f),
+                            idle=None if a.no_summary else _import_rich):
+                        out.write(text, counts, catalog)
+            if a.follow or use_stdin or a.cmd or a.loki:
+                failures = self._follow(engine, out, files if a.follow else [], use_stdin,
+                                        start, not_before)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            sys.stdout.flush()
+        if not a.no_summary:
+            self._summary(out, sources)
+        for exc in failures:
+            print(f"healer: {exc}", file=sys.stderr)
+        if failures:
+            return max(getattr(e, "exit_code", 3) for e in failures)
+        return EXIT_FINDINGS if out.total else EXIT_OK
+
+    def _summary(self, out: _Output, sources: int) -> None:
+        stream = sys.stderr if self.args.json else sys.stdout
+        out.summary(stream, sources)
+
+    def _follow(self, engine: Engine, out: _Output, files: list[str], use_stdin: bool,
+                start: float | None, not_before: float | None) -> list[Exception]:
+        from healer.detect.sources import Follower
+
+        a = self.args
+        follower = Follower(engine, lambda alert: out.emit([alert], engine.catalog),
+                            start_time=start,
+                            not_before=not_before)
+        for f in files:
+            follower.add_file(f)
+        if use_stdin:
+            follower.add_stream(sys.stdin.buffer, "-")
+        if a.cmd:
+            follower.add_command(a.cmd)
+        if a.loki:
+            from healer.detect.loki import LokiSource
+
+            headers = {"X-Scope-OrgID": a.loki_org} if a.loki_org else {}
+            loki = LokiSource(a.loki, a.query, since=not_before, follow=a.follow,
+                              headers=headers)
+            follower.add_events(a.loki, loki.events)
+        stop = threading.Event()
+        previous = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            follower.run(stop, duration=a.duration if a.follow else None)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        return [e if isinstance(e, HealerError) else UsageError(str(e))
+                for e in follower.failures]
+
+
+def _import_rich() -> None:
+    """Load the summary table's modules while the scan workers finish."""
+    import rich.console
+    import rich.table  # noqa: F401
+
+
+def _check_file(name: str) -> None:
+    try:
+        st = os.stat(name)
+    except FileNotFoundError:
+        raise UsageError(f"{name}: no such file") from None
+    except OSError as exc:
+        raise UsageError(f"{name}: {exc.strerror}") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{name}: is a directory (give the log files inside it)")
+    if not os.access(name, os.R_OK):
+        raise UsageError(f"{name}: permission denied")
+
+
+def _progress_for(name: str) -> Callable[[int, int], None] | None:
+    """A rich progress bar for a big file when stdout is a terminal, else nothing."""
+    if not sys.stdout.isatty() or Path(name).stat().st_size < PROGRESS_MIN_BYTES:
+        return None
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                   TimeRemainingColumn(), transient=True)
+    task = bar.add_task(Path(name).name, total=Path(name).stat().st_size)
+    state: dict[str, Any] = {"started": False}
+
+    def update(done: int, total: int) -> None:
+        if not state["started"]:
+            bar.start()
+            state["started"] = True
+        bar.update(task, completed=done, total=total)
+        if done >= total:
+            bar.stop()
+
+    return update

@@ -1,0 +1,87 @@
+"""Finding a log line's own timestamp, cheaply (only matched lines are ever parsed).
+
+Understood: ISO 8601 / RFC 3339 anywhere in the line's head (``2024-05-01T10:00:00.123Z``,
+``2024-05-01 10:00:00,123+02:00``), klog (``E0501 10:00:00.123456``, year taken from the
+reference time) and JSON epoch fields (``"ts": 1714557600.5``). A time without a zone is UTC.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+
+HEAD_BYTES = 160  # a timestamp further into the line than this is not the line's own
+
+_ISO = re.compile(
+    rb"(\d{4}-\d{2}-\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d{1,9}))?"
+    rb"\s?(Z|z|UTC|[+-]\d{2}:?\d{2})?"
+)
+_KLOG = re.compile(rb"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+_EPOCH = re.compile(rb'"(?:ts|time|timestamp|@timestamp)"\s*:\s*(\d{10}(?:\.\d+)?)(?![\d.])')
+
+_DAYS: dict[bytes, float | None] = {}  # "2024-05-01" → its midnight; logs repeat few dates
+
+
+def _day(date: bytes) -> float | None:
+    day = _DAYS.get(date)
+    if day is None and date not in _DAYS:
+        y, mo, d = int(date[:4]), int(date[5:7]), int(date[8:10])
+        ok = 1 <= mo <= 12 and 1 <= d <= calendar.monthrange(y, mo)[1] if y else False
+        day = float(calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0))) if ok else None
+        if len(_DAYS) > 4096:
+            _DAYS.clear()
+        _DAYS[date] = day
+    return day
+
+
+def _frac(digits: bytes | None) -> float:
+    return int(digits) / 10 ** len(digits) if digits else 0.0
+
+
+def parse_ts(line: bytes | bytearray, reference: float | None = None) -> float | None:
+    """The line's own timestamp as Unix seconds (UTC), or None."""
+    m = _ISO.search(line, 0, HEAD_BYTES)
+    if m:
+        date, h, mi, s, frac, zone = m.groups()
+        day = _day(date)
+        hh, mm, ss = int(h), int(mi), int(s)
+        if day is None or hh > 23 or mm > 59 or ss > 60:
+            return None
+        ts = day + hh * 3600 + mm * 60 + ss + (_frac(frac) if frac else 0.0)
+        if zone and zone[:1] in b"+-":
+            digits = zone[1:].replace(b":", b"")
+            offset = int(digits[:2]) * 3600 + int(digits[2:4]) * 60
+            ts -= offset if zone[:1] == b"+" else -offset
+        return ts
+    m = _KLOG.match(line, 0, HEAD_BYTES)
+    if m:
+        year = time.gmtime(reference if reference is not None else time.time()).tm_year
+        mo, d, h, mi, s, frac = m.groups()
+        day = _day(b"%04d-%s-%s" % (year, mo, d))
+        hh, mm, ss = int(h), int(mi), int(s)
+        if day is None or hh > 23 or mm > 59 or ss > 60:
+            return None
+        return day + hh * 3600 + mm * 60 + ss + _frac(frac)
+    m = _EPOCH.search(line, 0, HEAD_BYTES)
+    if m:
+        return float(m.group(1))
+    return None
+
+
+_DATES: dict[int, str] = {}  # day number → "2024-05-01T"
+
+
+def iso(ts: float) -> str:
+    """Unix seconds → ``2024-05-01T10:00:00.123Z`` (milliseconds, UTC)."""
+    ms_total = round(ts * 1000)
+    day, ms_of_day = divmod(ms_total, 86_400_000)
+    date = _DATES.get(day)
+    if date is None:
+        if len(_DATES) > 4096:
+            _DATES.clear()
+        date = _DATES[day] = time.strftime("%Y-%m-%dT", time.gmtime(day * 86400))
+    secs, ms = divmod(ms_of_day, 1000)
+    h, rest = divmod(secs, 3600)
+    m, s = divmod(rest, 60)
+    return f"{date}{h:02d}:{m:02d}:{s:02d}.{ms:03d}Z"

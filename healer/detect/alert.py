@@ -1,0 +1,85 @@
+"""``Alert``: one pattern that matched one line, and its JSON and text forms."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Any, NamedTuple
+
+from healer.detect._timestamps import iso
+from healer.detect.catalog import Pattern
+
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
+
+_q = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
+_FRAGMENTS: dict[int, tuple[Pattern, str, str]] = {}
+_SOURCES: dict[str, str] = {}
+
+
+class Alert(NamedTuple):
+    """One pattern that matched one line.
+
+    ``line_no`` counts from 1 in its stream (a rotated or truncated file starts again at 1);
+    ``ts`` is the line's own timestamp (Unix seconds) or None; ``line`` is cut to
+    detect.max_line_chars; ``labels`` are the stream's (e.g. Loki's); ``pattern`` is the
+    catalog entry (``meaning``, ``action``, ``window_s`` …).
+    """
+
+    code: str
+    id: str
+    priority: int
+    severity: str
+    source: str
+    line_no: int
+    line: str
+    ts: float | None = None
+    labels: Mapping[str, str] = NO_LABELS
+    pattern: Pattern | None = None
+
+    @property
+    def meaning(self) -> str:
+        return self.pattern.meaning if self.pattern else ""
+
+    @property
+    def action(self) -> str:
+        return self.pattern.action if self.pattern else ""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "code": self.code, "id": self.id, "priority": self.priority,
+            "severity": self.severity, "source": self.source, "line_no": self.line_no,
+            "ts": iso(self.ts) if self.ts is not None else None, "line": self.line,
+            "meaning": self.meaning, "action": self.action,
+        }
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+    def to_json(self) -> str:
+        """``to_dict()`` as one line of JSON (same keys and order), built from cached parts."""
+        p = self.pattern
+        if p is None:
+            return json.dumps(self.to_dict(), ensure_ascii=True, separators=(",", ":"))
+        frag = _FRAGMENTS.get(id(p))
+        if frag is None or frag[0] is not p:
+            frag = _FRAGMENTS[id(p)] = (
+                p,
+                f'{{"code":{_q(self.code)},"id":{_q(self.id)},"priority":{self.priority},'
+                f'"severity":{_q(self.severity)},"source":',
+                f',"meaning":{_q(p.meaning)},"action":{_q(p.action)}',
+            )
+        src = _SOURCES.get(self.source)
+        if src is None:
+            if len(_SOURCES) > 10_000:
+                _SOURCES.clear()
+            src = _SOURCES[self.source] = _q(self.source)
+        ts = "null" if self.ts is None else '"' + iso(self.ts) + '"'
+        labels = (',"labels":' + json.dumps(dict(self.labels), ensure_ascii=True,
+                                            separators=(",", ":"))) if self.labels else ""
+        return (f'{frag[1]}{src},"line_no":{self.line_no},"ts":{ts},"line":{_q(self.line)}'
+                f"{frag[2]}{labels}}}")
+
+    def to_text(self) -> str:
+        """``source:line: CODE severity [id] line`` for people."""
+        return f"{self.source}:{self.line_no}: {self.code} {self.severity} [{self.id}] {self.line}"

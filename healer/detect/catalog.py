@@ -1,0 +1,339 @@
+"""The detection catalog: which log lines mean which failure.
+
+A catalog is YAML (``schemas/catalog.schema.json``)::
+
+    version: 1
+    patterns:            # what to alert on
+      - {id, regex, code, priority, severity, meaning, action, window_s?, case_sensitive?, generic?}
+    suppress:            # known false positives, applied first
+      - {id, regex, reason?, codes?, case_sensitive?}
+    disable: [id, ...]   # extend mode: drop embedded patterns or suppressions
+
+The embedded catalog (``healer/detect/catalog.yaml``) holds the play healer's seed patterns, the
+log-level patterns and the false-positive suppressions. ``Catalog.load(path, "extend")`` adds a
+user's catalog to it (a user pattern with an embedded id replaces it); ``"replace"`` uses the
+user's alone. Every problem is a ``CatalogError`` naming the file, the pattern and what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from healer.errors import ConfigError
+
+SEVERITIES = ("info", "low", "warning", "medium", "high", "critical")
+SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
+PRIORITY_NAMES = {1: "pre-flight", 2: "runtime", 3: "lifecycle"}
+EMBEDDED = Path(__file__).with_name("catalog.yaml")
+
+CatalogMode = Literal["extend", "replace"]
+
+
+class CatalogError(ConfigError):
+    """A catalog is unusable: ``file``, the pattern ``pattern_id`` and the ``problem``."""
+
+    def __init__(self, problem: str, *, file: str, pattern_id: str = "", key: str = ""):
+        super().__init__(problem, file=file, key=key)
+        self.pattern_id = pattern_id
+        self.problem = problem
+        where = [file]
+        if pattern_id:
+            where.append(f"pattern '{pattern_id}'" + (f" ({key})" if key else ""))
+        elif key:
+            where.append(key)
+        self.args = (": ".join([*where, problem]),)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    """One thing to alert on. ``index`` is its position in the catalog (stable order)."""
+
+    id: str
+    regex: str
+    code: str
+    priority: int
+    severity: str
+    meaning: str = ""
+    action: str = ""
+    window_s: float | None = None
+    case_sensitive: bool = False
+    generic: bool = False
+    source: str = ""
+    index: int = 0
+
+    @property
+    def flags(self) -> int:
+        return 0 if self.case_sensitive else re.IGNORECASE
+
+    def compiled(self) -> re.Pattern[bytes]:
+        return re.compile(self.regex.encode("utf-8"), self.flags)
+
+
+@dataclass(frozen=True)
+class Suppression:
+    """A known false positive: a matching line raises no alert (of ``codes``, or of any code)."""
+
+    id: str
+    regex: str
+    reason: str = ""
+    codes: tuple[str, ...] = ()
+    case_sensitive: bool = False
+    source: str = ""
+
+    def compiled(self) -> re.Pattern[bytes]:
+        return re.compile(self.regex.encode("utf-8"), 0 if self.case_sensitive else re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Patterns and suppressions, validated; ``digest`` identifies the content."""
+
+    patterns: tuple[Pattern, ...]
+    suppressions: tuple[Suppression, ...] = ()
+    sources: tuple[str, ...] = ()
+    digest: str = field(default="", compare=False)
+
+    # -- loading -------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: str | Path | None = None, mode: CatalogMode = "extend") -> Catalog:
+        """The embedded catalog, extended or replaced by the user's catalog at ``path``."""
+        if mode not in ("extend", "replace"):
+            raise CatalogError(f"unknown catalog mode {mode!r} (extend or replace)",
+                               file=str(path or EMBEDDED))
+        embedded = cls.embedded()
+        if not path:
+            return embedded
+        name = str(path)
+        user_data = _load_checked(_read_bytes(Path(path)), name)
+        user = cls.from_data(user_data, source=name, check_schema=False)
+        if mode == "replace":
+            if not user.patterns:
+                raise CatalogError("a replacing catalog needs at least one pattern", file=name)
+            return user
+        return embedded.extended(user, disable=user_data.get("disable", ()), source=name)
+
+    @classmethod
+    def embedded(cls) -> Catalog:
+        """healer's own catalog (schema-checked like any other, once per content)."""
+        return _embedded()
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str = "<catalog>", check_schema: bool = True
+                  ) -> Catalog:
+        """Build a catalog from parsed YAML/JSON, raising ``CatalogError`` on any problem."""
+        if not isinstance(data, Mapping):
+            raise CatalogError("expected a mapping with `patterns` (and `suppress`)", file=source)
+        if check_schema:
+            _check_schema(data, source)
+        patterns = tuple(_pattern(p, i, source) for i, p in enumerate(data.get("patterns", ())))
+        sups = tuple(_suppression(s, i, source) for i, s in enumerate(data.get("suppress", ())))
+        _check_unique([p.id for p in patterns], source, "patterns")
+        _check_unique([s.id for s in sups], source, "suppress")
+        cat = cls(patterns, sups, (source,))
+        cat._check_codes()
+        return cat._with_digest()
+
+    def extended(self, other: Catalog, *, disable: Iterable[str] = (), source: str = ""
+                 ) -> Catalog:
+        """This catalog plus ``other``: same ids are replaced, ``disable`` ids dropped."""
+        drop = set(disable)
+        known = {p.id for p in self.patterns} | {s.id for s in self.suppressions}
+        unknown = sorted(drop - known - {p.id for p in other.patterns})
+        if unknown:
+            raise CatalogError(f"`disable` names unknown id {unknown[0]!r}",
+                               file=source or "<catalog>", key="disable")
+        theirs = {p.id: p for p in other.patterns}
+        patterns = [theirs.pop(p.id, p) for p in self.patterns if p.id not in drop]
+        patterns += [p for p in other.patterns if p.id in theirs]
+        their_sups = {s.id: s for s in other.suppressions}
+        sups = [their_sups.pop(s.id, s) for s in self.suppressions if s.id not in drop]
+        sups += [s for s in other.suppressions if s.id in their_sups]
+        cat = Catalog(_reindex(patterns), tuple(sups), self.sources + other.sources)
+        cat._check_codes()
+        return cat._with_digest()
+
+    def select(self, *, priorities: Iterable[int] | None = None, generic: bool | None = None,
+               ids: Iterable[str] | None = None) -> Catalog:
+        """A sub-catalog (e.g. only the seed's priority 1–3 patterns: ``generic=False``)."""
+        keep = list(self.patterns)
+        if priorities is not None:
+            wanted = set(priorities)
+            keep = [p for p in keep if p.priority in wanted]
+        if generic is not None:
+            keep = [p for p in keep if p.generic == generic]
+        if ids is not None:
+            wanted_ids = set(ids)
+            keep = [p for p in keep if p.id in wanted_ids]
+        return Catalog(_reindex(keep), self.suppressions, self.sources)._with_digest()
+
+    # -- views ---------------------------------------------------------------------------------
+
+    @property
+    def codes(self) -> list[str]:
+        return sorted({p.code for p in self.patterns})
+
+    def by_id(self, pattern_id: str) -> Pattern:
+        for p in self.patterns:
+            if p.id == pattern_id:
+                return p
+        raise KeyError(pattern_id)
+
+    def _check_codes(self) -> None:
+        codes = {p.code for p in self.patterns}
+        for s in self.suppressions:
+            for code in s.codes:
+                if code not in codes:
+                    raise CatalogError(f"suppression lists code {code!r} that no pattern has",
+                                       file=s.source or "<catalog>", key=f"suppress '{s.id}'")
+
+    def _with_digest(self) -> Catalog:
+        h = hashlib.sha256()
+        for p in self.patterns:
+            h.update(repr((p.id, p.regex, p.code, p.priority, p.severity, p.window_s,
+                           p.case_sensitive, p.generic)).encode())
+        for s in self.suppressions:
+            h.update(repr((s.id, s.regex, s.codes, s.case_sensitive)).encode())
+        return replace(self, digest=h.hexdigest())
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _read_bytes(path: Path) -> bytes:
+    try:
+        if path.is_dir():
+            raise CatalogError("is a directory, not a catalog file", file=str(path))
+        return path.read_bytes()
+    except FileNotFoundError:
+        raise CatalogError("catalog file not found", file=str(path)) from None
+    except OSError as exc:
+        raise CatalogError(f"cannot read catalog: {exc.strerror}", file=str(path)) from None
+
+
+def _load_checked(raw: bytes, name: str) -> Any:
+    """Parse and schema-check a catalog text. Texts that passed are remembered by content
+    (as JSON): the check needs jsonschema and YAML, whose imports alone cost more than
+    scanning 100 MB of log."""
+    import json
+
+    from healer.detect import _cache
+    from healer.resources import bundle_path
+
+    try:
+        schema = bundle_path("schemas", "catalog.schema.json").read_bytes()
+    except OSError:
+        schema = b""
+    entry = _cache.key(raw, schema)
+    cached = _cache.get("catalog", entry) if schema else None
+    if cached is not None:
+        try:
+            return json.loads(cached)
+        except ValueError:
+            pass
+    data = _parse(raw, name)
+    if not isinstance(data, Mapping):
+        raise CatalogError("expected a mapping with `patterns` (and `suppress`)", file=name)
+    _check_schema(data, name)
+    if schema:
+        _cache.put("catalog", entry, json.dumps(data).encode())
+    return data
+
+
+def _parse(raw: bytes, name: str) -> Any:
+    import yaml
+
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CatalogError("catalog is not UTF-8 text", file=name) from None
+    try:
+        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise CatalogError(f"not valid YAML{where}: {getattr(exc, 'problem', None) or exc}",
+                           file=name) from None
+    return {} if data is None else data
+
+
+_EMBEDDED_CACHE: dict[str, Catalog] = {}
+
+
+def _embedded() -> Catalog:
+    cached = _EMBEDDED_CACHE.get("cat")
+    if cached is None:
+        data = _load_checked(_read_bytes(EMBEDDED), str(EMBEDDED))
+        cached = Catalog.from_data(data, source=str(EMBEDDED), check_schema=False)
+        _EMBEDDED_CACHE["cat"] = cached
+    return cached
+
+
+def _check_schema(data: Mapping[str, Any], source: str) -> None:
+    from healer.core.schemas import errors as schema_errors
+
+    problems = schema_errors("catalog", dict(data))
+    if not problems:
+        return
+    key, message = problems[0]
+    pattern_id = ""
+    m = re.match(r"(patterns|suppress)\[(\d+)\]", key)
+    if m:
+        entries = data.get(m.group(1)) or []
+        entry = entries[int(m.group(2))] if int(m.group(2)) < len(entries) else None
+        if isinstance(entry, Mapping) and isinstance(entry.get("id"), str):
+            pattern_id = entry["id"]
+    raise CatalogError(message, file=source, pattern_id=pattern_id, key=key)
+
+
+def _compile_check(regex: str, flags: int, *, source: str, pid: str, key: str) -> None:
+    try:
+        rx = re.compile(regex.encode("utf-8"), flags)
+    except re.error as exc:
+        where = f" at position {exc.pos}" if exc.pos is not None else ""
+        raise CatalogError(f"regex {regex!r} does not compile: {exc.msg}{where}", file=source,
+                           pattern_id=pid, key=key) from None
+    if rx.search(b"") is not None:
+        raise CatalogError(f"regex {regex!r} matches an empty line, so it would match every "
+                           "line", file=source, pattern_id=pid, key=key)
+
+
+def _pattern(raw: Mapping[str, Any], i: int, source: str) -> Pattern:
+    key = f"patterns[{i}]"
+    p = Pattern(
+        id=raw["id"], regex=raw["regex"], code=raw["code"], priority=int(raw["priority"]),
+        severity=raw["severity"], meaning=raw.get("meaning", ""), action=raw.get("action", ""),
+        window_s=float(raw["window_s"]) if raw.get("window_s") is not None else None,
+        case_sensitive=bool(raw.get("case_sensitive", False)),
+        generic=bool(raw.get("generic", False)), source=source, index=i,
+    )
+    _compile_check(p.regex, p.flags, source=source, pid=p.id, key=key)
+    return p
+
+
+def _suppression(raw: Mapping[str, Any], i: int, source: str) -> Suppression:
+    s = Suppression(
+        id=raw["id"], regex=raw["regex"], reason=raw.get("reason", ""),
+        codes=tuple(raw.get("codes", ())), case_sensitive=bool(raw.get("case_sensitive", False)),
+        source=source,
+    )
+    flags = 0 if s.case_sensitive else re.IGNORECASE
+    _compile_check(s.regex, flags, source=source, pid=s.id, key=f"suppress[{i}]")
+    return s
+
+
+def _check_unique(ids: list[str], source: str, where: str) -> None:
+    seen: set[str] = set()
+    for i, pid in enumerate(ids):
+        if pid in seen:
+            raise CatalogError("duplicate id", file=source, pattern_id=pid, key=f"{where}[{i}]")
+        seen.add(pid)
+
+
+def _reindex(patterns: Iterable[Pattern]) -> tuple[Pattern, ...]:
+    return tuple(replace(p, index=i) for i, p in enumerate(patterns))

@@ -1,0 +1,384 @@
+"""The detection engine: a whole catalog as one multi-pattern matcher over big buffers.
+
+Usage::
+
+    engine = Engine(Catalog.load())                       # HEALER_DETECT_ENGINE=re|hyperscan|auto
+    alerts = engine.scan_file("agent.log")                # mmap-free block reads, 2 workers
+    alerts = engine.scan_bytes(data, source="pod/x", start_time=session_start)
+    stream = engine.stream("kubectl", start_time=None)    # incremental: feed() chunks, flush()
+
+How a buffer is scanned: blocks of whole lines are stripped of ANSI codes (only when they
+contain ESC), a matcher proposes candidate lines (Hyperscan, or ``re``), and each candidate
+line is confirmed with ``re``, checked against the suppressions, reduced to the best pattern
+per code (generic level patterns only when nothing specific matched), and turned into an
+``Alert``. Only matching lines are ever materialised; line numbers come from counting
+newlines between them.
+
+Time: a line's own timestamp is parsed only for matched lines. Windowed patterns (priority 1,
+``window_s``) count only when the line's time — its own timestamp, else that of the nearest
+earlier line within 64 lines, else the time it was read — lies within the window after the
+agent's start (given by the caller, else the first line's timestamp, else the time the stream
+was first seen).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from healer.detect import _match
+from healer.detect._timestamps import HEAD_BYTES, parse_ts
+from healer.detect.alert import NO_LABELS, Alert
+from healer.detect.catalog import SEVERITY_RANK, Catalog
+from healer.errors import UnavailableError, UsageError
+
+ENGINE_ENV = "HEALER_DETECT_ENGINE"
+BLOCK_BYTES = 8 << 20  # scan unit: big enough for Hyperscan to fly, small enough for progress
+LOOKBACK_LINES = 64  # how far back a line without a timestamp borrows one
+SKEW_S = 2.0  # a line this much before the agent's start still counts (clock skew)
+
+# Control characters are replaced in alert lines: they would garble terminals and logs.
+_CONTROLS = {c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F]}
+_HAS_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+# A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts)
+RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None]
+
+
+def resolve_engine(kind: str | None = None) -> str:
+    """``re`` or ``hyperscan`` from an explicit choice, ``$HEALER_DETECT_ENGINE``, or auto."""
+    choice = (kind or os.environ.get(ENGINE_ENV) or "auto").strip().lower()
+    if choice not in ("auto", "re", "hyperscan"):
+        raise UsageError(f"unknown detection engine {choice!r} (re, hyperscan or auto)")
+    if choice == "re":
+        return "re"
+    if _match.hyperscan_available():
+        return "hyperscan"
+    if choice == "hyperscan":
+        raise UnavailableError("the hyperscan engine was asked for but the `hyperscan` package "
+                               "is not installed (pip install 'healer[fast]')")
+    return "re"
+
+
+class Engine:
+    """A compiled catalog. Thread-safe: scans may run concurrently."""
+
+    def __init__(self, catalog: Catalog, *, engine: str | None = None, max_line_chars: int = 200,
+                 preflight_window_s: float = 60.0, clock: Callable[[], float] = time.time):
+        self.catalog = catalog
+        self.kind = resolve_engine(engine)
+        self.max_line_chars = max(20, int(max_line_chars))
+        self.clock = clock
+        pats = catalog.patterns
+        self._patterns = pats
+        self._confirm = [p.compiled().search for p in pats]
+        self._generic = [p.generic for p in pats]
+        self._rank = [SEVERITY_RANK[p.severity] for p in pats]
+        self._window = [p.window_s if p.window_s is not None
+                        else (preflight_window_s if p.priority == 1 else None) for p in pats]
+        self._windowed = any(w is not None for w in self._window)
+        self.matchers: list[_match.Matcher] = []
+        if self.kind == "hyperscan":
+            hm = _match.HyperscanMatcher(pats)
+            self.matchers.append(hm)
+            if hm.leftover:
+                self.matchers.append(_match.ReMatcher(hm.leftover))
+        else:
+            self.matchers.append(_match.ReMatcher(pats))
+        self._suppressor = _match.Suppressor(catalog.suppressions,
+                                             use_hyperscan=self.kind == "hyperscan")
+
+    # -- public scanning API -------------------------------------------------------------------
+
+    def stream(self, source: str, *, start_time: float | None = None,
+               labels: Mapping[str, str] | None = None, not_before: float | None = None
+               ) -> StreamScanner:
+        """An incremental scanner for one stream (a followed file, a pipe, a pod's log)."""
+        return StreamScanner(self, source, start_time=start_time, labels=labels,
+                             not_before=not_before)
+
+    def scan_bytes(self, data: bytes | bytearray, *, source: str = "-",
+                   start_time: float | None = None, labels: Mapping[str, str] | None = None,
+                   not_before: float | None = None, seen_at: float | None = None) -> list[Alert]:
+        """All alerts in ``data`` (whole lines; a last line without newline counts)."""
+        s = self.stream(source, start_time=start_time, labels=labels, not_before=not_before)
+        return s.feed(data, seen_at=seen_at) + s.flush(seen_at=seen_at)
+
+    def scan_lines(self, lines: Iterable[str | bytes | tuple[float | None, str | bytes]], *,
+                   source: str = "-", start_time: float | None = None,
+                   labels: Mapping[str, str] | None = None, not_before: float | None = None
+                   ) -> list[Alert]:
+        """Alerts for lines given one by one, optionally as ``(timestamp, line)`` pairs."""
+        s = self.stream(source, start_time=start_time, labels=labels, not_before=not_before)
+        out: list[Alert] = []
+        for item in lines:
+            ts, line = item if isinstance(item, tuple) else (None, item)
+            out += s.feed_line(line, ts=ts)
+        return out
+
+    def scan_file(self, path: str | Path, *, source: str | None = None,
+                  start_time: float | None = None, not_before: float | None = None,
+                  labels: Mapping[str, str] | None = None, workers: int | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> list[Alert]:
+        """All alerts in a file, read in blocks and split over ``workers`` processes
+        (default: up to 2, for files of 32 MiB or more)."""
+        from healer.detect import _files
+
+        return _files.scan_file(self, Path(path), source=source or str(path),
+                                start_time=start_time, not_before=not_before, labels=labels,
+                                workers=workers, progress=progress)
+
+    def render_file(self, path: str | Path, render: Callable[[list[Alert]], Any], *,
+                    source: str | None = None, start_time: float | None = None,
+                    not_before: float | None = None, workers: int | None = None,
+                    progress: Callable[[int, int], None] | None = None,
+                    idle: Callable[[], None] | None = None) -> list[Any]:
+        """Like ``scan_file``, but each region's alerts go through ``render`` in the worker
+        that found them (so formatting runs on every core); returns the results in order.
+        ``render`` must return something ``marshal`` can carry (str, bytes, numbers, lists,
+        dicts). ``idle`` runs in this process while the workers finish (e.g. imports)."""
+        from healer.detect import _files
+
+        return _files.scan_file(self, Path(path), source=source or str(path),
+                                start_time=start_time, not_before=not_before, labels=None,
+                                workers=workers, progress=progress, render=render, idle=idle)
+
+    # -- internals shared with _files and StreamScanner ------------------------------------------
+
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes]
+                   ) -> tuple[int, list[RawHit], list[bytes]]:
+        """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads)."""
+        if buf.find(b"\x1b", lo, hi) >= 0:
+            buf, hi = _match.strip_ansi_into(buf, lo, hi)
+            lo = 0
+        cands: list[tuple[int, int]] = []
+        for m in self.matchers:
+            cands += m.candidates(buf, lo, hi)
+        cands.sort()
+        cands.append((hi + 1, -1))  # sentinel: flushes the last line
+        # Pass 1: candidate lines → lines on which some pattern really matches. This loop runs
+        # once per matching line of a big file, so it is written for speed.
+        found: list[tuple[int, int, Any, list[int]]] = []  # (line idx, start, line, patterns)
+        add = found.append
+        line_idx = 0
+        counted = lo
+        ls = le = -1
+        idxs: list[int] = []
+        count, rfind, find = buf.count, buf.rfind, buf.find
+        confirm = self._confirm
+        for off, idx in cands:
+            if off <= le:
+                if idx not in idxs:
+                    idxs.append(idx)
+                continue
+            if idxs:
+                line = buf[ls:le]
+                if len(idxs) == 1:
+                    if confirm[idxs[0]](line):
+                        add((line_idx, ls, line, idxs))
+                else:
+                    matched = [i for i in sorted(idxs) if confirm[i](line)]
+                    if matched:
+                        add((line_idx, ls, line, matched))
+            if idx < 0:
+                break
+            ls = rfind(b"\n", lo, off) + 1 or lo
+            le = find(b"\n", off, hi)
+            if le < 0:
+                le = hi
+            line_idx += count(b"\n", counted, ls)
+            counted = ls
+            idxs = [idx]
+        newlines = line_idx + count(b"\n", counted, hi)
+        # Pass 2: suppressions (batched), best pattern per code, timestamps.
+        hits: list[RawHit] = []
+        keep = self.max_line_chars * 4 + 8
+        generic, window, windowed = self._generic, self._window, self._windowed
+        sup_cands = self._suppressor.candidates([f[2] for f in found])
+        for (li, start, line, matched), ks in zip(found, sup_cands, strict=True):
+            if ks or len(matched) > 1 or generic[matched[0]]:
+                best = self._resolve(line, matched, ks)
+                if not best:
+                    continue
+            else:
+                best = (matched[0],)
+            own = parse_ts(line)
+            borrowed = own
+            if own is None and windowed and any(window[i] is not None for i in best):
+                borrowed = _lookback(buf, lo, start, tail)
+            hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed))
+        return newlines, hits, _tail_heads(buf, lo, hi, tail)
+
+    def _resolve(self, line: Any, matched: list[int], sup_ks: list[int]) -> tuple[int, ...]:
+        """Generic patterns, suppressions and one pattern per code (the most severe)."""
+        pats = self._patterns
+        specific = [i for i in matched if not self._generic[i]]
+        if specific:
+            matched = specific
+        if sup_ks:
+            gone = self._suppressor.verdict(line, sup_ks, {pats[i].code for i in matched})
+            if gone is None:
+                return ()
+            if gone:
+                matched = [i for i in matched if pats[i].code not in gone]
+        best: dict[str, int] = {}
+        for i in matched:
+            code = pats[i].code
+            if code not in best or self._rank[i] > self._rank[best[code]]:
+                best[code] = i
+        return tuple(sorted(best.values()))
+
+    def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
+               seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,
+               ts_override: float | None = None) -> list[Alert]:
+        """Raw hits → alerts: window and --since filters, line numbers, cut lines."""
+        out: list[Alert] = []
+        add = out.append
+        pats, window = self._patterns, self._window
+        label_map = labels if labels else NO_LABELS
+        text_of = self._text
+        lo_t, skew = start - SKEW_S, start
+        for idx, raw, pidxs, own, borrowed in hits:
+            if ts_override is not None:
+                own = borrowed = ts_override
+            if not_before is not None and own is not None and own < not_before:
+                continue
+            when = borrowed if borrowed is not None else seen_at
+            text = None
+            for pi in pidxs:
+                w = window[pi]
+                if w is not None and not (lo_t <= when <= skew + w):
+                    continue
+                if text is None:
+                    text = text_of(raw)
+                p = pats[pi]
+                add(Alert(p.code, p.id, p.priority, p.severity, source, base + idx + 1, text,
+                          own, label_map, p))
+        return out
+
+    def _text(self, raw: bytes) -> str:
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if _HAS_CONTROL.search(text):
+            text = text.translate(_CONTROLS)
+        if len(text) > self.max_line_chars:
+            text = text[: self.max_line_chars - 1] + "…"
+        return text
+
+    def first_line_ts(self, head: bytes) -> float | None:
+        """The timestamp of the first line of ``head`` (which starts a stream)."""
+        nl = head.find(b"\n")
+        first = head if nl < 0 else head[:nl]
+        if b"\x1b" in first:
+            first = _match.strip_ansi(first)
+        return parse_ts(first)
+
+
+class StreamScanner:
+    """Scans one stream incrementally; keeps line numbers, the start time and a partial line."""
+
+    def __init__(self, engine: Engine, source: str, *, start_time: float | None = None,
+                 labels: Mapping[str, str] | None = None, not_before: float | None = None):
+        self.engine = engine
+        self.source = source
+        self.start_time = start_time
+        self.labels = dict(labels or {})
+        self.not_before = not_before
+        self.lines = 0  # complete lines seen
+        self._pending = b""
+        self._tail: list[bytes] = []
+
+    def _start(self, first: bytes, seen_at: float, ts: float | None = None) -> float:
+        if self.start_time is None:
+            found = ts if ts is not None else self.engine.first_line_ts(first)
+            self.start_time = found if found is not None else seen_at
+        return self.start_time
+
+    def feed(self, data: bytes | bytearray, *, seen_at: float | None = None) -> list[Alert]:
+        """Scan the complete lines in ``data`` (plus what was pending); keep the rest."""
+        now = self.engine.clock() if seen_at is None else seen_at
+        buf = self._pending + data if self._pending else data
+        if not buf:
+            return []
+        start = self._start(bytes(buf[:HEAD_BYTES * 8]), now)
+        cut = buf.rfind(b"\n") + 1
+        self._pending = bytes(buf[cut:])
+        out: list[Alert] = []
+        lo = 0
+        while lo < cut:
+            hi = cut if cut - lo <= BLOCK_BYTES else buf.rfind(b"\n", lo, lo + BLOCK_BYTES) + 1
+            if hi <= lo:
+                hi = buf.find(b"\n", lo + BLOCK_BYTES) + 1
+            n, hits, self._tail = self.engine.scan_block(buf, lo, hi, self._tail)
+            out += self.engine.alerts(hits, base=self.lines, source=self.source, start=start,
+                                      seen_at=now, labels=self.labels,
+                                      not_before=self.not_before)
+            self.lines += n
+            lo = hi
+        return out
+
+    def feed_line(self, line: str | bytes, *, ts: float | None = None,
+                  labels: Mapping[str, str] | None = None, seen_at: float | None = None
+                  ) -> list[Alert]:
+        """Scan one log entry (e.g. from Loki, whose ``ts`` wins over the line's own)."""
+        raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else bytes(line)
+        now = self.engine.clock() if seen_at is None else seen_at
+        start = self._start(raw, now, ts)
+        raw = raw.rstrip(b"\n") + b"\n"
+        n, hits, self._tail = self.engine.scan_block(raw, 0, len(raw), self._tail)
+        out = self.engine.alerts(hits, base=self.lines, source=self.source, start=start,
+                                 seen_at=now, labels=labels if labels is not None else self.labels,
+                                 not_before=self.not_before, ts_override=ts)
+        self.lines += n
+        return out
+
+    def flush(self, *, seen_at: float | None = None) -> list[Alert]:
+        """Scan the pending partial line as a complete one (end of stream, or rotation)."""
+        if not self._pending:
+            return []
+        data, self._pending = self._pending + b"\n", b""
+        return self.feed(data, seen_at=seen_at)
+
+    def restart(self) -> None:
+        """A new incarnation of the stream (rotated or truncated file): lines count from 1."""
+        self.lines = 0
+        self._pending = b""
+        self._tail = []
+
+
+def _lookback(buf: Any, lo: int, ls: int, tail: list[bytes]) -> float | None:
+    """The timestamp of the nearest earlier line, at most LOOKBACK_LINES back."""
+    pos = ls
+    walked = 0
+    while walked < LOOKBACK_LINES and pos > lo:
+        prev = buf.rfind(b"\n", lo, pos - 1) + 1 or lo
+        ts = parse_ts(bytes(buf[prev:min(pos - 1, prev + HEAD_BYTES)]))
+        if ts is not None:
+            return ts
+        pos = prev
+        walked += 1
+    left = LOOKBACK_LINES - walked
+    for head in reversed(tail[-left:] if left else []):
+        ts = parse_ts(head)
+        if ts is not None:
+            return ts
+    return None
+
+
+def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes]) -> list[bytes]:
+    """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``)."""
+    heads: list[bytes] = []
+    end = hi - 1 if hi > lo and buf[hi - 1] == 0x0A else hi
+    while len(heads) < LOOKBACK_LINES and end > lo:
+        start = buf.rfind(b"\n", lo, end) + 1 or lo
+        heads.append(bytes(buf[start:min(end, start + HEAD_BYTES)]))
+        if start == lo:
+            break
+        end = start - 1
+    heads.reverse()
+    if len(heads) < LOOKBACK_LINES:
+        heads = (tail + heads)[-LOOKBACK_LINES:]
+    return heads
