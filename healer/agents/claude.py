@@ -96,6 +96,18 @@ def _launcher(folder: Path) -> Path:
     return path
 
 
+class _QuietKills(logging.Filter):
+    """The SDK logs an ERROR when the CLI dies; healer reports that itself, mapped and once."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Fatal error in message reader")
+
+
+_sdk_log = logging.getLogger("claude_agent_sdk._internal.query")
+if not any(isinstance(f, _QuietKills) for f in _sdk_log.filters):
+    _sdk_log.addFilter(_QuietKills())
+
+
 class ClaudeExecutor(Executor):
     """Runs an agent with Claude Code (see the module doc for what it may do)."""
 

@@ -68,14 +68,20 @@ class Prepared:
     started: float
     prompts_dir: Path | None = None
 
+    prompt_text: str | None = None
+
     def prompt(self) -> str:
-        """The task prompt: given, or rendered from the agent's template."""
-        if self.task.prompt is not None:
-            return self.task.prompt
-        template = self.task.template or self.definition.template
-        if not self.task.template and template not in templates(self.prompts_dir):
-            template = DEFAULT_TEMPLATE  # a user's agent without a template of its own
-        return render_task(template, self.run, self.context, folder=self.prompts_dir)
+        """The task prompt: given, or rendered from the agent's template (once)."""
+        if self.prompt_text is None:
+            if self.task.prompt is not None:
+                self.prompt_text = self.task.prompt
+            else:
+                template = self.task.template or self.definition.template
+                if not self.task.template and template not in templates(self.prompts_dir):
+                    template = DEFAULT_TEMPLATE  # a user's agent without a template of its own
+                self.prompt_text = render_task(template, self.run, self.context,
+                                               folder=self.prompts_dir)
+        return self.prompt_text
 
 
 def secret_env_names(settings: Any) -> set[str]:
@@ -153,9 +159,12 @@ class Executor(abc.ABC):
                       incident=task.incident)
         context = {**context_from_vars(task.agent, task.target, task.vars,
                                        settings=self.settings), **task.context}
-        return Prepared(task=task, definition=definition, run=run, result_path=path,
+        prep = Prepared(task=task, definition=definition, run=run, result_path=path,
                         staged_path=staged, run_dir=run_dir, context=context, timeout_s=timeout,
                         started=time.monotonic(), prompts_dir=self.prompts_dir)
+        if self.agent_writes_result:
+            prep.prompt()  # a template that does not render fails here, before the run
+        return prep
 
     async def run(self, task: AgentTask, *,
                   on_prepared: Callable[[Prepared], None] | None = None) -> RunOutcome:

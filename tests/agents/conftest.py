@@ -59,6 +59,17 @@ def claude_executor(settings: Any) -> Any:
     return make
 
 
+@pytest.fixture
+def scratch_playbooks() -> Iterator[None]:
+    """Playbooks a test registers are gone after it (the built-in ones stay)."""
+    from healer.agents import playbooks
+
+    before = playbooks.registered()  # loads the built-in ones first
+    yield
+    playbooks._REGISTRY.clear()
+    playbooks._REGISTRY.update(before)
+
+
 @pytest.fixture(name="free_port")
 def free_port_fixture() -> Any:
     """A function giving a loopback port nothing listens on."""

@@ -219,6 +219,24 @@ class TestFailures:
         assert valid(outcome.result_path)["status"] == "failed"
 
 
+class TestIsolation:
+    async def test_agent_env_has_no_healer_secrets(
+            self, settings: Any, claude_executor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+        """healer's own secrets are blanked in the agent's environment; its run id is there,
+        and its Claude config dir is an isolated one."""
+        monkeypatch.setenv("HEALER_TOKEN", "s3cret-api-token")
+        monkeypatch.setenv("GITHUB_TOKEN", "ghp_notforagents")
+        show = tool_use("Bash", {"command": 'echo "t=$HEALER_TOKEN g=$GITHUB_TOKEN '
+                                            'r=$HEALER_RUN_ID c=$CLAUDE_CONFIG_DIR"'})
+        with ScriptedModel([show, write_result("ok"), text("done")]) as model:
+            outcome = await claude_executor(model).run(
+                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"}))
+        shown = model.turns[1].tool_result_text()
+        assert "t= g= " in shown and f"r={outcome.run_id}" in shown
+        assert f"agents/runs/{outcome.run_id}/claude-config" in shown
+        assert "s3cret" not in json.dumps([r.body for r in model.requests])
+
+
 class TestMcpTools:
     async def test_scripted_mcp_tool_call_reaches_the_server(
             self, settings: Any, claude_executor: Any, tmp_path: Path) -> None:

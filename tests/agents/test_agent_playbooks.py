@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from healer.agents import AgentTask, PlaybookExecutor, playbook, registered
-from healer.agents import playbooks as registry
 from healer.core.bus import ResultsBus
 from healer.core.schemas import errors as schema_errors
 from healer.core.store import FileStore
@@ -22,15 +21,6 @@ def _valid(path: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
     assert schema_errors("agent-result", data) == []
     return data
-
-
-@pytest.fixture
-def scratch_playbooks() -> Any:
-    """Register test playbooks for the test only."""
-    before = dict(registry._REGISTRY)
-    yield
-    registry._REGISTRY.clear()
-    registry._REGISTRY.update(before)
 
 
 @pytest.mark.e2e

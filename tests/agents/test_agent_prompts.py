@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from healer.agents import (
+    AgentTask,
     ErrorReport,
     PromptError,
     RunInfo,
@@ -102,6 +103,31 @@ class TestTemplates:
             context_from_vars("channel-diagnoser", "mac1", {"port": "eighty"})
         with pytest.raises(UsageError, match="alerts"):
             context_from_vars("evaluation-agent", "p1", {"alerts": "{not json"})
+
+
+class TestExecutorPrompts:
+    async def test_unrenderable_prompt_fails_before_the_run(self, settings: Any,
+                                                            tmp_path: Any) -> None:
+        """A template needing a variable nobody gave stops the run before it starts."""
+        from healer.agents.claude import ClaudeExecutor
+
+        (tmp_path / "channel-diagnoser.md.j2").write_text("Probe {{ peer.host }} {{ nope }}")
+        ex = ClaudeExecutor(settings, prompts_dir=tmp_path)
+        with pytest.raises(PromptError, match="nope"):
+            await ex.run(AgentTask("channel-diagnoser", "mac1", vars={"host": "127.0.0.1"}))
+        assert list(settings.results_path.glob("*.json")) == []
+
+    def test_agent_without_template_gets_the_default(self, settings: Any, tmp_path: Any) -> None:
+        """A user's agent with no template of its own gets the generic task prompt."""
+        from healer.agents.claude import ClaudeExecutor
+
+        (tmp_path / "my-agent.md").write_text("---\nname: my-agent\ndescription: Mine.\n"
+                                              "tools: Read\nmodel: haiku\n---\n\nDo it.\n")
+        prep = ClaudeExecutor(settings, agents_dir=tmp_path).prepare(
+            AgentTask("my-agent", "thing1", vars={"goal": "tidy up"}))
+        text = prep.prompt()
+        assert "# Task for `my-agent` on `thing1`" in text and '"goal": "tidy up"' in text
+        assert f"result file: `{prep.staged_path}`" in text
 
 
 class TestFence:
