@@ -1,0 +1,108 @@
+"""Shared pieces of the self-healing tests: the seed report, scripted agents, polling."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import textwrap
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+BUGGY = textwrap.dedent('''\
+    def lookup(row):
+        return row["user_id"]
+    ''')
+
+TRACEBACK = textwrap.dedent('''\
+    Traceback (most recent call last):
+      File "{root}/src/app/tools.py", line 2, in lookup
+        return row["user_id"]
+    KeyError: 'user_id'
+    ''')
+
+# The seed's example report (self-healing-protocol.txt), verbatim.
+SEED_REPORT = {
+    "error_type": "asyncpg.exceptions.UndefinedTableError",
+    "error_message": 'relation "butler_name.missing_table" does not exist',
+    "traceback": "Traceback (most recent call last):...",
+    "call_site": "src/butlers/modules/memory/tools/facts.py:memory_store_fact",
+    "context": "I was storing a new fact for the memory module. The table appears to be missing "
+               "from the schema — likely a migration that was not applied.",
+    "tool_name": "memory_store_fact",
+    "severity_hint": "high",
+}
+
+# Scripted healing agents: small Python programs that do in their cwd (the worktree) what a
+# model would do with its tools.
+AGENTS = {
+    "fix": '''
+        import pathlib, subprocess
+        p = pathlib.Path("src/app/tools.py")
+        p.write_text('def lookup(row):\\n    return row.get("user_id")\\n')
+        subprocess.run(["git", "add", "src/app/tools.py"], check=True)
+        subprocess.run(["git", "commit", "-qm", "fix: tolerate rows without user_id"],
+                       check=True)
+    ''',
+    "unfixable": '''
+        import pathlib, subprocess
+        pathlib.Path("UNFIXABLE").write_text(
+            "Root cause: the upstream payments API returns HTTP 503 for every request.\\n"
+            "This is an outage of an external service, not a bug in this code.\\n"
+            "Operator: check the provider's status page and retry later.\\n")
+        subprocess.run(["git", "add", "UNFIXABLE"], check=True)
+        subprocess.run(["git", "commit", "-qm", "chore: unfixable - upstream outage"],
+                       check=True)
+    ''',
+    "leak": '''
+        import pathlib, subprocess
+        p = pathlib.Path("src/app/settings.py")
+        p.write_text('API_KEY = "sk-ant-api03-Xy7Qp2Lm9Nv4Rt8Ks1Jd6Fh3Gz5Wb0Cc-AaBbCcDdEe"\\n'
+                     'ADMIN = "jane.doe@gmail.com"\\n')
+        subprocess.run(["git", "add", "src/app/settings.py"], check=True)
+        subprocess.run(["git", "commit", "-qm", "fix: configure the client"], check=True)
+    ''',
+    "hang": '''
+        import time
+        time.sleep(300)
+    ''',
+    "nothing": '''
+        print("looked around, changed nothing")
+    ''',
+    "recurse": '''
+        import json, os, subprocess, sys
+        out = subprocess.run([sys.executable, "-m", "healer", "report", "--json",
+                              "--type", "RuntimeError", "--message", "the agent itself broke"],
+                             capture_output=True, text=True)
+        with open(os.environ["PROBE_FILE"], "w") as fh:
+            fh.write(out.stdout)
+    ''',
+}
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def wait_status(read: Callable[[], dict[str, Any] | None], statuses: set[str],
+                timeout: float = 30.0) -> dict[str, Any]:
+    """Poll until the attempt ``read`` returns is in one of ``statuses``."""
+    deadline = time.monotonic() + timeout
+    last: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        last = read()
+        if last and last.get("status") in statuses:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"attempt did not reach {statuses}: {json.dumps(last)[:2000]}")
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child healer process (no HEALER_* from outside)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
