@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import importlib
 import json
 import logging
 import os
@@ -184,7 +185,8 @@ class ClaudeExecutor(Executor):
                 "Claude Code CLI not found (install claude-agent-sdk, or set "
                 "executor.claude.cli_path)", agent=prep.run.agent, run_id=prep.run.run_id)
         try:
-            import claude_agent_sdk  # noqa: F401 - fail early and clearly when missing
+            # The SDK takes ~1 s to import: not on the event loop, where other runs are going.
+            await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
         except ImportError as exc:
             raise AgentUnavailableError(f"claude-agent-sdk is not installed: {exc}",
                                         agent=prep.run.agent, run_id=prep.run.run_id) from exc

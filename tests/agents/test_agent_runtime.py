@@ -58,6 +58,15 @@ def gated(scratch_playbooks: None) -> dict[str, Any]:
     return state
 
 
+async def until(check: Any, timeout: float = 10.0) -> None:
+    """Wait for ``check()`` to hold (the machine may be busy; never a fixed sleep)."""
+    for _ in range(int(timeout / 0.02)):
+        if check():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("condition not reached")
+
+
 def task(n: int, **kw: Any) -> AgentTask:
     return AgentTask("config-updater", f"mac{n}", vars={"host": "127.0.0.1"}, **kw)
 
@@ -67,7 +76,8 @@ class TestRunner:
         """No more than max_concurrent runs execute at once; the rest queue, then all finish."""
         runner = AgentRunner(settings, executor="playbook", max_concurrent=2)
         handles = [runner.submit(task(i)) for i in range(5)]
-        await asyncio.sleep(0.3)
+        await until(lambda: gated["started"] == 2)
+        await asyncio.sleep(0.2)  # room for a third to start, were the bound not enforced
         assert gated["started"] == 2 and runner.queued == 3 and runner.running == 2
         gated["gate"].set()
         outcomes = [await runner.wait(h.run_id, timeout=10) for h in handles]
@@ -78,7 +88,7 @@ class TestRunner:
         """Cancelling a running or a queued run ends it with a failed result on the bus."""
         runner = AgentRunner(settings, executor="playbook", max_concurrent=1)
         running, queued = runner.submit(task(1)), runner.submit(task(2))
-        await asyncio.sleep(0.2)
+        await until(lambda: gated["started"] == 1)
         assert runner.cancel(running.run_id) and runner.cancel(queued.run_id)
         first = await runner.wait(running.run_id, timeout=10)
         second = await runner.wait(queued.run_id, timeout=10)
@@ -93,7 +103,7 @@ class TestRunner:
         """Submitting beyond max_queued waiting runs is refused."""
         runner = AgentRunner(settings, executor="playbook", max_concurrent=1, max_queued=2)
         runner.submit(task(1))
-        await asyncio.sleep(0.1)
+        await until(lambda: gated["started"] == 1)
         runner.submit(task(2))
         runner.submit(task(3))
         with pytest.raises(ExecutorError, match="queue is full"):
@@ -124,10 +134,7 @@ class TestRunner:
             runner = AgentRunner(settings, executor=claude_executor(model))
             h = runner.submit(AgentTask("channel-diagnoser", "p1", vars={"host": "127.0.0.1"}))
             pidfile = settings.state_path / "agents" / "runs" / h.run_id / "claude.pid"
-            for _ in range(200):
-                if model.requests:
-                    break
-                await asyncio.sleep(0.05)
+            await until(lambda: bool(model.requests), timeout=30)
             pid = int(pidfile.read_text())
             assert _proctree.alive(pid)
             runner.cancel(h.run_id)
