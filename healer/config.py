@@ -174,6 +174,12 @@ class PlaySettings:
                                         minimum=0)
     dedup_window_s: float = setting(1800.0, "Alerts of one code and workflow family share one "
                                     "forge issue within this window.", minimum=0)
+    actions: dict[str, list[str]] = setting(
+        {}, "What the remediation playbook runs per strategy (fix_config, fix_code, restart, "
+        "retry): an argv, no shell. `{play_id}`, `{agent}`, `{issue_type}`, `{level}`, "
+        "`{missing_tools}`, `{task_id}`, `{repository}`, `{namespace}` are substituted.",
+    )
+    action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
 
 
 @dataclass

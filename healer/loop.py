@@ -27,6 +27,7 @@ from typing import Any, Protocol
 from filelock import FileLock, Timeout
 
 from healer import __version__
+from healer.api.metrics import Metrics
 from healer.config import Settings
 from healer.core.bus import AgentResult, ResultsBus
 from healer.core.files import atomic_write_json
@@ -58,11 +59,11 @@ class PeriodicJob:
 # "module:function" factories, imported only if the module exists, so the loop composes
 # whatever capabilities this installation has.
 SERVICE_FACTORIES: list[str] = [
-    "healer.api.service:create_service",
+    "healer.play.service:create_service",
     "healer.selfheal.service:create_loop_service",
     "healer.fleet.service:create_service",
-    "healer.play.service:create_service",
     "healer.context.service:create_service",
+    "healer.api.service:create_service",  # last: it serves what the others registered
 ]
 
 
@@ -86,7 +87,9 @@ class Healer:
 
     def status(self) -> dict[str, Any]:
         s = self.bus.stats
+        api = self.extras.get("api")
         return {
+            "api": getattr(api, "url", ""),
             "pid": os.getpid(),
             "version": __version__,
             "node": self.settings.node,
@@ -108,6 +111,7 @@ def build(settings: Settings) -> Healer:
         fleet_dir=settings.fleet_path, node=settings.node,
     )
     healer = Healer(settings=settings, store=store, bus=bus)
+    healer.extras["metrics"] = Metrics()
     bus.subscribe(_log_result)
     bus.subscribe_seeds(_log_seed)
     for spec in SERVICE_FACTORIES:
@@ -118,7 +122,11 @@ def build(settings: Settings) -> Healer:
             if exc.name and module_name.startswith(exc.name):
                 continue  # that capability is not part of this installation
             raise
-        service = getattr(module, func)(healer)
+        factory = getattr(module, func, None)
+        if factory is None:
+            log.debug("%s has no %s: not a loop service", module_name, func)
+            continue
+        service = factory(healer)
         if service is not None:
             healer.services.append(service)
     return healer

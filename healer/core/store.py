@@ -76,6 +76,11 @@ class Store(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the file store holds none."""
 
+    def stamp(self, kind: str, key: str) -> object | None:
+        """A cheap token that changes whenever the record changes, or None if the backend
+        has none (callers then re-read). Lets hot paths cache records safely."""
+        return None
+
     # Shared behaviour built on the primitives above --------------------------------------
 
     def require(self, kind: str, key: str) -> Record:
@@ -123,6 +128,7 @@ class FileStore(Store):
         self._clock = clock
         self._lock_timeout = lock_timeout
         self._made: set[Path] = set()
+        self._stamp_paths: dict[tuple[str, str], str] = {}
 
     def _dir(self, *parts: str) -> Path:
         path = self.root.joinpath(*parts)
@@ -163,6 +169,21 @@ class FileStore(Store):
 
     def get(self, kind: str, key: str) -> Record | None:
         return self._read(self._path(kind, key))
+
+    def stamp(self, kind: str, key: str) -> object | None:
+        # Every write renames a new file into place, so the inode changes with each revision.
+        # Hot path (cached reads of many records per request): a memo of validated paths.
+        path = self._stamp_paths.get((kind, key))
+        if path is None:
+            path = str(self._path(kind, key))
+            if len(self._stamp_paths) > 100_000:
+                self._stamp_paths.clear()
+            self._stamp_paths[(kind, key)] = path
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def put(
         self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None

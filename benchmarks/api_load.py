@@ -1,0 +1,123 @@
+"""HTTP API load: the active-session list and session starts, with 10,000 stored sessions.
+
+Seeds a state dir with 10,000 play sessions (50 of them active), starts a real
+`healer serve` on 127.0.0.1, and drives it with wrk (Debian package `wrk`) for a fixed time:
+
+- GET  /api/v1/sessions/active       target >= 2,000 req/s, p99 < 25 ms
+- POST /api/v1/session/start         unique play ids (wrk Lua script)
+
+    .venv/bin/python benchmarks/api_load.py [--seconds 10] [--connections 16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from healer.core.store import FileStore
+from healer.play.sessions import SessionRegistry
+from healer.testing.api import ServeProcess
+from healer.testing.loop import healer_env
+
+BODY = ('{"play_id":"%s","repository":"5dlabs/cto","cto_config":{"agents":{"rex":{"tools":'
+        '{"remote":["brave_search","github_create_pull_request"]}}}},"tasks":[{"id":1}]}')
+
+START_LUA = r"""
+local threads = 0
+setup = function(thread)
+  thread:set("tid", threads)
+  threads = threads + 1
+end
+init = function(args)
+  counter = 0
+end
+request = function()
+  counter = counter + 1
+  local id = string.format("bench-%d-%d", tid, counter)
+  local body = string.format('%s', id)
+  return wrk.format("POST", "/api/v1/session/start",
+                    {["Content-Type"] = "application/json"}, body)
+end
+"""
+
+DONE_LUA = r"""
+done = function(summary, latency, requests)
+  io.write(string.format("P99_US %d\nP50_US %d\nCODES_NON2XX %d\n",
+           latency:percentile(99), latency:percentile(50),
+           summary.errors.status))
+end
+"""
+
+
+def seed(state: Path, total: int, active: int) -> None:
+    reg = SessionRegistry(FileStore(state))
+    for i in range(total):
+        pid = f"play-task-{i}"
+        reg.start({"play_id": pid, "repository": "5dlabs/cto",
+                   "cto_config": {"agents": {"rex": {"tools": {"remote": ["brave_search"]}}}},
+                   "tasks": [{"id": 1, "title": "t"}]})
+        if i >= active:
+            reg.finish(pid)
+
+
+def wrk(url: str, path: str, seconds: int, conns: int, script: Path | None) -> dict[str, float]:
+    argv = ["wrk", "-t2", f"-c{conns}", f"-d{seconds}s", "--latency"]
+    if script:
+        argv += ["-s", str(script)]
+    out = subprocess.run([*argv, url + path], capture_output=True, text=True, timeout=seconds + 60,
+                         check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p99 = float(re.search(r"P99_US (\d+)", out).group(1)) / 1000  # type: ignore[union-attr]
+    p50 = float(re.search(r"P50_US (\d+)", out).group(1)) / 1000  # type: ignore[union-attr]
+    bad = int(re.search(r"CODES_NON2XX (\d+)", out).group(1))  # type: ignore[union-attr]
+    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": bad}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=16)
+    ap.add_argument("--sessions", type=int, default=10_000)
+    ap.add_argument("--active", type=int, default=50)
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        sys.exit("wrk is not installed (apt-get install wrk)")
+    root = Path(tempfile.mkdtemp(prefix="healer-api-bench-"))
+    t0 = time.perf_counter()
+    seed(root / "state", args.sessions, args.active)
+    print(f"seeded {args.sessions} sessions ({args.active} active) in "
+          f"{time.perf_counter() - t0:.1f} s")
+    env = healer_env(root / "state", root / "results", root / "fleet")
+    server = ServeProcess(env)
+    try:
+        get_lua = root / "get.lua"
+        get_lua.write_text(DONE_LUA)
+        post_lua = root / "post.lua"
+        post_lua.write_text(START_LUA.replace("'%s'", "'" + BODY.replace("%s", "%s") + "'")
+                            + DONE_LUA)
+        server.http.get("/api/v1/sessions/active")
+        active = wrk(server.url, "/api/v1/sessions/active", args.seconds, args.connections,
+                     get_lua)
+        start = wrk(server.url, "/", args.seconds, args.connections, post_lua)
+    finally:
+        server.close()
+    print(f"{'route':<34} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'non-2xx':>8}")
+    for name, r in (("GET /api/v1/sessions/active", active),
+                    ("POST /api/v1/session/start", start)):
+        print(f"{name:<34} {r['rps']:>9,.0f} {r['p50']:>8.2f} {r['p99']:>8.2f} "
+              f"{int(r['non2xx']):>8}")
+    ok = active["rps"] >= 2000 and active["p99"] < 25
+    print(f"active list: {active['rps']:,.0f} req/s, p99 {active['p99']:.1f} ms "
+          f"(target >= 2,000 req/s and p99 < 25 ms: {'met' if ok else 'NOT met'})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""The HTTP API: one Starlette app, routes contributed by each capability."""

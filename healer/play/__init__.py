@@ -1,0 +1,1 @@
+"""The play healer: sessions, pre-flight checks, evaluation → remediation → escalation."""

@@ -1,0 +1,202 @@
+"""Evaluation → remediation → re-evaluation, bounded, then escalation to a human.
+
+For each new issue on a session: one remediation per (issue type, target) at a time (a store
+record taken with compare-and-set), the ``evaluation-agent`` writes the root-cause analysis to
+the forge (one issue per alert code and workflow family within the dedup window), then up to
+``play.max_iterations`` rounds of ``remediation-agent`` at climbing levels, each followed by a
+re-evaluation ``play.reevaluate_after_s`` later. Still broken after the last round — or a
+security finding from the start — and a human gets the escalation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from healer.agents.task import AgentTask, RunOutcome
+from healer.config import Settings
+from healer.core.escalation import Attempt, Escalation, escalate
+from healer.core.forge_issues import Issues, dedup_key
+from healer.core.store import Store
+from healer.errors import ConflictError, HealerError
+from healer.play import evaluate
+from healer.play.sessions import SessionRegistry, iso
+
+log = logging.getLogger(__name__)
+
+KIND = "remediations"
+RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
+
+
+class Remediator:
+    def __init__(self, settings: Settings, store: Store, registry: SessionRegistry, *,
+                 run_agent: RunAgent, still_broken: Callable[[str, dict[str, Any], float], bool],
+                 metrics: Any = None, clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.run_agent = run_agent
+        self.still_broken = still_broken
+        self.metrics = metrics
+        self.clock = clock
+        self.issues = Issues(settings, store)
+
+    def _key(self, play_id: str, issue: dict[str, Any]) -> str:
+        return dedup_key(play_id, issue.get("agent") or "play", issue["issue_type"])
+
+    def claim(self, play_id: str, issue: dict[str, Any]) -> str | None:
+        """Take the (issue type, target) slot; None if a remediation already runs for it."""
+        key = self._key(play_id, issue)
+        data = {"play_id": play_id, "issue_id": issue["id"], "issue_type": issue["issue_type"],
+                "agent": issue.get("agent", ""), "status": "running", "attempts": [],
+                "started_at": iso(self.clock())}
+        existing = self.store.get(KIND, key)
+        try:
+            if existing is None:
+                self.store.create(KIND, key, data)
+            elif existing.data["status"] == "running":
+                return None
+            else:
+                self.store.put(KIND, key, data, expected_revision=existing.revision)
+        except ConflictError:
+            return None
+        return key
+
+    async def handle(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
+        """Run the whole cycle for one issue; returns the final remediation record."""
+        key = self.claim(play_id, issue)
+        if key is None:
+            log.info("remediation for %s/%s already running", play_id, issue["issue_type"])
+            return {"status": "deduplicated"}
+        self.registry.set_issue_fields(play_id, issue["id"], remediation_spawned=True,
+                                       remediation=key)
+        try:
+            return await self._cycle(key, play_id, issue)
+        except Exception as exc:
+            log.exception("remediation of %s failed unexpectedly", key)
+            self._update(key, status="error", error=str(exc)[:2000])
+            raise
+
+    async def _cycle(self, key: str, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
+        s = self.settings.play
+        session = self.registry.require(play_id)
+        attempts: list[Attempt] = []
+        forge_url = await self._evaluate(play_id, session, issue)
+        for n in range(1, s.max_iterations + 1):
+            plan = evaluate.plan(issue, n, s.max_iterations)
+            if plan.to_human:
+                break
+            started = self.clock()
+            outcome = await self._remediate(play_id, session, issue, plan, n)
+            result = outcome.result or {}
+            detail = result.get("error") or result.get("notes") or outcome.error or ""
+            attempts.append(Attempt(n, f"{plan.level} {plan.strategy}: "
+                                       f"{', '.join(result.get('actions_taken') or []) or '-'}",
+                                    outcome.status, str(detail)[:300], iso(started)))
+            self._update(key, attempts=[a.__dict__ for a in attempts])
+            if self.metrics is not None:
+                self.metrics.remediations.labels(outcome=outcome.status).inc()
+            if s.reevaluate_after_s:
+                await asyncio.sleep(s.reevaluate_after_s)
+            if outcome.ok and not self.still_broken(play_id, issue, started):
+                self.registry.set_issue_fields(play_id, issue["id"], resolved=True,
+                                               resolved_at=iso(self.clock()))
+                return self._update(key, status="resolved", level=plan.level)
+        plan = evaluate.plan(issue, s.max_iterations + 1, s.max_iterations)
+        record = await self._escalate(play_id, session, issue, attempts, plan, forge_url)
+        self.registry.set_issue_fields(play_id, issue["id"], escalated=True,
+                                       github_issue=record.issue.url if record.issue else None)
+        return self._update(key, status="escalated", level="L4",
+                            seed_file=str(record.seed_file or ""), discord=record.discord)
+
+    def _update(self, key: str, **fields: Any) -> dict[str, Any]:
+        def fn(d: dict[str, Any] | None) -> dict[str, Any]:
+            return {**(d or {}), **fields, "updated_at": iso(self.clock())}
+
+        rec = self.store.update(KIND, key, fn)
+        assert rec is not None
+        return rec.data
+
+    def _vars(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
+              plan: evaluate.Plan, attempt: int) -> dict[str, str]:
+        alerts = [{"code": evaluate.alert_code(issue), "severity": issue.get("severity", ""),
+                   "title": issue["description"], "target": issue.get("agent", play_id),
+                   "lines": issue.get("evidence", [])[:5]}]
+        return {
+            "repository": session["repository"], "namespace": session.get("namespace", "cto"),
+            "agent": issue.get("agent", ""), "issue_type": issue["issue_type"],
+            "strategy": plan.strategy, "level": plan.level, "attempt": str(attempt),
+            "max_attempts": str(self.settings.play.max_iterations),
+            "missing_tools": ",".join(issue.get("missing_tools", [])),
+            "task_id": str(issue.get("task_id", "")), "alerts": json.dumps(alerts),
+            "logs": "\n".join(issue.get("evidence", [])[:20]),
+        }
+
+    async def _evaluate(self, play_id: str, session: dict[str, Any],
+                        issue: dict[str, Any]) -> str:
+        plan = evaluate.plan(issue, 1, self.settings.play.max_iterations)
+        outcome: RunOutcome = await self.run_agent(AgentTask(
+            agent="evaluation-agent", target=play_id, kind="evaluation",
+            vars=self._vars(play_id, session, issue, plan, 1), incident=issue["id"]))
+        analysis = (outcome.result or {}).get("notes") or (outcome.result or {}).get(
+            "summary") or outcome.error
+        code = evaluate.alert_code(issue)
+        title = f"[HEAL-{code}] {issue['description'][:120]}: {play_id}"
+        body = (f"## Evaluation\n\n{analysis}\n\n**Plan:** {plan.strategy} "
+                f"({plan.reason})\n\n**Play:** `{play_id}` · **Repository:** "
+                f"`{session['repository']}` · **Agent:** `{issue.get('agent', '-')}`\n")
+        try:
+            ref = await self.issues.open(
+                key=dedup_key("heal", code, evaluate.workflow_family(play_id)), title=title,
+                body=body, labels=["heal", code], window_s=self.settings.play.dedup_window_s)
+        except HealerError as exc:
+            log.warning("evaluation issue for %s not published: %s", play_id, exc)
+            return ""
+        self.registry.set_issue_fields(play_id, issue["id"], github_issue=ref.url,
+                                       evaluation=str(analysis)[:2000])
+        return ref.url
+
+    async def _remediate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
+                         plan: evaluate.Plan, attempt: int) -> RunOutcome:
+        outcome: RunOutcome = await self.run_agent(AgentTask(
+            agent="remediation-agent", target=play_id, kind="remediation",
+            vars=self._vars(play_id, session, issue, plan, attempt), incident=issue["id"]))
+        log.info("remediation %s of %s/%s (%s %s): %s", attempt, play_id, issue["issue_type"],
+                 plan.level, plan.strategy, outcome.status)
+        return outcome
+
+    async def _escalate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
+                        attempts: list[Attempt], plan: evaluate.Plan, forge_url: str) -> Any:
+        agent = issue.get("agent") or "the play"
+        missing = issue.get("missing_tools") or []
+        steps = [f"Look at {agent} in play `{play_id}` ({session['repository']})."]
+        if missing:
+            steps.append(f"Add the missing tools ({', '.join(missing)}) to {agent}'s tool "
+                         "config, or make their MCP server start, then restart the agent.")
+        if not self.settings.play.actions.get(plan.strategy):
+            steps.append(f"Configure `play.actions.{plan.strategy}` so healer can do this "
+                         "itself next time.")
+        if forge_url:
+            steps.append(f"The analysis is in {forge_url}.")
+        steps.append(f"When done, finish or restart the play: "
+                     f"`curl -X POST {self.settings.play.healer_endpoint}/api/v1/session/"
+                     f"{play_id}/finish`.")
+        esc = Escalation(
+            title=f"[HEAL-{evaluate.alert_code(issue)}] {issue['description'][:120]}: {play_id}",
+            target=play_id, severity="critical" if issue.get("severity") == "critical"
+            else "high", incident=issue["id"],
+            what_happened=(f"{agent} in play `{play_id}` has a **{issue['issue_type']}** "
+                           f"issue: {issue['description']}. {plan.reason}."),
+            attempts=attempts, next_steps=steps,
+            commands=[f"curl -s {self.settings.play.healer_endpoint}/api/v1/session/{play_id}"],
+            evidence=list(issue.get("evidence", []))[:10],
+            labels=["heal", evaluate.alert_code(issue), "escalation"],
+            # The escalation lands on the evaluation's issue (one per code and workflow family).
+            dedup_key=dedup_key("heal", evaluate.alert_code(issue),
+                                evaluate.workflow_family(play_id)))
+        return await escalate(self.settings, self.store, esc, issues=self.issues,
+                              metrics=self.metrics)

@@ -1,0 +1,278 @@
+"""The play healer as one object: sessions, pre-flight, and background remediation.
+
+The HTTP routes call it; the loop owns it (so background remediations stop with the loop)
+and recovers remediations a crash interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from healer.agents.task import AgentTask, RunOutcome
+from healer.config import Settings
+from healer.core.store import Store
+from healer.play import evaluate, preflight
+from healer.play.remediate import KIND as REMEDIATIONS
+from healer.play.remediate import Remediator
+from healer.play.sessions import SessionRegistry, iso
+
+log = logging.getLogger(__name__)
+
+MAX_EVIDENCE = 10
+
+
+class PlayService:
+    def __init__(self, settings: Settings, store: Store, *, metrics: Any = None,
+                 run_agent: Callable[[AgentTask], Any] | None = None,
+                 clock: Callable[[], float] = time.time):
+        self.settings = settings
+        self.store = store
+        self.metrics = metrics
+        self.clock = clock
+        self.registry = SessionRegistry(store, clock=clock)
+        self._engine: Any = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._sem = asyncio.Semaphore(settings.executor.max_concurrent)
+        self.remediator = Remediator(settings, store, self.registry,
+                                     run_agent=run_agent or self._run_agent,
+                                     still_broken=self.still_broken, metrics=metrics,
+                                     clock=clock)
+
+    # -- agents ----------------------------------------------------------------------------
+
+    async def _run_agent(self, task: AgentTask) -> RunOutcome:
+        from healer.agents.executors import select_executor
+
+        async with self._sem:
+            outcome: RunOutcome = await select_executor(self.settings).run(task)
+            return outcome
+
+    @property
+    def engine(self) -> Any:
+        if self._engine is None:
+            from healer.detect.catalog import Catalog
+            from healer.detect.engine import Engine
+
+            d = self.settings.detect
+            self._engine = Engine(Catalog.load(d.catalog or None, d.catalog_mode),
+                                  max_line_chars=d.max_line_chars,
+                                  preflight_window_s=d.preflight_window_s, clock=self.clock)
+        return self._engine
+
+    # -- sessions --------------------------------------------------------------------------
+
+    def start_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        data = self.registry.start(body)
+        if self.metrics is not None:
+            self.metrics.sessions_started.inc()
+        log.info("play %s started: %d agent(s)", data["play_id"], len(data["expected_tools"]))
+        return data
+
+    def finish_session(self, play_id: str, status: str, reason: str) -> dict[str, Any]:
+        return self.registry.finish(play_id, status, reason)
+
+    def _agent_started(self, play_id: str, agent: str, ts: float | None) -> float:
+        """When ``agent`` started: first seen (or its own first timestamp), recorded once."""
+        started: float = 0.0
+
+        def fn(d: dict[str, Any]) -> None:
+            nonlocal started
+            entry = d["agents"].setdefault(agent, {})
+            if "started_epoch" not in entry:
+                entry["started_epoch"] = ts if ts is not None else self.clock()
+                entry["started_at"] = iso(entry["started_epoch"])
+            started = float(entry["started_epoch"])
+
+        self.registry.update(play_id, fn)
+        return started
+
+    # -- pre-flight ------------------------------------------------------------------------
+
+    async def record_inventory(self, play_id: str, report: dict[str, Any]) -> dict[str, Any]:
+        session = self.registry.require(play_id)
+        agent = report["agent"]
+        self._agent_started(play_id, agent, None)
+        verdict = preflight.check_inventory(session, report)
+        now = self.clock()
+
+        def fn(d: dict[str, Any]) -> None:
+            entry = d["agents"].setdefault(agent, {})
+            entry["inventory"] = sorted(set(report["tools"]))[:2000]
+            entry["inventory_at"] = now
+            entry["missing_tools"] = verdict.missing_tools
+            entry.setdefault("checklist", {}).update(verdict.items)
+
+        self.registry.update(play_id, fn)
+        issues = []
+        if "agent_type_identified" in verdict.failed:
+            issues.append(self._issue("pre_flight_failure", "critical", agent,
+                                      verdict.items["agent_type_identified"]["detail"]))
+        if verdict.missing_tools:
+            issues.append(self._issue(
+                "tool_mismatch", "critical", agent,
+                f"{agent} is missing declared tools: {', '.join(verdict.missing_tools)}",
+                missing_tools=verdict.missing_tools))
+        if verdict.failed_servers:
+            issues.append(self._issue(
+                "mcp_init_failed", "critical", agent,
+                f"{agent}: MCP server(s) failed to initialize: "
+                f"{', '.join(verdict.failed_servers)}"))
+        if "cto_config_loaded" in verdict.failed:
+            issues.append(self._issue("config_error", "critical", agent,
+                                      f"{agent}: cto-config not loaded"))
+        for item, issue_type in (("role_matches_task", "pre_flight_failure"),
+                                 ("template_loaded", "pre_flight_failure"),
+                                 ("language_context_set", "language_mismatch")):
+            if item in verdict.failed:
+                issues.append(self._issue(issue_type, "warning", agent,
+                                          f"{agent}: {verdict.items[item]['detail']}"))
+        recorded = self._record(play_id, issues)
+        return {**verdict.as_dict(), "issues": recorded}
+
+    async def ingest_logs(self, play_id: str, agent: str, lines: list[str], *,
+                          task_id: Any = None) -> dict[str, Any]:
+        self.registry.require(play_id)
+        first_ts = None
+        for line in lines[:50]:
+            first_ts = self.engine.first_line_ts(line.encode("utf-8", "replace"))
+            if first_ts is not None:
+                break
+        start = self._agent_started(play_id, agent, first_ts)
+        alerts = await asyncio.to_thread(self.engine.scan_lines, lines,
+                                         source=f"{play_id}/{agent}", start_time=start)
+        verdict = preflight.check_alerts(agent, alerts)
+        issues: list[dict[str, Any]] = []
+        by_item: dict[str, list[str]] = {}
+        for a in alerts:
+            if a.priority in (1, 3):
+                item = preflight.CODE_ITEM.get(a.code, "local_servers_initialized")
+                if a.code == "A12" and "tools-server" in a.line.lower():
+                    item = "tools_server_reachable"
+                by_item.setdefault(item, []).append(a.line)
+        for item, evidence in by_item.items():
+            code = next(a.code for a in alerts if a.line == evidence[0])
+            issue_type = evaluate.issue_type_for_alert(code, 1)
+            sev = next(a.severity for a in alerts if a.line == evidence[0])
+            if issue_type == "tool_mismatch" and verdict.missing_tools:
+                desc = f"{agent} is missing declared tools: {', '.join(verdict.missing_tools)}"
+            else:
+                desc = f"{agent}: {verdict.items.get(item, {}).get('detail', evidence[0])}"[:300]
+            issues.append(self._issue(issue_type, "critical" if sev == "critical" else "warning",
+                                      agent, desc, code=code, evidence=evidence[:MAX_EVIDENCE],
+                                      missing_tools=verdict.missing_tools
+                                      if issue_type == "tool_mismatch" else [],
+                                      task_id=task_id))
+        runtime = [a for a in alerts if a.priority == 2]
+        for code in sorted({a.code for a in runtime}):
+            hits = [a for a in runtime if a.code == code]
+            worst = "critical" if any(a.severity == "critical" for a in hits) else "warning"
+            issues.append(self._issue(
+                evaluate.issue_type_for_alert(code, 2), worst, agent,
+                f"{agent}: {hits[0].meaning or hits[0].id} ({len(hits)} line(s))"[:300],
+                code=code, evidence=[a.line for a in hits[:MAX_EVIDENCE]], task_id=task_id))
+        now = self.clock()
+
+        def fn(d: dict[str, Any]) -> None:
+            entry = d["agents"].setdefault(agent, {})
+            entry.setdefault("checklist", {}).update(verdict.items)
+            seen = entry.setdefault("last_alert_at", {})
+            for a in alerts:
+                seen[a.code] = now
+
+        if alerts:
+            self.registry.update(play_id, fn)
+            if self.metrics is not None:
+                for a in alerts:
+                    self.metrics.incidents.labels(code=a.code).inc()
+        recorded = self._record(play_id, issues)
+        return {"alerts": [a.to_dict() for a in alerts], "issues": recorded,
+                "checklist": verdict.items}
+
+    def _issue(self, issue_type: str, severity: str, agent: str, description: str,
+               **extra: Any) -> dict[str, Any]:
+        issue = {"issue_type": issue_type, "severity": severity, "agent": agent,
+                 "description": description}
+        issue.update({k: v for k, v in extra.items() if v not in (None, [], "")})
+        return issue
+
+    def _record(self, play_id: str, issues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Record issues on the session at once; start remediation for the new ones."""
+        out = []
+        for issue in issues:
+            stored, new = self.registry.add_issue(play_id, issue)
+            out.append(stored)
+            if new:
+                log.warning("play %s: %s (%s)", play_id, stored["description"],
+                            stored["issue_type"])
+                self._spawn(play_id, stored)
+        return out
+
+    def _spawn(self, play_id: str, issue: dict[str, Any]) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return  # no loop (a synchronous caller): the loop's recovery picks it up
+        task = loop.create_task(self.remediator.handle(play_id, issue))
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("remediation task failed: %s", task.exception())
+
+    def still_broken(self, play_id: str, issue: dict[str, Any], since: float) -> bool:
+        """Is there evidence, newer than ``since``, that the issue persists?"""
+        session = self.registry.get(play_id) or {}
+        entry = (session.get("agents") or {}).get(issue.get("agent", ""), {})
+        if issue["issue_type"] == "tool_mismatch" and entry.get("inventory_at", 0) >= since:
+            wanted = set(issue.get("missing_tools") or [])
+            return bool(wanted - set(entry.get("inventory") or []))
+        code = issue.get("code")
+        return bool(code and (entry.get("last_alert_at") or {}).get(code, 0) >= since)
+
+    async def wait_idle(self, timeout: float = 60.0) -> None:
+        """Wait for background remediations (tests, --once)."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=10)
+
+    def recover(self) -> int:
+        """Remediations a crash left 'running' are marked interrupted so they can run again."""
+        n = 0
+        for rec in self.store.list(REMEDIATIONS):
+            if rec.data.get("status") == "running":
+                self.store.update(REMEDIATIONS, rec.key,
+                                  lambda d: {**(d or {}), "status": "interrupted"})
+                n += 1
+        return n
+
+
+class PlayLoopService:
+    name = "play"
+
+    def __init__(self, play: PlayService):
+        self.play = play
+
+    async def start(self) -> None:
+        n = self.play.recover()
+        if n:
+            log.info("marked %d interrupted remediation(s)", n)
+
+    async def stop(self) -> None:
+        await self.play.stop()
+
+
+def create_service(healer: Any) -> PlayLoopService:
+    play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"))
+    healer.extras.setdefault("api_services", {})["play"] = play
+    return PlayLoopService(play)

@@ -1,0 +1,241 @@
+"""The session registry: what each play's agents should have, and what went wrong.
+
+Sessions live in the store (kind ``sessions``, key = play id); the ids of active ones are
+also in the member set ``sessions-active`` so listing them never reads finished sessions.
+Records are cached by the store's change stamp, so a hot ``/sessions/active`` re-reads only
+sessions that changed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from healer.core.names import safe_name
+from healer.core.store import Record, Store
+from healer.errors import ConflictError, NotFoundError, UsageError
+
+KIND = "sessions"
+ACTIVE = "sessions-active"
+STATUSES = ("active", "completed", "failed", "cancelled")
+ISSUE_TYPES = (
+    "pre_flight_failure", "tool_mismatch", "config_error", "mcp_init_failed", "agent_error",
+    "stuck", "agent_failure", "build_failure", "test_failure", "language_mismatch", "other",
+)
+MAX_ISSUES = 500
+
+
+class AlreadyActive(UsageError):
+    """The play is already active (HTTP 409)."""
+
+
+def iso(ts: float | None = None) -> str:
+    return datetime.fromtimestamp(time.time() if ts is None else ts, UTC).isoformat(
+        timespec="seconds").replace("+00:00", "Z")
+
+
+def expected_tools(cto_config: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per agent: remote tools, local servers with their tools, and the union."""
+    out: dict[str, dict[str, Any]] = {}
+    for agent, spec in (cto_config.get("agents") or {}).items():
+        tools = spec.get("tools") or {}
+        remote = list(dict.fromkeys(tools.get("remote") or []))
+        local = {srv: list(dict.fromkeys(cfg.get("tools") or []))
+                 for srv, cfg in (tools.get("localServers") or {}).items()
+                 if cfg.get("enabled", True)}
+        union = list(dict.fromkeys([*remote, *(t for ts in local.values() for t in ts)]))
+        out[agent] = {"remote": remote, "local": local, "all": union}
+    return out
+
+
+def summary(data: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "play_id": data["play_id"],
+        "repository": data["repository"],
+        "status": data["status"],
+        "task_count": len(data.get("tasks") or []),
+        "issue_count": len(data.get("issues") or []),
+        "started_at": data["started_at"],
+    }
+
+
+class SessionRegistry:
+    def __init__(self, store: Store, *, clock: Callable[[], float] = time.time):
+        self.store = store
+        self._clock = clock
+        self._cache: dict[str, tuple[object, dict[str, Any]]] = {}
+        self._summaries: dict[str, tuple[object, dict[str, Any]]] = {}
+        self._active: tuple[tuple[object, ...], list[dict[str, Any]]] = ((), [])
+        self._lock = threading.Lock()
+
+    # -- reads -----------------------------------------------------------------------------
+
+    def get(self, play_id: str) -> dict[str, Any] | None:
+        safe_name(play_id, "play_id")
+        stamp = self.store.stamp(KIND, play_id)
+        if stamp is not None:
+            with self._lock:
+                hit = self._cache.get(play_id)
+            if hit and hit[0] == stamp:
+                return hit[1]
+        rec = self.store.get(KIND, play_id)
+        if rec is None:
+            return None
+        if stamp is not None:
+            with self._lock:
+                self._cache[play_id] = (stamp, rec.data)
+        return rec.data
+
+    def require(self, play_id: str) -> dict[str, Any]:
+        data = self.get(play_id)
+        if data is None:
+            raise NotFoundError(KIND, play_id)
+        return data
+
+    def active_ids(self) -> list[str]:
+        return self.store.members(ACTIVE)
+
+    def list_active(self) -> list[dict[str, Any]]:
+        """Summaries of the active sessions, newest first.
+
+        The hot path of orchestrators polling healer: one listdir and one stat per active
+        session; the list is rebuilt only when one of their records changed. Callers may keep
+        the returned list's identity as a cache key and must not mutate it.
+        """
+        ids = self.active_ids()
+        stamps = tuple(self.store.stamp(KIND, pid) for pid in ids)
+        signature = (*ids, *stamps)
+        if None not in stamps and signature == self._active[0]:
+            return self._active[1]
+        out = []
+        for pid, stamp in zip(ids, stamps, strict=True):
+            hit = self._summaries.get(pid)
+            if hit is not None and stamp is not None and hit[0] == stamp:
+                out.append(hit[1])
+                continue
+            data = self.get(pid)
+            if data is not None and data["status"] == "active":
+                item = summary(data)
+                self._summaries[pid] = (stamp, item)
+                out.append(item)
+        out.sort(key=lambda s: s["started_at"], reverse=True)
+        self._active = (signature, out)
+        return out
+
+    def list_all(self, *, limit: int = 100, offset: int = 0,
+                 status: str | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """(total, one page of summaries) ordered by play id."""
+        keys = self.store.keys(KIND)
+        if status == "active":
+            keys = sorted(set(keys) & set(self.active_ids()))
+        page = []
+        for pid in keys[offset:]:
+            data = self.get(pid)
+            if data is None or (status and data["status"] != status):
+                continue
+            page.append(summary(data))
+            if len(page) >= limit:
+                break
+        return len(keys), page
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def start(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """Register a play; ``AlreadyActive`` if it is running. A finished play may restart."""
+        play_id = safe_name(payload["play_id"], "play_id")
+        now = self._clock()
+        data = {
+            "play_id": play_id,
+            "session_id": play_id,
+            "repository": payload["repository"],
+            "service": payload.get("service", ""),
+            "namespace": payload.get("namespace", "cto"),
+            "cto_config": payload["cto_config"],
+            "tasks": payload.get("tasks") or [],
+            "tools_server": payload.get("tools_server", ""),
+            "expected_tools": expected_tools(payload["cto_config"]),
+            "started_at": iso(now),
+            "started_epoch": now,
+            "last_updated": iso(now),
+            "status": "active",
+            "issues": [],
+            "agents": {},
+            "preflight": {},
+        }
+        existing = self.store.get(KIND, play_id)
+        try:
+            if existing is None:
+                self.store.create(KIND, play_id, data)
+            elif existing.data.get("status") == "active":
+                raise AlreadyActive(f"play {play_id} is already active")
+            else:
+                data["restarts"] = int(existing.data.get("restarts", 0)) + 1
+                self.store.put(KIND, play_id, data, expected_revision=existing.revision)
+        except ConflictError as exc:
+            raise AlreadyActive(f"play {play_id} was started concurrently") from exc
+        self.store.add_member(ACTIVE, play_id)
+        return data
+
+    def update(self, play_id: str, fn: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        """Apply ``fn`` to the session (in place) with compare-and-set; returns the new data."""
+        safe_name(play_id, "play_id")
+
+        def apply(current: dict[str, Any] | None) -> dict[str, Any]:
+            if current is None:
+                raise NotFoundError(KIND, play_id)
+            fn(current)
+            current["last_updated"] = iso(self._clock())
+            return current
+
+        rec: Record | None = self.store.update(KIND, play_id, apply)
+        assert rec is not None
+        return rec.data
+
+    def finish(self, play_id: str, status: str = "completed", reason: str = "") -> dict[str, Any]:
+        if status not in STATUSES[1:]:
+            raise UsageError(f"status must be one of {', '.join(STATUSES[1:])}")
+
+        def fn(d: dict[str, Any]) -> None:
+            d["status"] = status
+            d["finished_at"] = iso(self._clock())
+            if reason:
+                d["finish_reason"] = reason
+
+        data = self.update(play_id, fn)
+        self.store.remove_member(ACTIVE, play_id)
+        return data
+
+    def add_issue(self, play_id: str, issue: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Record an issue unless the same one (type, agent, description) is already there.
+        Returns (issue as stored, whether it is new)."""
+        assert issue["issue_type"] in ISSUE_TYPES, issue["issue_type"]
+        stored: dict[str, Any] = {}
+        new = False
+
+        def fn(d: dict[str, Any]) -> None:
+            nonlocal stored, new
+            for existing in d["issues"]:
+                if (existing["issue_type"], existing.get("agent"), existing["description"]) == (
+                        issue["issue_type"], issue.get("agent"), issue["description"]):
+                    existing["count"] = int(existing.get("count", 1)) + 1
+                    existing["last_seen"] = iso(self._clock())
+                    stored, new = existing, False
+                    return
+            entry = {"detected_at": iso(self._clock()), "remediation_spawned": False,
+                     "count": 1, "id": f"issue-{len(d['issues']) + 1}", **issue}
+            d["issues"] = [*d["issues"], entry][-MAX_ISSUES:]
+            stored, new = entry, True
+
+        self.update(play_id, fn)
+        return stored, new
+
+    def set_issue_fields(self, play_id: str, issue_id: str, **fields: Any) -> None:
+        def fn(d: dict[str, Any]) -> None:
+            for issue in d["issues"]:
+                if issue.get("id") == issue_id:
+                    issue.update(fields)
+
+        self.update(play_id, fn)

@@ -1,0 +1,46 @@
+"""Local stand-ins that speak real wire formats: a webhook receiver (Discord, Slack, ...)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class WebhookReceiver:
+    """An HTTP server on 127.0.0.1 that records every POST (path, headers, JSON body)."""
+
+    def __init__(self, status: int = 204):
+        self.posts: list[dict[str, Any]] = []
+        self.status = status
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length") or 0)
+                raw = self.rfile.read(length)
+                try:
+                    body: Any = json.loads(raw)
+                except ValueError:
+                    body = raw.decode(errors="replace")
+                receiver.posts.append({"path": self.path, "headers": dict(self.headers),
+                                       "body": body})
+                self.send_response(receiver.status)
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def __enter__(self) -> WebhookReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
