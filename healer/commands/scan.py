@@ -72,12 +72,12 @@ def _scan(args: argparse.Namespace) -> int:
     from healer.detect._scan_cli import ScanRun, detect_settings
     from healer.errors import UsageError
 
+    if args.cmd_given and not args.cmd:
+        raise UsageError("--cmd needs a command: --cmd -- ARGV...")
     if not args.files and not args.cmd and not args.loki:
         raise UsageError("nothing to scan: give FILE…, - for stdin, --cmd -- ARGV or --loki URL")
     if bool(args.loki) != bool(args.query):
         raise UsageError("--loki and --query go together")
-    if args.cmd_given and not args.cmd:
-        raise UsageError("--cmd needs a command: --cmd -- ARGV...")
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
     return ScanRun(args, detect_settings(args)).run()

@@ -29,9 +29,15 @@ from healer.detect.catalog import Pattern, Suppression
 # stripping keeps line numbers.
 ANSI = re.compile(rb"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
-# Anchors that mean "start/end of the whole input" differ between re (the line) and Hyperscan
-# (the whole buffer): such patterns always go to ``re``.
-_BUFFER_ANCHORS = re.compile(r"\\[AZz]")
+# \A and \Z mean the start and end of the line when re confirms a line, but of the whole
+# buffer when a buffer is searched: for the search they become ^ and $ (multi-line).
+_BUFFER_ANCHORS = re.compile(r"(?<!\\)((?:\\\\)*)\\([AZ])")
+
+
+def line_anchored(regex: str) -> str:
+    r"""``regex`` with \A/\Z turned into ^/$, for searching lines inside a buffer."""
+    return _BUFFER_ANCHORS.sub(lambda m: m.group(1) + ("^" if m.group(2) == "A" else "$"),
+                               regex)
 
 
 _SCRATCH = threading.local()
@@ -97,15 +103,16 @@ class ReMatcher:
         parts = []
         for p in self.patterns:
             flag = "-i" if p.case_sensitive else "i"
-            parts.append(b"(?" + flag.encode() + b":" + p.regex.encode("utf-8") + b")")
+            parts.append(b"(?" + flag.encode() + b":" + line_anchored(p.regex).encode("utf-8")
+                         + b")")
         try:
             self._one: re.Pattern[bytes] | None = re.compile(b"|".join(parts), re.MULTILINE)
             self._each: list[re.Pattern[bytes]] = []
         except re.error:
             # Patterns with global inline flags cannot be joined: search them one by one.
             self._one = None
-            self._each = [re.compile(p.regex.encode("utf-8"), p.flags | re.MULTILINE)
-                          for p in self.patterns]
+            self._each = [re.compile(line_anchored(p.regex).encode("utf-8"),
+                                     p.flags | re.MULTILINE) for p in self.patterns]
 
     def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
         if not self.patterns:
@@ -135,8 +142,7 @@ class HyperscanMatcher:
         self.patterns: list[Pattern] = []
         self.leftover: list[Pattern] = []
         self.prefiltered: list[str] = []
-        exact = [p for p in patterns if not _BUFFER_ANCHORS.search(p.regex)]
-        self.leftover = [p for p in patterns if _BUFFER_ANCHORS.search(p.regex)]
+        exact = list(patterns)
         base = [hs.HS_FLAG_MULTILINE | (0 if p.case_sensitive else hs.HS_FLAG_CASELESS)
                 for p in exact]
         self._db: Any = _compile(hs, exact, base)
@@ -146,7 +152,7 @@ class HyperscanMatcher:
             # Something did not compile: find out pattern by pattern (slow path, rare).
             flags: list[int] = []
             for p, flag in zip(exact, base, strict=True):
-                found = _hs_flag_for(hs, p.regex.encode("utf-8"), flag)
+                found = _hs_flag_for(hs, line_anchored(p.regex).encode("utf-8"), flag)
                 if found is None:
                     self.leftover.append(p)
                     continue
@@ -183,7 +189,7 @@ def _compile(hs: Any, patterns: Sequence[Pattern], flags: Sequence[int]) -> Any:
     """A block-mode database, from the content-addressed cache when it was built before."""
     if not patterns:
         return None
-    exprs = [p.regex.encode("utf-8") for p in patterns]
+    exprs = [line_anchored(p.regex).encode("utf-8") for p in patterns]
     ids = [p.index for p in patterns]
     name = _cache.key(getattr(hs, "__version__", "?"),
                       repr((exprs, ids, list(flags))).encode())
@@ -230,8 +236,7 @@ class Suppressor:
         self._always = everyone
         self._db: Any = None
         if use_hyperscan and self.suppressions:
-            exact = [k for k, s in enumerate(self.suppressions)
-                     if not _BUFFER_ANCHORS.search(s.regex)]
+            exact = range(len(self.suppressions))
             fake = [Pattern(id=self.suppressions[k].id, regex=self.suppressions[k].regex,
                             code="S", priority=2, severity="info",
                             case_sensitive=self.suppressions[k].case_sensitive, index=k)

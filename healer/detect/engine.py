@@ -290,22 +290,27 @@ class StreamScanner:
         self.lines = 0  # complete lines seen
         self._pending = b""
         self._tail: list[bytes] = []
+        self._first_seen: float | None = None
 
     def _start(self, first: bytes, seen_at: float, ts: float | None = None) -> float:
+        """The agent's start: given, else the first line's timestamp, else first seen."""
         if self.start_time is None:
             found = ts if ts is not None else self.engine.first_line_ts(first)
-            self.start_time = found if found is not None else seen_at
+            self.start_time = found if found is not None else (
+                self._first_seen if self._first_seen is not None else seen_at)
         return self.start_time
 
     def feed(self, data: bytes | bytearray, *, seen_at: float | None = None) -> list[Alert]:
         """Scan the complete lines in ``data`` (plus what was pending); keep the rest."""
         now = self.engine.clock() if seen_at is None else seen_at
+        if self._first_seen is None:
+            self._first_seen = now
         buf = self._pending + data if self._pending else data
-        if not buf:
-            return []
-        start = self._start(bytes(buf[:HEAD_BYTES * 8]), now)
         cut = buf.rfind(b"\n") + 1
         self._pending = bytes(buf[cut:])
+        if not cut:
+            return []
+        start = self._start(bytes(buf[:HEAD_BYTES * 8]), now)
         out: list[Alert] = []
         lo = 0
         while lo < cut:
@@ -326,6 +331,8 @@ class StreamScanner:
         """Scan one log entry (e.g. from Loki, whose ``ts`` wins over the line's own)."""
         raw = line.encode("utf-8", "surrogateescape") if isinstance(line, str) else bytes(line)
         now = self.engine.clock() if seen_at is None else seen_at
+        if self._first_seen is None:
+            self._first_seen = now
         start = self._start(raw, now, ts)
         raw = raw.rstrip(b"\n") + b"\n"
         n, hits, self._tail = self.engine.scan_block(raw, 0, len(raw), self._tail)
@@ -347,6 +354,7 @@ class StreamScanner:
         self.lines = 0
         self._pending = b""
         self._tail = []
+        self._first_seen = None
 
 
 def _lookback(buf: Any, lo: int, ls: int, tail: list[bytes]) -> float | None:

@@ -2,7 +2,8 @@
 
 Wire format (Loki HTTP API v1):
 
-- ``GET /loki/api/v1/query_range?query=…&start=<ns>&end=<ns>&limit=N&direction=forward`` →
+- ``GET /loki/api/v1/query_range?query=…&start=<ns>&end=<ns>&limit=N&direction=forward``
+  (start inclusive, end exclusive) →
   ``{"status":"success","data":{"resultType":"streams","result":[{"stream":{labels},
   "values":[["<ns epoch>","<line>"], …]}]}}``. A server caps ``limit`` (5000 by default), so
   healer pages: the next page starts at the last timestamp seen (inclusive) and entries already
@@ -86,33 +87,49 @@ class LokiSource:
         self.last_ns = int(self.since * 1e9)
 
     def query_range(self, start_ns: int, end_ns: int) -> Iterator[Entry]:
-        """Every entry in ``[start_ns, end_ns]``, oldest first, page by page."""
+        """Every entry in ``[start_ns, end_ns)``, oldest first, page by page."""
         import httpx
 
         seen_at_last: set[tuple[str, str]] = set()
+        limit = self.page_limit
         with httpx.Client(timeout=self.timeout_s, headers=self.headers) as client:
             while True:
-                params = {"query": self.query, "start": str(start_ns), "end": str(end_ns),
-                          "limit": str(self.page_limit), "direction": "forward"}
-                try:
-                    resp = client.get(self.url + "/loki/api/v1/query_range", params=params)
-                except httpx.HTTPError as exc:
-                    raise UnavailableError(f"Loki at {self.url} unreachable: {exc}") from None
-                if resp.status_code != 200:
-                    raise UnavailableError(f"Loki query_range answered {resp.status_code}: "
-                                           f"{resp.text[:200]}")
-                try:
-                    entries = parse_streams(resp.json()["data"]["result"])
-                except (ValueError, KeyError, TypeError) as exc:
-                    raise UnavailableError(f"Loki query_range answer not understood: {exc}"
-                                           ) from None
+                entries = self._page(client, start_ns, end_ns, limit)
                 fresh = [e for e in entries
                          if not (e.ts_ns == start_ns and (e.source, e.line) in seen_at_last)]
                 yield from fresh
-                if len(entries) < self.page_limit or not fresh:
+                if len(entries) < limit:
                     return
+                if not fresh:
+                    # A whole page at one nanosecond, all seen: ask for more at once, and past
+                    # Loki's cap give up on that nanosecond rather than loop forever.
+                    if limit < PAGE_LIMIT:
+                        limit = min(PAGE_LIMIT, limit * 4)
+                        continue
+                    start_ns, seen_at_last = start_ns + 1, set()
+                    continue
+                limit = self.page_limit
+                if entries[-1].ts_ns != start_ns:
+                    seen_at_last = set()
                 start_ns = entries[-1].ts_ns
-                seen_at_last = {(e.source, e.line) for e in entries if e.ts_ns == start_ns}
+                seen_at_last |= {(e.source, e.line) for e in entries if e.ts_ns == start_ns}
+
+    def _page(self, client: Any, start_ns: int, end_ns: int, limit: int) -> list[Entry]:
+        import httpx
+
+        params = {"query": self.query, "start": str(start_ns), "end": str(end_ns),
+                  "limit": str(limit), "direction": "forward"}
+        try:
+            resp = client.get(self.url + "/loki/api/v1/query_range", params=params)
+        except httpx.HTTPError as exc:
+            raise UnavailableError(f"Loki at {self.url} unreachable: {exc}") from None
+        if resp.status_code != 200:
+            raise UnavailableError(f"Loki query_range answered {resp.status_code}: "
+                                   f"{resp.text[:200]}")
+        try:
+            return parse_streams(resp.json()["data"]["result"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise UnavailableError(f"Loki query_range answer not understood: {exc}") from None
 
     def tail(self, start_ns: int, stop: threading.Event) -> Iterator[Entry]:
         """Live entries from ``start_ns`` on, until ``stop`` is set."""
@@ -149,7 +166,7 @@ class LokiSource:
             yield entry.event()
             if stop.is_set():
                 return
-        if self.follow:  # the backfill covered [since, end]; the tail takes over after it
-            for entry in self.tail(int(end * 1e9) + 1, stop):
+        if self.follow:  # the backfill covered [since, end); the tail takes over at end
+            for entry in self.tail(int(end * 1e9), stop):
                 self.last_ns = max(self.last_ns, entry.ts_ns)
                 yield entry.event()

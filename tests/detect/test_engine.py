@@ -1,0 +1,306 @@
+"""The detection engine: the labelled corpus, both matchers, time windows, big buffers."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import yaml
+from detect_helpers import by_line
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from healer.detect import _files
+from healer.detect.catalog import Catalog
+from healer.detect.engine import Engine, resolve_engine
+from healer.errors import UsageError
+
+T0 = 1714557600.0  # 2024-05-01T10:00:00Z, the corpus's first line
+
+
+def iso(second: float) -> str:
+    whole = int(second)
+    return f"2024-05-01T10:{whole // 60:02d}:{whole % 60:02d}.000Z"
+
+
+class TestCorpus:
+    def test_every_label_and_nothing_else(self, engine: Engine, corpus) -> None:
+        """Each labelled line raises exactly its codes; every other line raises nothing."""
+        got = by_line(engine.scan_file(corpus.path))
+        missing = {n: c - got.get(n, set()) for n, c in corpus.expected.items()
+                   if c - got.get(n, set())}
+        extra = {n: c - corpus.expected.get(n, set()) for n, c in got.items()
+                 if c - corpus.expected.get(n, set())}
+        assert not missing, f"expected alerts not raised: {missing}"
+        assert not extra, f"false positives: {extra}"
+
+    def test_corpus_is_big_and_varied(self, corpus) -> None:
+        """The corpus has ≥300 lines with ANSI codes, invalid UTF-8 and very long lines."""
+        data = corpus.data
+        lines = data.split(b"\n")
+        assert len(lines) >= 300
+        assert b"\x1b[" in data and max(map(len, lines)) > 10_000
+        with pytest.raises(UnicodeDecodeError):
+            data.decode("utf-8")
+
+    def test_both_engines_identical(self, corpus) -> None:
+        """re and Hyperscan give the very same alerts on the corpus."""
+        cat = Catalog.load()
+        a = Engine(cat, engine="re").scan_file(corpus.path)
+        b = Engine(cat, engine="hyperscan").scan_file(corpus.path)
+        assert a == b and len(a) == sum(len(c) for c in corpus.expected.values())
+
+    def test_alert_fields(self, engine: Engine, corpus) -> None:
+        """Alerts carry code, id, priority, severity, source, line number, ts and the line."""
+        alerts = engine.scan_file(corpus.path, source="pod/x")
+        first = alerts[0]
+        assert (first.code, first.id, first.priority, first.severity) == (
+            "A10", "tool-inventory-mismatch-specific", 1, "critical")
+        assert first.source == "pod/x" and first.line_no == 2
+        assert first.ts == pytest.approx(T0 + 2.002)
+        assert "Tool inventory MISMATCH" in first.line
+        d = first.to_dict()
+        assert d["ts"] == "2024-05-01T10:00:02.002Z" and d["meaning"] and d["action"]
+
+    def test_lines_cut_and_cleaned(self, engine: Engine, corpus) -> None:
+        """Alert lines are cut to max_line_chars, ANSI-free, and decoded despite bad bytes."""
+        alerts = engine.scan_file(corpus.path)
+        assert max(len(a.line) for a in alerts) == 200
+        assert not any("\x1b" in a.line for a in alerts)
+        assert any("\ufffd" in a.line for a in alerts)
+        short = Engine(Catalog.load(), engine=engine.kind, max_line_chars=40)
+        assert max(len(a.line) for a in short.scan_file(corpus.path)) == 40
+
+
+class TestEnginesAgree:
+    WORDS: ClassVar[list[str]] = [
+             "timeout", "connection refused", "panicked at", "fatal error", "level=error",
+             "level=info", '"level":"error"', "[ERROR]", "error=nil", "errors: 0", "will retry",
+             "tool inventory mismatch", "Tool inventory MISMATCH", "prompt", "missing", "role",
+             "undefined", "exception:", "Traceback (most recent call last)", "E0501 10:00:00",
+             "I0501 10:00:00", "error[E0308]", "\x1b[31m", "\x1b[0m", "cto-config", "invalid",
+             "unauthorized", "2024-05-01T10:00:30Z", "--timeout=5", " ", "\t", "x", "\r"]
+
+    @settings(max_examples=150, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.lists(st.one_of(st.sampled_from(WORDS), st.text(max_size=6)),
+                             max_size=8), min_size=1, max_size=30),
+           st.binary(max_size=4))
+    def test_generated_lines(self, lines: list[list[str]], junk: bytes) -> None:
+        """Lines built from pattern fragments, noise and bad bytes: both engines agree."""
+        data = b"\n".join("".join(parts).encode("utf-8", "surrogatepass") + junk
+                          for parts in lines)
+        cat = Catalog.load()
+        a = Engine(cat, engine="re").scan_bytes(data, start_time=T0, seen_at=T0)
+        b = Engine(cat, engine="hyperscan").scan_bytes(data, start_time=T0, seen_at=T0)
+        assert a == b
+
+    @settings(max_examples=60, deadline=None,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.lists(st.sampled_from([
+        "ab+c", "a.*z", r"\bfoo\b", "x[0-9]{2,3}y", "(red|green) light", "^start", "end$",
+        r"\d+ ms", "[^ ]+=fail", "q?uit", r"c\s+d", "A|B"]), min_size=1, max_size=5,
+        unique=True),
+        st.lists(st.text(alphabet="abcxyzfo0123 =dtrs\nABquienglhm$^", max_size=40),
+                 max_size=20))
+    def test_generated_catalogs(self, regexes: list[str], lines: list[str]) -> None:
+        """Small generated catalogs over generated text: both engines agree."""
+        data = {"patterns": [{"id": f"p{i}", "regex": rx, "code": f"C{i}", "priority": 2,
+                              "severity": "high"} for i, rx in enumerate(regexes)]}
+        cat = Catalog.from_data(data)
+        buf = "\n".join(lines).encode()
+        a = Engine(cat, engine="re").scan_bytes(buf, start_time=T0, seen_at=T0)
+        b = Engine(cat, engine="hyperscan").scan_bytes(buf, start_time=T0, seen_at=T0)
+        assert a == b
+
+    def test_patterns_hyperscan_cannot_take(self) -> None:
+        """Backreferences and \\Z go to re inside the Hyperscan engine, with the same result."""
+        data = {"patterns": [
+            {"id": "double", "regex": r"(\w+) \1 again", "code": "D", "priority": 2,
+             "severity": "high"},
+            {"id": "tail", "regex": r"the end\Z", "code": "T", "priority": 2, "severity": "low"}]}
+        cat = Catalog.from_data(data)
+        buf = b"say hello hello again\nsay hello world again\nthis is the end\nthe end is near\n"
+        hs = Engine(cat, engine="hyperscan")
+        assert by_line(hs.scan_bytes(buf)) == {1: {"D"}, 3: {"T"}}
+        assert hs.scan_bytes(buf) == Engine(cat, engine="re").scan_bytes(buf)
+
+
+class TestPreflightWindow:
+    def lines(self, *rows: tuple[float | None, str]) -> bytes:
+        return b"".join(((f"{iso(t)} " if t is not None else "") + text + "\n").encode()
+                        for t, text in rows)
+
+    def test_window_from_first_line(self, engine: Engine) -> None:
+        """Without a start time, priority-1 patterns count within 60 s of the first line."""
+        data = self.lines((0, "starting"), (30, "tool inventory mismatch"),
+                          (61, "tool inventory mismatch"), (90, "connection refused"))
+        assert by_line(engine.scan_bytes(data)) == {2: {"A10"}, 4: {"R2"}}
+
+    def test_window_from_given_start(self, engine: Engine) -> None:
+        """A start passed by the caller (the session registry) moves the window."""
+        data = self.lines((0, "x"), (30, "tool inventory mismatch"), (100, "cto-config missing"))
+        assert by_line(engine.scan_bytes(data, start_time=T0 + 60)) == {3: {"A11"}}
+
+    def test_window_setting(self) -> None:
+        """detect.preflight_window_s sets the window length."""
+        data = self.lines((0, "x"), (30, "tool inventory mismatch"))
+        eng = Engine(Catalog.load(), preflight_window_s=10)
+        assert eng.scan_bytes(data) == []
+
+    def test_lines_without_timestamp_borrow_one(self, engine: Engine) -> None:
+        """A line without its own timestamp takes the one of the line before it."""
+        data = self.lines((0, "x"), (90, "pre-flight report:"), (None, "  tool inventory "
+                          "mismatch: github"), (10, "y"), (None, "  mcp github failed to "
+                          "initialize"))
+        assert by_line(engine.scan_bytes(data)) == {5: {"A12"}}
+
+    def test_no_timestamps_uses_time_seen(self, engine: Engine) -> None:
+        """With no timestamps at all, lines count when seen within the window of the start."""
+        data = b"hello\ntool inventory mismatch\n"
+        assert by_line(engine.scan_bytes(data, seen_at=T0)) == {2: {"A10"}}
+        stream = engine.stream("s")
+        assert stream.feed(b"hello\n", seen_at=T0) == []
+        assert by_line(stream.feed(b"tool inventory mismatch\n", seen_at=T0 + 30)) == {2: {"A10"}}
+        assert stream.feed(b"mcp x failed to initialize\n", seen_at=T0 + 61) == []
+
+    def test_pattern_window(self, tmp_path: Path) -> None:
+        """A pattern's own window_s applies to any priority."""
+        data = {"patterns": [{"id": "boot", "regex": "booting", "code": "B", "priority": 3,
+                              "severity": "info", "window_s": 5}]}
+        eng = Engine(Catalog.from_data(data))
+        buf = self.lines((0, "booting"), (4, "booting"), (6, "booting"))
+        assert sorted(by_line(eng.scan_bytes(buf))) == [1, 2]
+
+    def test_since_skips_old_timestamped_lines(self, engine: Engine) -> None:
+        """not_before (--since) drops alerts of older timestamped lines, keeps undated ones."""
+        data = self.lines((70, "timeout one"), (None, "timeout two"), (200, "timeout three"))
+        got = engine.scan_bytes(data, not_before=T0 + 100)
+        assert [a.line_no for a in got] == [2, 3]
+
+
+class TestBuffers:
+    def test_chunking_does_not_matter(self, engine: Engine, corpus) -> None:
+        """Feeding the corpus in random chunks gives the same alerts as one buffer."""
+        data = corpus.data
+        whole = engine.scan_bytes(data, source="c")
+        rnd = random.Random(7)
+        for _ in range(3):
+            stream = engine.stream("c")
+            got, pos = [], 0
+            while pos < len(data):
+                step = rnd.choice([1, 7, 100, 4096, 70_000])
+                got += stream.feed(data[pos:pos + step])
+                pos += step
+            got += stream.flush()
+            assert got == whole
+
+    def test_scan_lines_matches_buffer(self, engine: Engine, corpus) -> None:
+        """scan_lines over the corpus lines equals scanning the buffer."""
+        data = corpus.data
+        lines = data.split(b"\n")[:-1]
+        assert engine.scan_lines(lines, source="c") == engine.scan_bytes(data, source="c")
+
+    @pytest.mark.parametrize("workers", [1, 2, 3])
+    def test_parallel_file_scan(self, engine: Engine, corpus, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+        """Scanning a file in worker processes gives the same alerts and line numbers."""
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 5)
+        expected = engine.scan_bytes(corpus.data * 5, source=str(big))
+        got = engine.scan_file(big, workers=workers)
+        assert got == expected and got[-1].line_no > 1200
+
+    def test_parallel_render(self, engine: Engine, corpus, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+        """render_file formats each region in its worker; the parts come back in order."""
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 4)
+        parts = engine.render_file(big, lambda alerts: [a.line_no for a in alerts], workers=2)
+        assert len(parts) == 2
+        assert [n for part in parts for n in part] == [
+            a.line_no for a in engine.scan_file(big, workers=1)]
+
+    def test_small_blocks(self, engine: Engine, corpus, monkeypatch: pytest.MonkeyPatch) -> None:
+        """Lines longer than the read block and many blocks still give the same alerts."""
+        import healer.detect.engine as eng_mod
+
+        monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
+        monkeypatch.setattr(eng_mod, "BLOCK_BYTES", 4096)
+        assert engine.scan_file(corpus.path) == engine.scan_bytes(
+            corpus.data, source=str(corpus.path))
+
+    def test_crlf_and_no_final_newline(self, engine: Engine) -> None:
+        """CRLF line ends are fine and a last line without newline counts."""
+        got = engine.scan_bytes(b"ok\r\nconnection refused\r\nfatal error")
+        assert [(a.line_no, a.code, a.line) for a in got] == [
+            (2, "R2", "connection refused"), (3, "R1", "fatal error")]
+
+    def test_empty_input(self, engine: Engine, tmp_path: Path) -> None:
+        """Empty input gives no alerts."""
+        empty = tmp_path / "empty.log"
+        empty.write_bytes(b"")
+        assert engine.scan_bytes(b"") == [] and engine.scan_file(empty) == []
+
+    def test_missing_file(self, engine: Engine, tmp_path: Path) -> None:
+        """A missing file is a usage error."""
+        with pytest.raises(UsageError, match="no such file"):
+            engine.scan_file(tmp_path / "nope.log")
+
+    def test_suppression_limited_to_codes(self, tmp_path: Path) -> None:
+        """A suppression with `codes` drops only those codes from a line."""
+        data = {"patterns": [
+            {"id": "t", "regex": "timeout", "code": "T", "priority": 2, "severity": "high"},
+            {"id": "r", "regex": "refused", "code": "R", "priority": 2, "severity": "high"}],
+            "suppress": [{"id": "cfg", "regex": "timeout=\\d", "codes": ["T"]}]}
+        eng = Engine(Catalog.from_data(data))
+        got = eng.scan_bytes(b"timeout=5 refused\ntimeout happened\n")
+        assert by_line(got) == {1: {"R"}, 2: {"T"}}
+
+
+class TestEngineChoice:
+    def test_env_forces_re(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        """HEALER_DETECT_ENGINE=re forces the pure-re matcher."""
+        monkeypatch.setenv("HEALER_DETECT_ENGINE", "re")
+        assert Engine(Catalog.load()).kind == "re"
+
+    def test_auto_prefers_hyperscan(self) -> None:
+        """auto picks Hyperscan when the package is installed."""
+        assert resolve_engine("auto") == "hyperscan"
+
+    def test_unknown_engine(self) -> None:
+        """An unknown engine name is a usage error."""
+        with pytest.raises(UsageError, match="unknown detection engine"):
+            resolve_engine("grep")
+
+    def test_compiled_database_is_cached(self, _private_cache: Path) -> None:
+        """The compiled Hyperscan database is cached and reused."""
+        Engine(Catalog.load(), engine="hyperscan")
+        blobs = list((_private_cache / "detect").glob("hs-*"))
+        assert blobs
+        before = {b: b.stat().st_mtime_ns for b in blobs}
+        eng = Engine(Catalog.load(), engine="hyperscan")
+        assert {b: b.stat().st_mtime_ns for b in blobs} == before
+        assert by_line(eng.scan_bytes(b"connection refused\n")) == {1: {"R2"}}
+
+    def test_corrupt_cache_entry_is_rebuilt(self, _private_cache: Path) -> None:
+        """A corrupt cache entry is ignored and the database compiled again."""
+        Engine(Catalog.load(), engine="hyperscan")
+        for blob in (_private_cache / "detect").glob("hs-*"):
+            blob.write_bytes(b"garbage")
+        eng = Engine(Catalog.load(), engine="hyperscan")
+        assert by_line(eng.scan_bytes(b"fatal error\n")) == {1: {"R1"}}
+
+
+def test_catalog_yaml_roundtrip_file(tmp_path: Path) -> None:
+    """A user catalog file drives the engine like the embedded one."""
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump({"patterns": [
+        {"id": "oom", "regex": "OOMKilled", "code": "X1", "priority": 2, "severity": "critical",
+         "case_sensitive": True}]}))
+    eng = Engine(Catalog.load(path, "replace"))
+    assert by_line(eng.scan_bytes(b"reason: OOMKilled\nreason: oomkilled\n")) == {1: {"X1"}}

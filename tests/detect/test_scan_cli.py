@@ -1,0 +1,204 @@
+"""`healer scan`: the real command in a child process — output, exit codes, following."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from detect_helpers import CORPUS, run_scan, scan_env
+
+pytestmark = pytest.mark.e2e
+
+
+def log(tmp_path: Path, text: str, name: str = "agent.log") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+class TestOutput:
+    def test_no_alerts_exit_0(self, tmp_path: Path) -> None:
+        """A clean log exits 0 and says so."""
+        r = run_scan(tmp_path, str(log(tmp_path, "all good\nlevel=info error=nil\n")))
+        assert r.code == 0 and "no alerts" in r.out
+
+    def test_alerts_exit_1_with_table(self, tmp_path: Path) -> None:
+        """Alerts are listed with file:line, and a summary table by code and severity follows."""
+        path = log(tmp_path, "ok\nconnection refused\nfatal error\ntimeout again\n")
+        r = run_scan(tmp_path, str(path))
+        assert r.code == 1, r.err
+        assert f"{path}:2: R2 high [connection-refused] connection refused" in r.out
+        assert "3 alert(s)" in r.out and "critical" in r.out and "│ R2" in r.out
+
+    def test_json_lines(self, tmp_path: Path) -> None:
+        """--json prints one JSON alert per line; the summary goes to stderr."""
+        r = run_scan(tmp_path, "--json", str(CORPUS / "agent.log"))
+        assert r.code == 1
+        alerts = [json.loads(line) for line in r.out.splitlines()]
+        assert len(alerts) == 92
+        assert set(alerts[0]) == {"code", "id", "priority", "severity", "source", "line_no",
+                                  "ts", "line", "meaning", "action"}
+        assert "92 alert(s)" in r.err
+
+    def test_engines_agree_end_to_end(self, tmp_path: Path) -> None:
+        """--engine re and --engine hyperscan print the same alerts."""
+        a = run_scan(tmp_path, "--json", "--engine", "re", str(CORPUS / "agent.log"))
+        b = run_scan(tmp_path, "--json", "--engine", "hyperscan", str(CORPUS / "agent.log"))
+        assert a.out == b.out and a.out
+
+    def test_stdin(self, tmp_path: Path) -> None:
+        """- reads stdin."""
+        r = run_scan(tmp_path, "-", "--json", "--no-summary",
+                     input=b"x\nmax retries exceeded\n")
+        assert r.code == 1 and json.loads(r.out)["source"] == "-" and not r.err
+
+    def test_several_files(self, tmp_path: Path) -> None:
+        """Each file is its own stream with its own line numbers."""
+        a = log(tmp_path, "timeout\n", "a.log")
+        b = log(tmp_path, "x\ntimeout\n", "b.log")
+        r = run_scan(tmp_path, "--json", str(a), str(b))
+        got = [(x["source"], x["line_no"]) for x in map(json.loads, r.out.splitlines())]
+        assert got == [(str(a), 1), (str(b), 2)]
+
+    def test_since(self, tmp_path: Path) -> None:
+        """--since skips older timestamped lines."""
+        path = log(tmp_path, "2020-01-01T00:00:00Z timeout\n2999-01-01T00:00:00Z timeout\n")
+        r = run_scan(tmp_path, "--json", "--since", "10m", str(path))
+        assert [json.loads(x)["line_no"] for x in r.out.splitlines()] == [2]
+        r = run_scan(tmp_path, "--json", "--since", "2019-06-01T00:00:00Z", str(path))
+        assert len(r.out.splitlines()) == 2
+
+    def test_start_moves_preflight_window(self, tmp_path: Path) -> None:
+        """--start sets the agent's start for the pre-flight window."""
+        path = log(tmp_path, "2024-05-01T10:00:00Z x\n2024-05-01T10:05:00Z tool inventory "
+                   "mismatch\n")
+        assert run_scan(tmp_path, str(path)).code == 0
+        r = run_scan(tmp_path, "--json", "--start", "2024-05-01T10:04:30Z", str(path))
+        assert r.code == 1 and json.loads(r.out)["code"] == "A10"
+
+    def test_user_catalog(self, tmp_path: Path) -> None:
+        """--catalog adds the user's patterns; --catalog-mode replace uses only them."""
+        cat = tmp_path / "mine.yaml"
+        cat.write_text(yaml.safe_dump({"patterns": [
+            {"id": "oom", "regex": "OOMKilled", "code": "X1", "priority": 2,
+             "severity": "critical"}]}))
+        path = log(tmp_path, "reason: OOMKilled\nconnection refused\n")
+        r = run_scan(tmp_path, "--json", "--catalog", str(cat), str(path))
+        assert sorted(json.loads(x)["code"] for x in r.out.splitlines()) == ["R2", "X1"]
+        r = run_scan(tmp_path, "--json", "--catalog", str(cat), "--catalog-mode", "replace",
+                     str(path))
+        assert [json.loads(x)["code"] for x in r.out.splitlines()] == ["X1"]
+
+    def test_settings_apply(self, tmp_path: Path) -> None:
+        """detect.* settings from healer.yaml and --set are honoured."""
+        path = log(tmp_path, "connection refused " + "x" * 300 + "\n")
+        (tmp_path / "healer.yaml").write_text("detect:\n  max_line_chars: 50\n")
+        r = run_scan(tmp_path, "--json", str(path))
+        assert len(json.loads(r.out)["line"]) == 50
+        r = run_scan(tmp_path, "--json", "--set", "detect.max_line_chars=30", str(path))
+        assert len(json.loads(r.out)["line"]) == 30
+
+    def test_command(self, tmp_path: Path) -> None:
+        """--cmd -- ARGV scans a command's output."""
+        r = run_scan(tmp_path, "--json", "--cmd", "--", sys.executable, "-c",
+                     "print('ok'); print('role undefined')")
+        assert r.code == 1 and json.loads(r.out)["code"] == "L3"
+
+
+class TestErrors:
+    @pytest.mark.parametrize(("args", "needle"), [
+        ((), "nothing to scan"),
+        (("missing.log",), "missing.log: no such file"),
+        ((".",), "is a directory"),
+        (("--since", "yesterday", "-"), "--since"),
+        (("--start", "soon", "-"), "--start"),
+        (("--cmd",), "--cmd needs a command"),
+        (("--cmd", "--", "no-such-binary-for-healer"), "command not found"),
+        (("--engine", "grep", "-"), "invalid choice"),
+        (("--catalog", "nope.yaml", "-"), "catalog file not found"),
+    ])
+    def test_usage_errors_exit_2(self, tmp_path: Path, args: tuple[str, ...],
+                                 needle: str) -> None:
+        """User mistakes exit 2 with a clear line and no traceback."""
+        r = run_scan(tmp_path, *args, input=b"")
+        assert r.code == 2, (r.out, r.err)
+        assert needle in r.err and "Traceback" not in r.err
+
+    def test_bad_catalog_regex(self, tmp_path: Path) -> None:
+        """A regex that does not compile names file, pattern and problem; exit 2."""
+        cat = tmp_path / "bad.yaml"
+        cat.write_text(yaml.safe_dump({"patterns": [
+            {"id": "broken", "regex": "a(b", "code": "X", "priority": 2, "severity": "low"}]}))
+        r = run_scan(tmp_path, "--catalog", str(cat), str(log(tmp_path, "x\n")))
+        assert r.code == 2
+        assert f"{cat}: pattern 'broken' (patterns[0]): regex 'a(b' does not compile" in r.err
+
+    def test_failing_command_exit_3(self, tmp_path: Path) -> None:
+        """A command that fails exits 3 and says why."""
+        r = run_scan(tmp_path, "--cmd", "--", sys.executable, "-c", "raise SystemExit(5)")
+        assert r.code == 3 and "exited with status 5" in r.err
+
+
+class TestFollow:
+    def test_rotation_and_truncation_lose_nothing(self, tmp_path: Path) -> None:
+        """Following a log through rename-rotation and truncation sees every line once."""
+        path = tmp_path / "agent.log"
+        path.write_text("")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "healer", "scan", "--follow", "--json", "--no-summary",
+             str(path)], cwd=tmp_path, env=scan_env(tmp_path), stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE)
+        seen: list[int] = []
+        reader = threading.Thread(target=_collect, args=(proc, seen), daemon=True)
+        reader.start()
+        n = 0
+
+        def write(count: int, target: Path = path, mode: str = "a") -> None:
+            nonlocal n
+            with target.open(mode) as fh:
+                for _ in range(count):
+                    n += 1
+                    fh.write(f"2024-05-01T10:00:00Z connection refused #{n}\n")
+                    fh.flush()
+
+        try:
+            write(50)
+            _wait(lambda: len(seen) >= 50)
+            write(20)  # written just before the rename: must be drained from the old file
+            path.rename(tmp_path / "agent.log.1")
+            write(30, path, "w")
+            _wait(lambda: len(seen) >= 100)
+            path.write_text("")  # truncate (copytruncate style), then keep writing
+            time.sleep(0.5)
+            write(40)
+            _wait(lambda: len(seen) >= 140)
+            write(10, tmp_path / "agent.log.1")  # the old file no longer counts
+            write(15)
+            _wait(lambda: len(seen) >= 155)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+            reader.join(5)
+        assert sorted(seen) == list(range(1, 71)) + list(range(71, 141)) + list(range(151, 166))
+        assert len(seen) == len(set(seen)), "a line was reported twice"
+        assert proc.returncode == 1
+
+
+def _collect(proc: subprocess.Popen[bytes], seen: list[int]) -> None:
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        seen.append(int(json.loads(raw)["line"].rsplit("#", 1)[1]))
+
+
+def _wait(cond, timeout: float = 20) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
