@@ -169,7 +169,7 @@ class PlaySettings:
     sync_timeout_s: float = setting(300.0, "cto-config `defaults.remediation.syncTimeoutSecs`.",
                                     minimum=1)
     evaluate_interval_s: float = setting(300.0, "How often active sessions are evaluated.",
-                                         minimum=1)
+                                         minimum=0.1)
     reevaluate_after_s: float = setting(120.0, "Re-evaluation delay after a remediation.",
                                         minimum=0)
     dedup_window_s: float = setting(1800.0, "Alerts of one code and workflow family share one "
@@ -180,6 +180,8 @@ class PlaySettings:
         "`{missing_tools}`, `{task_id}`, `{repository}`, `{namespace}` are substituted.",
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
+    stuck_after_s: float = setting(600.0, "An active agent silent this long (no logs, no "
+                                   "inventory) is stuck (alert A9).", minimum=1)
 
 
 @dataclass

@@ -76,15 +76,18 @@ class PlayService:
         return self.registry.finish(play_id, status, reason)
 
     def _agent_started(self, play_id: str, agent: str, ts: float | None) -> float:
-        """When ``agent`` started: first seen (or its own first timestamp), recorded once."""
+        """When ``agent`` started: first seen (or its own first timestamp), recorded once.
+        Also notes the agent's latest activity (for stuck detection)."""
         started: float = 0.0
+        now = self.clock()
 
         def fn(d: dict[str, Any]) -> None:
             nonlocal started
             entry = d["agents"].setdefault(agent, {})
             if "started_epoch" not in entry:
-                entry["started_epoch"] = ts if ts is not None else self.clock()
+                entry["started_epoch"] = ts if ts is not None else now
                 entry["started_at"] = iso(entry["started_epoch"])
+            entry["last_activity"] = now
             started = float(entry["started_epoch"])
 
         self.registry.update(play_id, fn)
@@ -235,6 +238,25 @@ class PlayService:
         code = issue.get("code")
         return bool(code and (entry.get("last_alert_at") or {}).get(code, 0) >= since)
 
+    def evaluate_sessions(self) -> int:
+        """The periodic evaluation: an agent of an active play that has gone silent for
+        ``play.stuck_after_s`` is stuck (A9) and gets a restart. Returns issues recorded."""
+        now = self.clock()
+        found = 0
+        for play_id in self.registry.active_ids():
+            session = self.registry.get(play_id)
+            if not session or session["status"] != "active":
+                continue
+            for agent, entry in (session.get("agents") or {}).items():
+                last = float(entry.get("last_activity") or entry.get("started_epoch") or now)
+                silent = now - last
+                if silent >= self.settings.play.stuck_after_s:
+                    self._record(play_id, [self._issue(
+                        "stuck", "warning", agent, f"{agent} stopped making progress",
+                        code="A9", evidence=[f"no logs or reports for {int(silent)} s"])])
+                    found += 1
+        return found
+
     async def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait for background remediations (tests, --once)."""
         if self._tasks:
@@ -275,4 +297,6 @@ class PlayLoopService:
 def create_service(healer: Any) -> PlayLoopService:
     play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"))
     healer.extras.setdefault("api_services", {})["play"] = play
+    healer.every("play-evaluate", healer.settings.play.evaluate_interval_s,
+                 play.evaluate_sessions)
     return PlayLoopService(play)

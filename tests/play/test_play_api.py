@@ -288,3 +288,30 @@ def test_state_files_are_json(dirs, serve) -> None:  # type: ignore[no-untyped-d
     rec = json.loads(Path(dirs.state / "records" / "sessions" / "play-task-4-abc.json")
                      .read_text())
     assert rec["revision"] == 1 and rec["data"]["play_id"] == "play-task-4-abc"
+
+
+class TestInLoop:
+    def test_loop_serves_api_and_detects_stuck(self, dirs) -> None:  # type: ignore[no-untyped-def]
+        """`python -m healer.loop` serves the API; its periodic evaluation flags a silent
+        agent as stuck."""
+        import httpx
+
+        from healer.testing.loop import LoopProcess
+
+        env = {**dirs.env, "HEALER__API__ENABLED": "true", "HEALER_PORT": "0",
+               "HEALER_EXECUTOR": "playbook", "HEALER__PLAY__STUCK_AFTER_S": "1",
+               "HEALER__PLAY__EVALUATE_INTERVAL_S": "0.5",
+               "HEALER__PLAY__REEVALUATE_AFTER_S": "0"}
+        with LoopProcess(env) as loop:
+            url = json.loads(loop.status_file.read_text())["api"]
+            with httpx.Client(base_url=url, timeout=10) as http:
+                assert http.get("/health").json()["status"] == "healthy"
+                assert http.post("/api/v1/session/start", json=start_body()).status_code == 200
+                http.post("/api/v1/session/play-task-4-abc/logs",
+                          json={"agent": "cleo", "lines": ["INFO cleo starting"]})
+                deadline = __import__("time").monotonic() + 30
+                issues: list[dict[str, Any]] = []
+                while __import__("time").monotonic() < deadline and not issues:
+                    session = http.get("/api/v1/session/play-task-4-abc").json()["session"]
+                    issues = [i for i in session["issues"] if i["issue_type"] == "stuck"]
+                assert issues and issues[0]["agent"] == "cleo" and issues[0]["code"] == "A9"
