@@ -38,7 +38,13 @@ from healer.selfheal import attempts as st
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.forge import Forge, PullRequest, open_forge
-from healer.selfheal.runner import AgentRunner, HealingTask, result_path_for, runner_for
+from healer.selfheal.runner import (
+    AgentRunner,
+    HealingTask,
+    render_prompt,
+    result_path_for,
+    runner_for,
+)
 from healer.selfheal.sanitize import AnonymizationError, Sanitizer
 
 log = logging.getLogger(__name__)
@@ -160,9 +166,9 @@ class Dispatcher:
                                                "call_site", "context", "tool_name", "severity")}
         task = HealingTask(
             attempt_id=aid, fingerprint=fp, report=report, cwd=tree.path, branch=tree.branch,
-            timeout_s=sh.timeout_s,
-            run_dir=self.settings.state_path.resolve() / "selfheal" / "runs" / aid,
+            timeout_s=sh.timeout_s, env=await asyncio.to_thread(_git_identity, tree.path),
             result_path=result_path_for(self.settings.results_path.resolve(), fp, self.clock()))
+        self._check_prompt(task)
         assert self.runner is not None
         outcome = await self.runner.run(task)
         if outcome.timed_out:
@@ -183,6 +189,18 @@ class Dispatcher:
         return await asyncio.to_thread(self._publish, att, tree, repo, commits, diff, diffstat,
                                        head)
 
+    def _check_prompt(self, task: HealingTask) -> None:
+        """The prompt goes to a model: validate it like anything else that leaves.
+
+        The run's own paths are not data about anyone (and Claude Code reports its working
+        directory anyway), so they are masked before the scan.
+        """
+        assert self.sanitizer is not None
+        text = render_prompt(task)
+        for path in (task.result_path.parent, task.cwd):
+            text = text.replace(str(path), "<run-path>")
+        self.sanitizer.ensure_publishable(text, "healing prompt")
+
     def _publish(self, att: dict[str, Any], tree: wt.Worktree, repo: Path,
                  commits: list[tuple[str, str]], diff: str, diffstat: str,
                  head: str) -> tuple[str, dict[str, Any]]:
@@ -199,6 +217,14 @@ class Dispatcher:
             meta={"attempt_id": att["attempt_id"], "fingerprint": att["fingerprint"]}))
         return st.PR_OPEN, {"pr_number": ref.number, "pr_url": ref.url, "head_sha": head,
                             "commits": len(commits), "pr_title": title}
+
+
+def _git_identity(worktree: Path) -> dict[str, str]:
+    """A committer identity for the agent when the repository has none (else git refuses)."""
+    if wt.git(worktree, "config", "--get", "user.email", check=False).stdout.strip():
+        return {}
+    return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
+            "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
 
 
 def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> list[str]:
