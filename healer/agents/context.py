@@ -21,6 +21,7 @@ from typing import Any
 
 from healer.core.names import safe_host, safe_name, safe_port, safe_user
 from healer.errors import UnsafeNameError, UsageError
+from healer.resources import bundle_path
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,8 @@ class RunInfo:
     timeout_s: float
     executor: str
     incident: str = ""
-    schema_path: str = "schemas/agent-result.schema.json"
+    schema_path: str = field(default_factory=lambda: str(bundle_path(
+        "schemas", "agent-result.schema.json")))
 
 
 @dataclass(frozen=True)

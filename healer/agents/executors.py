@@ -135,8 +135,11 @@ class Executor(abc.ABC):
 
     # -- the shared run ------------------------------------------------------------------
 
-    def prepare(self, task: AgentTask) -> Prepared:
-        """Fill in defaults, check the task, reserve the result path (raises UsageError)."""
+    def prepare(self, task: AgentTask, *, create: bool = True) -> Prepared:
+        """Fill in defaults, check the task, reserve the result path (raises UsageError).
+
+        ``create=False`` only works out the run (for showing its prompt): no folders made.
+        """
         definition = get_definition(task.agent, self.agents_dir)
         kind = task.kind or definition.kind
         cwd = str(Path(task.cwd or os.getcwd()).resolve())
@@ -146,12 +149,13 @@ class Executor(abc.ABC):
         task = dataclasses.replace(task, kind=kind, cwd=cwd, timeout_s=timeout,
                                    run_id=task.run_id or new_run_id())
         results_dir = self.settings.results_path.resolve()
-        results_dir.mkdir(parents=True, exist_ok=True)
         path = results.reserve_result_path(results_dir, kind, task.target)
         runs_root = self.settings.state_path.resolve() / "agents" / "runs"
         run_dir = runs_root / task.run_id
-        run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        _prune(runs_root, KEEP_RUN_DIRS)
+        if create:
+            results_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _prune(runs_root, KEEP_RUN_DIRS)
         staged = run_dir / path.name
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
                       result_path=str(staged if self.agent_writes_result else path), cwd=cwd,

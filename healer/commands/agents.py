@@ -141,7 +141,7 @@ def _prompt(args: argparse.Namespace, settings: Any) -> int:
     from healer.agents import select_executor
 
     executor = select_executor(settings, args.executor or "claude", agents_dir=args.agents_dir)
-    prep = executor.prepare(_task(args, settings))
+    prep = executor.prepare(_task(args, settings), create=False)
     print(prep.prompt(), end="")
     return 0
 
