@@ -206,6 +206,8 @@ class SelfhealSettings:
     allowed_hosts: list[str] = setting([], "Host names (and their subdomains) the sanitiser "
                                        "keeps, in addition to loopback and the reserved "
                                        "example domains.")
+    refresh_interval_s: float = setting(300.0, "How often the loop asks the forge about open "
+                                        "fix PRs (pr_open → pr_merged).", minimum=1)
     worker: Literal["process", "task"] = setting(
         "process", "Where a healing run happens: `process` (a detached worker that outlives the "
         "server that accepted the report) or `task` (an asyncio task in that server).",
