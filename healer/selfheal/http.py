@@ -7,10 +7,12 @@
     GET  /api/v1/healing[?limit=N]    → the latest attempts
     GET  /api/v1/healing/{fp}         → the attempts of one fingerprint (or a ≥4-digit prefix)
 
-The routes find the service at ``request.app.state.selfheal`` (a ``SelfHealService``); the app
-that mounts them sets it. ``POST`` needs ``Authorization: Bearer <api.token>`` when a token is
-configured. A body may carry ``"healing_run": true`` (a healing agent reporting): it is
-refused by the recursion gate. Response bodies are exactly what the MCP tools return.
+The routes find the service at ``request.app.state.selfheal`` (a ``SelfHealService``), or in
+healer's API app at ``app.state.ctx.services["selfheal"]`` (the loop registers it; ``healer
+serve`` alone makes one on first use). ``POST`` needs ``Authorization: Bearer <api.token>``
+when a token is configured. A body may carry ``"healing_run": true`` (a healing agent
+reporting): it is refused by the recursion gate. Response bodies are exactly what the MCP
+tools return.
 """
 
 from __future__ import annotations
@@ -27,9 +29,22 @@ from healer.errors import UsageError
 
 
 def _service(request: Request) -> Any:
-    service = getattr(request.app.state, "selfheal", None)
+    """``app.state.selfheal``, else the API context's ``services["selfheal"]`` (made from its
+    settings and store on first use, with start-up recovery, when the loop did not)."""
+    state = request.app.state
+    service = getattr(state, "selfheal", None)
+    if service is not None:
+        return service
+    ctx = getattr(state, "ctx", None)
+    if ctx is None:
+        raise RuntimeError("set app.state.selfheal (or app.state.ctx) to mount these routes")
+    service = ctx.services.get("selfheal")
     if service is None:
-        raise RuntimeError("app.state.selfheal is not set: mount the routes with a service")
+        from healer.selfheal.service import SelfHealService
+
+        service = SelfHealService(ctx.settings, ctx.store)
+        service.recover()
+        ctx.services["selfheal"] = service
     return service
 
 

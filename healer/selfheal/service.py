@@ -331,6 +331,36 @@ class SelfHealService:
         return reap_worktrees(self.settings, self.store, now=self.clock())
 
 
+    def on_result(self, result: Any) -> None:
+        """Bus subscriber: note a healing agent's own result on its attempt (run id = attempt
+        id). The attempt's outcome is still decided by the worktree, not by this claim."""
+        if getattr(result, "kind", "") != "healing":
+            return
+        run_id = str(result.data.get("run_id", ""))
+        if not run_id or self.attempts.get(run_id) is None:
+            return
+        summary = self.sanitizer.scrub(str(result.data.get("summary", "")))[:2000]
+        self.attempts.update(run_id, agent_result={"status": result.data.get("status"),
+                                                   "summary": summary})
+
+
+def create_loop_service(healer: Any) -> None:
+    """Loop factory: recovery at start-up, forge polling, worktree reaping, the API service.
+
+    Registers the service for the HTTP routes (``api_services["selfheal"]``); it has nothing
+    to start or stop itself (healing runs are detached workers).
+    """
+    svc = SelfHealService(healer.settings, healer.store)
+    healer.extras.setdefault("api_services", {})["selfheal"] = svc
+    healer.recovery.append(lambda: asyncio.to_thread(svc.recover))
+    sh = healer.settings.selfheal
+    healer.every("selfheal-refresh", sh.refresh_interval_s, lambda: asyncio.to_thread(svc.refresh))
+    # Recovery also runs periodically: it settles runs whose worker died after start-up.
+    healer.every("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
+    healer.every("selfheal-reap", 3600.0, lambda: asyncio.to_thread(svc.reap))
+    healer.bus.subscribe(svc.on_result)
+
+
 def open_service(settings: Any, **kw: Any) -> SelfHealService:
     """A service over the store the settings name."""
     from healer.core.store import open_store

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from healer.selfheal.fingerprint import (
     call_site_from_traceback,
     fingerprint,
@@ -47,6 +49,7 @@ class TestStability:
         assert a.fingerprint == b.fingerprint
         assert a.call_site == "src/app/tools.py:lookup"
 
+    @pytest.mark.e2e
     def test_stable_across_processes(self) -> None:
         """The fingerprint does not depend on the process (no salted hashing)."""
         code = ("from healer.selfheal.fingerprint import fingerprint;"

@@ -101,3 +101,32 @@ class TestRoutes:
         async with serve(http_service()) as c:
             out = await c.post("/api/v1/errors", json={**SEED_REPORT, "healing_run": True})
             assert out.status_code == 200 and out.json()["reason"] == "recursion"
+
+
+class TestMounting:
+    async def test_routes_find_the_service_in_the_api_context(self, make_settings: Any) -> None:
+        """In healer's API app the service comes from ctx.services, made on first use."""
+        from types import SimpleNamespace
+
+        settings = make_settings("fix")
+        ctx = SimpleNamespace(settings=settings, store=FileStore(settings.state_path),
+                              services={})
+        app = Starlette(routes=routes)
+        app.state.ctx = ctx
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
+                                               log_level="warning", lifespan="off"))
+        task = asyncio.create_task(server.serve())
+        while not server.started:
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as c:
+                listed = await c.get("/api/v1/healing")
+                assert listed.status_code == 200 and listed.json()["count"] == 0
+                assert isinstance(ctx.services["selfheal"], SelfHealService)
+                first = ctx.services["selfheal"]
+                await c.get("/api/v1/healing")
+                assert ctx.services["selfheal"] is first
+        finally:
+            server.should_exit = True
+            await task
