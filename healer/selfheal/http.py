@@ -108,10 +108,28 @@ async def healing_one(request: Request) -> JSONResponse:
     return JSONResponse(data, status_code=200 if data["attempts"] else 404)
 
 
+def _route(path: str, endpoint: Any, method: str, name: str, summary: str,
+           responses: dict[int, str], query: dict[str, Any] | None = None) -> Route:
+    r = Route(path, endpoint, methods=[method], name=name)
+    # Read by healer's /openapi.json (healer.api.openapi); plain Starlette ignores it.
+    r.openapi = {"summary": summary, "request_schema": None, "responses": responses,  # type: ignore[attr-defined]
+                 "query": query or {}, "tag": "self-healing"}
+    return r
+
+
+_LIMIT = {"limit": {"type": "integer", "minimum": 1, "maximum": 200}}
+
 routes = [
-    Route("/api/v1/errors", report_error, methods=["POST"], name="report_error"),
-    Route("/api/v1/healing", healing_list, methods=["GET"], name="healing_list"),
-    Route("/api/v1/healing/{fingerprint}", healing_one, methods=["GET"], name="healing_one"),
+    _route("/api/v1/errors", report_error, "POST", "report_error",
+           "report_error: gate a reported error and dispatch a healing agent",
+           {202: "accepted", 200: "joined an attempt or refused by a gate", 400: "bad report",
+            401: "token required", 413: "body too large"}),
+    _route("/api/v1/healing", healing_list, "GET", "healing_list",
+           "get_healing_status: the latest attempts", {200: "attempts", 400: "bad limit"},
+           _LIMIT),
+    _route("/api/v1/healing/{fingerprint}", healing_one, "GET", "healing_one",
+           "get_healing_status: the attempts of one fingerprint (or a 4+ hex prefix)",
+           {200: "attempts", 400: "not a fingerprint", 404: "no attempts"}, _LIMIT),
 ]
 
 __all__ = ["routes"]
