@@ -1,8 +1,8 @@
 """A deterministic generator of agent logs in the shapes agents really write.
 
-Used by scan_vs_ripgrep.py to make a big file; the mix (mostly info lines, ~1.5 % lines that
-match a pattern, a few false positives, colour codes, long lines, bad UTF-8) is what a busy
-CodeRun pod's log looks like.
+Used by scan_vs_ripgrep.py to make a big file; the mix (mostly info lines, by default 1 % of
+lines that hold a failure and 0.3 % that look like one but are not, colour codes, long lines,
+bad UTF-8) is what a busy CodeRun pod's log looks like on a bad day.
 """
 
 from __future__ import annotations
@@ -52,14 +52,20 @@ def _ts(i: int) -> str:
     return f"2024-05-01T{10 + s // 3600 % 12:02d}:{s // 60 % 60:02d}:{s % 60:02d}.{i % 1000:03d}Z"
 
 
-def lines(n: int, seed: int = 4) -> Iterator[bytes]:
-    """``n`` log lines (with newlines) of mixed shapes; the same seed gives the same bytes."""
+def lines(n: int, seed: int = 4, *, error_rate: float = 0.01,
+          false_positive_rate: float = 0.003) -> Iterator[bytes]:
+    """``n`` log lines (with newlines) of mixed shapes; the same arguments give the same bytes.
+
+    ``error_rate`` of the lines hold one of the failures above (in logfmt, JSON, plain text or
+    colour), ``false_positive_rate`` look alarming but are not; the rest are info lines
+    (logfmt, JSON, klog), plus a few very long lines and a few with invalid UTF-8.
+    """
     rnd = random.Random(seed)
-    i = 0
-    while i < n:
+    fp_edge = error_rate + false_positive_rate
+    for i in range(n):
         ts, pod = _ts(i), rnd.choice(_PODS)
         r = rnd.random()
-        if r < 0.015:
+        if r < error_rate:
             text = rnd.choice(_ERRORS)
             shape = rnd.random()
             if shape < 0.4:
@@ -70,25 +76,25 @@ def lines(n: int, seed: int = 4) -> Iterator[bytes]:
                 out = f"{ts} ERROR {pod} {text}"
             else:
                 out = f"\x1b[31m{ts} ERROR\x1b[0m {pod} {text}"
-        elif r < 0.02:
+        elif r < fp_edge:
             out = f"{ts} {rnd.choice(_FALSE_POSITIVES)}"
-        elif r < 0.0203:
+        elif r < fp_edge + 0.0003:
             out = f'{ts} level=info msg="tool output" pod={pod} body="' + "x" * rnd.randint(
                 2000, 6000) + '"'
-        elif r < 0.0205:
-            out = f"{ts} level=info msg=\"binary output\" data=\xff\xfe{pod}"
+        elif r < fp_edge + 0.0005:
+            yield f'{ts} level=info msg="binary output" pod={pod} data='.encode() + \
+                b"\xff\xfe\xc3(\x80\n"
+            continue
         elif r < 0.45:
             msg = rnd.choice(_INFO_MSGS)
             out = (f'{ts} level=info msg="{msg}" pod={pod} path={rnd.choice(_PATHS)} '
-                   f"duration={rnd.randint(1, 900)}ms bytes={rnd.randint(10, 99999)}")
+                   f"duration={rnd.randint(1, 900)}ms")
         elif r < 0.8:
             msg = rnd.choice(_INFO_MSGS)
             out = (f'{{"ts":"{ts}","level":"info","pod":"{pod}","msg":"{msg}",'
-                   f'"path":"{rnd.choice(_PATHS)}","duration_ms":{rnd.randint(1, 900)},'
-                   f'"trace_id":"{rnd.getrandbits(64):016x}"}}')
+                   f'"duration_ms":{rnd.randint(1, 900)},"trace":"{rnd.getrandbits(40):010x}"}}')
         else:
             msg = rnd.choice(_INFO_MSGS)
             out = (f"I0501 {ts[11:26]}    1 controller.go:{rnd.randint(10, 900)}] {msg} "
                    f'pod="cto/{pod}" resourceVersion={rnd.randint(1000, 999999)}')
-        yield out.encode("utf-8", "surrogateescape") + b"\n"
-        i += 1
+        yield out.encode("utf-8") + b"\n"

@@ -40,45 +40,31 @@ def line_anchored(regex: str) -> str:
                                regex)
 
 
-_SCRATCH = threading.local()
+_SPECIAL = frozenset(".^$*+?{}[]\\|()\n\r")
 
 
-def strip_ansi(buf: bytes | bytearray, lo: int = 0, hi: int | None = None) -> bytes:
-    """``buf[lo:hi]`` without ANSI escape sequences."""
-    out, n = strip_ansi_into(buf, lo, len(buf) if hi is None else hi)
-    return bytes(out[:n])
+def is_literal(regex: str) -> bool:
+    """Whether ``regex`` is plain text (no regex syntax at all)."""
+    return not _SPECIAL.intersection(regex)
 
 
-def strip_ansi_into(buf: bytes | bytearray, lo: int, hi: int) -> tuple[bytearray, int]:
-    """``buf[lo:hi]`` without ANSI escapes, as (per-thread scratch buffer, length).
+def strip_ansi(data: bytes | bytearray) -> bytes:
+    """``data`` without ANSI escape sequences."""
+    return ANSI.sub(b"", data)
 
-    Only lines that hold ESC are rewritten; the rest is copied. The scratch buffer is reused
-    by the next call in the thread (allocating 8 MB per block costs more than the copy).
-    """
-    out: bytearray | None = getattr(_SCRATCH, "buf", None)
-    if out is None or len(out) < hi - lo:
-        out = _SCRATCH.buf = bytearray(max(hi - lo, 1 << 16))
-    view, dst = memoryview(buf), memoryview(out)
-    w = 0
-    pos = lo
+
+def ansi_lines(buf: Any, lo: int, hi: int) -> list[tuple[int, int, bytes]]:
+    """The lines of ``buf[lo:hi]`` that hold ESC, as (start, end, text without escapes)."""
+    out: list[tuple[int, int, bytes]] = []
     find, rfind = buf.find, buf.rfind
     esc = find(b"\x1b", lo, hi)
     while esc >= 0:
-        ls = rfind(b"\n", pos, esc) + 1 or pos
+        ls = rfind(b"\n", lo, esc) + 1 or lo
         le = find(b"\n", esc, hi)
         le = hi if le < 0 else le
-        dst[w:w + ls - pos] = view[pos:ls]
-        w += ls - pos
-        clean = ANSI.sub(b"", view[ls:le])
-        dst[w:w + len(clean)] = clean
-        w += len(clean)
-        pos = le
+        out.append((ls, le, ANSI.sub(b"", buf[ls:le])))
         esc = find(b"\x1b", le, hi)
-    dst[w:w + hi - pos] = view[pos:hi]
-    w += hi - pos
-    view.release()
-    dst.release()
-    return out, w
+    return out
 
 
 class Matcher(Protocol):

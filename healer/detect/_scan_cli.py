@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import calendar
 import os
 import re
 import signal
@@ -16,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from healer.detect._timestamps import epoch_day
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
 from healer.errors import EXIT_FINDINGS, EXIT_OK, HealerError, UsageError
@@ -47,13 +47,10 @@ def parse_time(text: str) -> float | None:
     if not m:
         return None
     y, mo, d, h, mi, s, frac, zone = m.groups()
-    try:
-        ts = float(calendar.timegm((int(y), int(mo), int(d), int(h or 0), int(mi or 0),
-                                    int(s or 0), 0, 0, 0)))
-    except (ValueError, OverflowError):
+    day = epoch_day(int(y), int(mo), int(d))
+    if day is None or int(h or 0) > 23 or int(mi or 0) > 59 or int(s or 0) > 60:
         return None
-    if not (1 <= int(mo) <= 12 and 1 <= int(d) <= 31):
-        return None
+    ts = day * 86400.0 + int(h or 0) * 3600 + int(mi or 0) * 60 + int(s or 0)
     ts += int(frac) / 10 ** len(frac) if frac else 0
     if zone and zone != "Z":
         digits = zone[1:].replace(":", "")

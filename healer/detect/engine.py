@@ -23,6 +23,7 @@ was first seen).
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import time
@@ -87,6 +88,11 @@ class Engine:
             self.matchers.append(hm)
             if hm.leftover:
                 self.matchers.append(_match.ReMatcher(hm.leftover))
+            # A plain literal that Hyperscan matched on a line is on that line (both fold
+            # ASCII case only): no need to confirm it with re.
+            for p in hm.patterns:
+                if p.id not in hm.prefiltered and _match.is_literal(p.regex):
+                    self._confirm[p.index] = _trusted
         else:
             self.matchers.append(_match.ReMatcher(pats))
         self._suppressor = _match.Suppressor(catalog.suppressions,
@@ -152,12 +158,15 @@ class Engine:
     def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes]
                    ) -> tuple[int, list[RawHit], list[bytes]]:
         """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads)."""
-        if buf.find(b"\x1b", lo, hi) >= 0:
-            buf, hi = _match.strip_ansi_into(buf, lo, hi)
-            lo = 0
         cands: list[tuple[int, int]] = []
         for m in self.matchers:
             cands += m.candidates(buf, lo, hi)
+        # Lines with ANSI escapes are matched without them: their raw candidates are replaced
+        # by those of their cleaned text (only those lines are copied, never the block).
+        ansi = _match.ansi_lines(buf, lo, hi)
+        cleaned = {ls: text for ls, _, text in ansi}
+        if ansi:
+            cands = self._clean_candidates(cands, ansi)
         cands.sort()
         cands.append((hi + 1, -1))  # sentinel: flushes the last line
         # Pass 1: candidate lines → lines on which some pattern really matches. This loop runs
@@ -176,7 +185,9 @@ class Engine:
                     idxs.append(idx)
                 continue
             if idxs:
-                line = buf[ls:le]
+                line = cleaned.get(ls) if cleaned else None
+                if line is None:
+                    line = buf[ls:le]
                 if len(idxs) == 1:
                     if confirm[idxs[0]](line):
                         add((line_idx, ls, line, idxs))
@@ -190,10 +201,11 @@ class Engine:
             le = find(b"\n", off, hi)
             if le < 0:
                 le = hi
-            line_idx += count(b"\n", counted, ls)
+            line_idx += count(b"\n", counted, ls) if ls - counted < 1024 else newlines_in(
+                buf, counted, ls)
             counted = ls
             idxs = [idx]
-        newlines = line_idx + count(b"\n", counted, hi)
+        newlines = line_idx + newlines_in(buf, counted, hi)
         # Pass 2: suppressions (batched), best pattern per code, timestamps.
         hits: list[RawHit] = []
         keep = self.max_line_chars * 4 + 8
@@ -212,6 +224,26 @@ class Engine:
                 borrowed = _lookback(buf, lo, start, tail)
             hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed))
         return newlines, hits, _tail_heads(buf, lo, hi, tail)
+
+    def _clean_candidates(self, cands: list[tuple[int, int]],
+                          ansi: list[tuple[int, int, bytes]]) -> list[tuple[int, int]]:
+        """Drop raw candidates on ANSI lines; add those found in their cleaned text."""
+        starts = [ls for ls, _, _ in ansi]
+        keep = []
+        for off, idx in cands:
+            k = bisect.bisect_right(starts, off) - 1
+            if k < 0 or off > ansi[k][1]:
+                keep.append((off, idx))
+        joined = b"\n".join(text for _, _, text in ansi)
+        offsets = []
+        pos = 0
+        for _, _, text in ansi:
+            offsets.append(pos)
+            pos += len(text) + 1
+        for m in self.matchers:
+            for off, idx in m.candidates(joined, 0, len(joined)):
+                keep.append((starts[bisect.bisect_right(offsets, off) - 1], idx))
+        return keep
 
     def _resolve(self, line: Any, matched: list[int], sup_ks: list[int]) -> tuple[int, ...]:
         """Generic patterns, suppressions and one pattern per code (the most severe)."""
@@ -357,13 +389,29 @@ class StreamScanner:
         self._first_seen = None
 
 
+def _trusted(line: Any) -> bool:
+    return True
+
+
+def newlines_in(buf: Any, a: int, b: int) -> int:
+    """How many newlines ``buf[a:b]`` holds.
+
+    ``bytes.replace`` finds a single byte with memchr, ``bytes.count`` tests byte by byte:
+    dropping the newlines from a copy and comparing lengths is twice as fast as counting them,
+    and this runs over every byte of a scanned file.
+    """
+    if b - a < 1024:
+        return int(buf.count(b"\n", a, b))
+    return (b - a) - len(buf[a:b].replace(b"\n", b""))
+
+
 def _lookback(buf: Any, lo: int, ls: int, tail: list[bytes]) -> float | None:
     """The timestamp of the nearest earlier line, at most LOOKBACK_LINES back."""
     pos = ls
     walked = 0
     while walked < LOOKBACK_LINES and pos > lo:
         prev = buf.rfind(b"\n", lo, pos - 1) + 1 or lo
-        ts = parse_ts(bytes(buf[prev:min(pos - 1, prev + HEAD_BYTES)]))
+        ts = parse_ts(_clean_head(buf[prev:min(pos - 1, prev + HEAD_BYTES)]))
         if ts is not None:
             return ts
         pos = prev
@@ -376,13 +424,18 @@ def _lookback(buf: Any, lo: int, ls: int, tail: list[bytes]) -> float | None:
     return None
 
 
+def _clean_head(head: Any) -> bytes:
+    head = bytes(head)
+    return _match.strip_ansi(head) if b"\x1b" in head else head
+
+
 def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes]) -> list[bytes]:
     """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``)."""
     heads: list[bytes] = []
     end = hi - 1 if hi > lo and buf[hi - 1] == 0x0A else hi
     while len(heads) < LOOKBACK_LINES and end > lo:
         start = buf.rfind(b"\n", lo, end) + 1 or lo
-        heads.append(bytes(buf[start:min(end, start + HEAD_BYTES)]))
+        heads.append(_clean_head(buf[start:min(end, start + HEAD_BYTES)]))
         if start == lo:
             break
         end = start - 1

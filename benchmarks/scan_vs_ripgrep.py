@@ -1,0 +1,161 @@
+"""healer scan vs ripgrep vs grep on a 2-million-line agent log.
+
+    .venv/bin/python benchmarks/scan_vs_ripgrep.py [--runs 5] [--lines 2000000]
+                                                   [--error-rate 0.01]
+
+Generates a ~270 MB agent log into benchmarks/.data/ (reused when present), then times, end
+to end as subprocesses on the same file with the same 16 patterns of the play-healer seed:
+
+- ``healer scan --json --catalog seed16.yaml --catalog-mode replace FILE`` (the real CLI; its
+  JSON Lines go to /dev/null, its summary table to stderr, discarded)
+- ``rg -i -c -f PATTERNS FILE``
+- ``grep -E -i -c -f PATTERNS FILE``
+
+Runs are interleaved (healer, rg, grep, healer, …) after one warm-up each, so page cache and
+machine load treat them alike; best and median are reported with the ratios. healer also
+does more than count: it prints every alert as JSON, applies the suppressions and the
+pre-flight window, and maps alerts to line numbers. The first, cold run of healer (empty
+cache: the catalog is parsed and schema-checked and the Hyperscan database compiled) is
+reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DATA = HERE / ".data"
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(REPO))
+
+import _agentlog  # noqa: E402
+
+from healer.detect.catalog import EMBEDDED, Catalog  # noqa: E402
+
+GENERATOR_VERSION = 3
+
+
+def make_log(lines: int, error_rate: float) -> Path:
+    path = DATA / f"agent-{lines}-{error_rate:g}.log"
+    meta = path.with_suffix(".meta.json")
+    want = {"version": GENERATOR_VERSION, "lines": lines, "error_rate": error_rate}
+    if path.exists() and meta.exists() and json.loads(meta.read_text()) == want:
+        return path
+    DATA.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as fh:
+        batch: list[bytes] = []
+        for line in _agentlog.lines(lines, error_rate=error_rate):
+            batch.append(line)
+            if len(batch) >= 20_000:
+                fh.write(b"".join(batch))
+                batch.clear()
+        fh.write(b"".join(batch))
+    tmp.replace(path)
+    meta.write_text(json.dumps(want))
+    print(f"generated {path.name} in {time.perf_counter() - started:.1f} s")
+    return path
+
+
+def seed_catalog() -> tuple[Path, Path, int]:
+    """The 16 seed patterns as a healer catalog and as a pattern file for rg/grep."""
+    cat = Catalog.load().select(generic=False)
+    data = yaml.safe_load(EMBEDDED.read_text())
+    keep = {p.id for p in cat.patterns}
+    codes = {p.code for p in cat.patterns}
+    data["patterns"] = [p for p in data["patterns"] if p["id"] in keep]
+    data["suppress"] = [s for s in data["suppress"] if set(s.get("codes", ())) <= codes]
+    catalog = DATA / "seed16.yaml"
+    catalog.write_text(yaml.safe_dump(data, sort_keys=False))
+    patterns = DATA / "seed16.patterns"
+    patterns.write_text("".join(p.regex + "\n" for p in cat.patterns))
+    return catalog, patterns, len(cat.patterns)
+
+
+def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, bytes]:
+    started = time.perf_counter()
+    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, check=False)
+    elapsed = time.perf_counter() - started
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{argv[0]} failed with exit code {proc.returncode}")
+    return elapsed, proc.stdout
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--grep-runs", type=int, default=3)
+    ap.add_argument("--lines", type=int, default=2_000_000)
+    ap.add_argument("--error-rate", type=float, default=0.01)
+    args = ap.parse_args()
+
+    for tool in ("rg", "grep"):
+        if not shutil.which(tool):
+            print(f"{tool} is not installed", file=sys.stderr)
+            return 3
+    log = make_log(args.lines, args.error_rate)
+    catalog, patterns, n_patterns = seed_catalog()
+    cache = DATA / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+    env["HEALER_CACHE_DIR"] = str(cache)
+    env["PYTHONPATH"] = str(REPO)
+
+    healer = [sys.executable, "-m", "healer", "scan", "--json", "--catalog", str(catalog),
+              "--catalog-mode", "replace", str(log)]
+    rg = ["rg", "-i", "-c", "-f", str(patterns), str(log)]
+    grep = ["grep", "-E", "-i", "-c", "-f", str(patterns), str(log)]
+
+    size = log.stat().st_size
+    print(f"file: {log.relative_to(REPO)} ({size / 1e6:.0f} MB, {args.lines:,} lines, "
+          f"error rate {args.error_rate:g}); {n_patterns} seed patterns; "
+          f"{os.cpu_count()} CPUs")
+    print(f"rg: {subprocess.run(['rg', '--version'], capture_output=True, text=True, check=False).stdout.splitlines()[0]}")  # noqa: E501
+    cold, out = timed(healer, env, DATA)  # also warms the page cache
+    alerts = out.count(b"\n")
+    alert_lines = len({json.loads(x)["line_no"] for x in out.splitlines()})
+    _, rg_out = timed(rg, env, DATA)
+    _, grep_out = timed(grep, env, DATA)
+
+    times: dict[str, list[float]] = {"healer scan --json": [], "rg -i -c": [], "grep -E -i -c": []}
+    for i in range(args.runs):
+        times["healer scan --json"].append(timed(healer, env, DATA)[0])
+        times["rg -i -c"].append(timed(rg, env, DATA)[0])
+        if i < args.grep_runs:
+            times["grep -E -i -c"].append(timed(grep, env, DATA)[0])
+
+    print(f"\nmatching lines: rg {int(rg_out)}, grep {int(grep_out)}; healer: {alerts} alerts "
+          f"on {alert_lines} lines (suppressed false positives and pre-flight matches after "
+          "the 60 s window are not alerts)")
+    print(f"healer cold run (empty cache, compiles the catalog): {cold:.3f} s\n")
+    print(f"{'command':<22}{'runs':>5}{'best s':>9}{'median s':>10}{'MB/s (best)':>13}")
+    for name, values in times.items():
+        print(f"{name:<22}{len(values):>5}{min(values):>9.3f}{statistics.median(values):>10.3f}"
+              f"{size / 1e6 / min(values):>13.0f}")
+    h_best, h_med = min(times["healer scan --json"]), statistics.median(times["healer scan --json"])
+    print()
+    for name in ("rg -i -c", "grep -E -i -c"):
+        best, med = min(times[name]), statistics.median(times[name])
+        print(f"healer vs {name:<14} {best / h_best:5.2f}x faster (best)  "
+              f"{med / h_med:5.2f}x faster (median)")
+    target = min(times["rg -i -c"]) / h_best
+    print(f"\ntarget: healer at least 1.5x faster than ripgrep end to end — "
+          f"{'met' if target >= 1.5 else 'NOT met'} ({target:.2f}x on best times)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
