@@ -21,6 +21,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 MARK = "[REDACTED-"
 
@@ -215,6 +216,9 @@ class CustomDetector:
         return self.finder(v)
 
 
+_DATABASES: dict[Any, Any] = {}
+
+
 class Census:
     """Which detectors may find something in a text, in one Hyperscan pass.
 
@@ -232,17 +236,21 @@ class Census:
             import hyperscan as hs
         except ImportError:
             return
-        exprs, ids, flags = [], [], []
-        for i, det in enumerate(detectors):
-            if not det.census:
-                return  # a detector that must always run: no pre-filter possible
-            for expr in det.census:
-                exprs.append(expr.encode())
-                ids.append(i)
-                flags.append(hs.HS_FLAG_SINGLEMATCH
-                             | (hs.HS_FLAG_CASELESS if det.lower else 0))
-        db = hs.Database(mode=hs.HS_MODE_BLOCK)
-        db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+        if any(not det.census for det in detectors):
+            return  # a detector that must always run: no pre-filter possible
+        key = tuple((det.census, det.lower) for det in detectors)
+        db = _DATABASES.get(key)
+        if db is None:
+            exprs, ids, flags = [], [], []
+            for i, det in enumerate(detectors):
+                for expr in det.census:
+                    exprs.append(expr.encode())
+                    ids.append(i)
+                    flags.append(hs.HS_FLAG_SINGLEMATCH
+                                 | (hs.HS_FLAG_CASELESS if det.lower else 0))
+            db = hs.Database(mode=hs.HS_MODE_BLOCK)
+            db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+            _DATABASES[key] = db  # compiling takes tens of ms: once per process
         self._hs = hs
         self._db = db
 

@@ -183,10 +183,11 @@ class AdmissionReader:
         return self._data
 
 
-def admit(store: Store, fingerprint: str, attempt_id: str, now: float, limits: Limits,
+def admit(store: Store, fingerprint: str, new_id: Callable[[], str], now: float, limits: Limits,
           model_available: Callable[[], bool], reader: AdmissionReader | None = None
           ) -> Decision:
-    """Run gates 4–8 and, if they pass, claim the fingerprint and a slot in one atomic write."""
+    """Run gates 4–8 and, if they pass, claim the fingerprint and a slot in one atomic write
+    for a new attempt (``new_id()`` names it; only called then)."""
     outcome: dict[str, Decision] = {}
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -206,6 +207,7 @@ def admit(store: Store, fingerprint: str, attempt_id: str, now: float, limits: L
     first = decide(adm, fingerprint, now, limits, model_available)
     if not first.accepted:
         return first
+    attempt_id = new_id()
     store.update(ADMISSION, GATE_KEY, fn)  # decides again on the latest revision, atomically
     d = outcome["d"]
     return Decision(d.reason, d.message, attempt_id) if d.accepted else d

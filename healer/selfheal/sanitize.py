@@ -206,7 +206,8 @@ class Sanitizer:
                         r"[0-9a-fA-F]{12}\b"),
               _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,)),
             d("CARD", c(r"[3456][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}"), self._card,
-              folded(rb"0000", back=24, fwd=24, fallback=r"[0-9]{4}"), census=("[0-9]{4}",)),
+              folded(rb"0000[ -]?0000[ -]?0000", back=8, fwd=16, fallback=_CARD_HINT),
+              census=(_CARD_HINT,)),
             d("SSN", c(r"[0-9]{3}-[0-9]{2}-[0-9]{4}"),
               lambda m: marker("SSN") if boundary_ok(m, _DIGITS + "-", _DIGITS + "-") else None,
               folded(rb"000-00-0000", back=1, fwd=1, fallback=r"-[0-9]{2}-[0-9]{4}"),
@@ -214,7 +215,7 @@ class Sanitizer:
             d("IP", c(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
                       r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
-              hints(_IP6_HINT, back=48, fwd=48), census=(_IP6_HINT,)),
+              hints(*_IP6_HINTS, back=48, fwd=48), census=_IP6_HINTS),
             d("IP", c(r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}"
                       r"(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w]|\.[0-9])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
@@ -237,7 +238,7 @@ class Sanitizer:
             d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{32,}={0,2}"
                           r"(?![A-Za-z0-9+/_=-])"),
               lambda m: marker("SECRET") if random_looking(m.group(0)) else None,
-              long_tokens(32), census=(r"[A-Za-z0-9+/_-]{32}",)),
+              long_tokens(32), census=_ENTROPY_CENSUS),
         ]
 
     # --- custom finders -----------------------------------------------------------------------
@@ -380,7 +381,11 @@ _URL_HOST_END = frozenset(":/ \t\n\"'>?#")
 _WEBHOOK_WORDS = ("hooks.slack", "discord", "webhook.office")
 _HOME_WORDS = ("/home/", "/Users/", "/root", "\\Users\\")
 _UUID_HINT = r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
-_IP6_HINT = r":[0-9A-Fa-f]{0,4}:"
+# An IPv6 address has "::" or at least six colons (eight groups, or six and a dotted quad);
+# a time of day ("10:05:00") has neither.
+_IP6_HINTS = (r"::", r"(?:[0-9A-Fa-f]{1,4}:){6}")
+_ENTROPY_CENSUS = (r"[A-Za-z0-9+/_-]{32}",)
+_CARD_HINT = r"[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}"
 _IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
 _API_HINTS = (r"sk-", r"k_live_", r"k_test_", r"AKIA", r"ASIA", r"A[GIRNP][DPOVI]A", r"AIza",
               r"gh[pousr]_", r"github_pat_", r"glpat-", r"xox[abposre]-", r"xapp-", r"npm_",

@@ -187,8 +187,7 @@ class SelfHealService:
 
         # 4–8 and the claim: one compare-and-set.
         now = self.clock()
-        attempt_id = new_attempt_id(now)
-        decision = gates.admit(self.store, fp, attempt_id, now, self.limits,
+        decision = gates.admit(self.store, fp, lambda: new_attempt_id(now), now, self.limits,
                                self.model_available, self._admission)
         if decision.reason == gates.ALREADY_INVESTIGATING:
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
@@ -196,6 +195,7 @@ class SelfHealService:
         if not decision.accepted:
             return reject(decision.reason, decision.message)
 
+        attempt_id = decision.attempt_id
         self.attempts.create(attempt_id, {
             "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
             "error_message": message, "traceback": traceback,
