@@ -230,8 +230,8 @@ def _git_identity(worktree: Path) -> dict[str, str]:
 def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> list[str]:
     """Remove worktrees ``selfheal.worktree_ttl_s`` after their attempt ended.
 
-    The branch goes too, unless a PR uses it. Returns the attempt ids reaped. The loop calls
-    this periodically.
+    The branch goes too, unless a PR uses it, and so does the worker's log. Returns the attempt
+    ids reaped. The loop calls this periodically.
     """
     attempts = Attempts(store)
     now = time.time() if now is None else now
@@ -246,6 +246,8 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
         keep_branch = att["status"] in (st.PR_OPEN, st.PR_MERGED)
         wt.remove(att.get("repo") or att["worktree"], att["worktree"],
                   branch=att.get("branch", ""), delete_branch=not keep_branch)
+        (settings.state_path / "selfheal" / "logs" / f"{att['attempt_id']}.log").unlink(
+            missing_ok=True)
         attempts.update(att["attempt_id"], worktree_removed_at=now)
         reaped.append(att["attempt_id"])
     return reaped
