@@ -17,9 +17,9 @@ URLs; chat webhook URLs; private keys; e-mail addresses; phone numbers; card num
 IPv4/IPv6 addresses (loopback, unspecified and broadcast kept); absolute home paths; host names
 not on the allow list; UUIDs; long high-entropy tokens.
 
-Speed matters (every report goes through here): the patterns are compiled once, and each
-detector has a cheap substring pre-filter so text that cannot contain its kind of secret is
-never run through its regex.
+Speed matters (every report goes through here): patterns are compiled once; each detector
+runs its full pattern only in small windows a cheap locator found (see ``detectors``); and with
+Hyperscan installed, one pass over the text (the census) skips every detector that cannot match.
 """
 
 from __future__ import annotations
@@ -110,6 +110,9 @@ class Sanitizer:
     def __init__(self, *, root: Path | str | None = None, allowed_hosts: Iterable[str] = (),
                  prefilter: bool = True):
         self.root = str(Path(root).resolve()) if root else ""
+        # The root as a whole path component: "/srv/app/x" → "x", "/srv/app" → ".", but
+        # "/srv/application" stays.
+        self._root_re = re.compile(re.escape(self.root) + r"(?:/|(?![\w.-]))") if root else None
         hosts = {h.lower().strip(".") for h in (*DEFAULT_ALLOWED_HOSTS, *allowed_hosts) if h}
         self._allowed = frozenset(hosts)
         self._allowed_suffixes = tuple("." + h for h in hosts) + _RESERVED_SUFFIXES
@@ -122,8 +125,8 @@ class Sanitizer:
         """``text`` with every secret and personal datum replaced by a marker."""
         if not text:
             return text
-        if self.root and self.root in text:
-            text = text.replace(self.root + "/", "").replace(self.root, ".")
+        if self._root_re is not None and self.root in text:
+            text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
         view = View(text)
         census = self._census(text)
         for i, det in enumerate(self._detectors):
@@ -135,8 +138,9 @@ class Sanitizer:
                 # reported again as a host name). What the markers themselves bring in
                 # (``…CREDENTIALS]@host``) joins the census.
                 view = View(apply(view.text, hits))
-                if census is not None:
-                    census |= self._census(" ".join({rep for _s, _e, rep in hits}))  # type: ignore[operator]
+                brought = self._census(" ".join({rep for _s, _e, rep in hits}))
+                if census is not None and brought is not None:
+                    census |= brought
         return view.text
 
     def findings(self, text: str) -> list[Finding]:

@@ -84,6 +84,7 @@ class TestPaths:
         s = Sanitizer(root="/srv/work/app")
         out = s.scrub('File "/srv/work/app/src/x.py", line 1, in f (cwd /srv/work/app)')
         assert out == 'File "src/x.py", line 1, in f (cwd .)'
+        assert s.scrub("/srv/work/application/y.py") == "/srv/work/application/y.py"
 
     def test_home_directories_lose_the_user_name(self) -> None:
         """A home directory outside the repository becomes ~, keeping the rest of the path."""
