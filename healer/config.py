@@ -95,7 +95,19 @@ class StoreSettings:
         "file", "`file`: records under the state dir (one machine). `jetstream`: NATS JetStream "
         "key-value buckets shared by every node's healer.", env="HEALER_STORE",
     )
-    nats_urls: list[str] = setting(["nats://127.0.0.1:4222"], "NATS servers for `jetstream`.")
+    nats_urls: list[str] = setting(["nats://127.0.0.1:4222"], "NATS servers for `jetstream`.",
+                                   env="HEALER_NATS_URLS")
+    bucket: str = setting("healer", "JetStream key-value bucket holding the records.")
+    history: int = setting(5, "Revisions kept per record in the bucket.", minimum=1,
+                           maximum=64)
+    credentials: str = setting("", "NATS credentials file (.creds), passed to nats-py.")
+    tls_ca: str = setting("", "CA bundle to verify the NATS servers (enables TLS).")
+    tls_cert: str = setting("", "Client certificate for NATS mutual TLS.")
+    tls_key: str = setting("", "Client key for NATS mutual TLS.")
+    connect_timeout_s: float = setting(5.0, "Timeout of the first NATS connection.", minimum=0.1)
+    lease_ttl_s: float = setting(30.0, "How long a node's lease on a peer or incident lasts "
+                                 "unless renewed; a dead node's lease is taken over after it.",
+                                 minimum=1)
 
 
 @dataclass
@@ -240,6 +252,62 @@ class FleetSettings:
                                  minimum=0)
     max_heal_attempts: int = setting(3, "Attempts per broken channel before a human escalation.",
                                      minimum=1)
+    nats_url: str = setting(
+        "", "NATS server this healer uses for the P1 channel and heartbeats; empty: this node's "
+        "`nats_url` in the fleet config, else the chief's.", env="HEALER_FLEET_NATS_URL")
+    channels: list[str] = setting(
+        ["nats", "http", "tunnel", "relay", "seed", "ssh", "wol", "git"],
+        "Channels in ladder order (P1 NATS, P2 HTTP direct and via the SSH tunnel, P3 chief "
+        "relay, P4 seed file, P5 SSH, P6 Wake-on-LAN, P7 git). Leave one out to disable it.")
+    timeouts: dict[str, float] = setting(
+        {"nats": 2.0, "http": 3.0, "tunnel": 3.0, "relay": 3.0, "seed": 2.0, "ssh": 8.0,
+         "wol": 3.0, "git": 10.0, "discord": 10.0},
+        "Per-channel timeout in seconds; a channel failing more than half the time gets half "
+        "of it, and no send outlives `send_budget_s`.")
+    heal_interval_s: float = setting(60.0, "How often the loop probes every peer and heals "
+                                     "what is broken.", minimum=0.1)
+    agent_timeout_s: float = setting(120.0, "Wall-clock limit of one fleet healing agent run.",
+                                     minimum=1)
+    ssh_identity: str = setting("", "Private key for SSH to the nodes; empty uses ssh's "
+                                "defaults.")
+    ssh_strict_host_key_checking: Literal["yes", "accept-new", "no"] = setting(
+        "accept-new", "ssh's StrictHostKeyChecking for every fleet SSH call (BatchMode is "
+        "always on, so an unknown key never prompts).")
+    ssh_known_hosts: str = setting("", "UserKnownHostsFile for fleet SSH; empty uses ssh's "
+                                   "default.")
+    ssh_keepalive_s: float = setting(15.0, "ServerAliveInterval of SSH tunnels (3 missed "
+                                     "answers end the tunnel).", minimum=1)
+    wol_address: str = setting(
+        "127.0.0.1", "Where Wake-on-LAN magic packets go. Set your LAN's broadcast address to "
+        "wake real machines; the loopback default keeps the packet on this machine.")
+    wol_port: int = setting(9, "UDP port of Wake-on-LAN packets.", minimum=1, maximum=65535)
+    git_push: bool = setting(False, "Whether the git channel (P7) pushes its commit.")
+    discovery_command: list[str] = setting(
+        [], "argv printing a moved node's current address as JSON `{\"host\", \"port\"}`; "
+        "`{node}` is substituted. Used by the config updater when no heartbeat announced it.")
+    interactive_marker: str = setting(
+        ".healer/interactive-session", "File on a node that an interactive agent session "
+        "holds while a person works there (relative to the SSH user's home); while it exists, "
+        "healer leaves a notice instead of restarting that node's daemon.")
+    ladder_wait_s: float = setting(30.0, "Repair ladder: wait after L1 notify, L2 guide and L3 "
+                                   "assist before re-probing (returns early once healthy).",
+                                   minimum=0)
+    restart_verify_s: float = setting(10.0, "Longest wait for a restarted daemon's /health.",
+                                      minimum=0)
+    recovery_script: list[str] = setting([], "Repair ladder L3.5: argv run on this machine "
+                                         "with `{node}` substituted; empty skips the level.")
+    recovery_timeout_s: float = setting(60.0, "Timeout of the L3.5 recovery script.", minimum=1)
+    assist_interval_s: float = setting(900.0, "Repair ladder L5: at most one request to a "
+                                       "healthy peer to assist per this many seconds.", minimum=0)
+    alert_interval_s: float = setting(900.0, "At most one alert to the chief per silent peer "
+                                      "per this many seconds.", minimum=0)
+    allowed_actions: list[str] = setting(
+        ["notify", "guide", "assist", "recovery", "restart", "peer_assist", "daemon", "tunnel",
+         "config", "nats", "inbox"],
+        "Repairs healer may run (ladder levels and healing agents); anything else is refused "
+        "by the gate.")
+    token: str = setting("", "Bearer token node daemons require on POST routes; empty allows "
+                         "loopback callers only.", env="HEALER_FLEET_TOKEN", secret=True)
 
 
 @dataclass
@@ -248,8 +316,33 @@ class ContextSettings:
     max_iterations: int = setting(5, "Fix iterations before escalating.", minimum=1)
     scenario_timeout_s: float = setting(30.0, "Timeout of one scenario's test_command.",
                                         minimum=1)
-    max_blast_radius: int = setting(5, "A fix touching this many files or more is rejected.",
-                                    minimum=1)
+    max_blast_radius: int = setting(5, "A fix whose blast radius (changed files plus the files "
+                                    "that import them, from the impact map) reaches this many "
+                                    "files is rejected.", minimum=1)
+    enabled: bool = setting(True, "Whether incidents from webhooks and Loki rules are healed; "
+                            "false only records them.")
+    require_scenarios: bool = setting(
+        True, "A fix no scenario verifies is not a pass (escalated); false accepts it when the "
+        "other checks pass, with a warning in the PR.")
+    heal_without_file: bool = setting(
+        False, "Heal incidents that name no source file (e.g. metric alerts); by default they "
+        "are only recorded.")
+    agent_timeout_s: float = setting(600.0, "Wall-clock limit of one healing iteration's agent "
+                                     "run.", minimum=1)
+    watch_s: float = setting(86400.0, "Post-fix watch: the same alert firing this long after "
+                             "the fix PR was merged reopens the incident as a regression.",
+                             minimum=0)
+    watch_interval_s: float = setting(60.0, "How often the loop checks fix PRs, ends watches and "
+                                      "retries incidents the concurrency cap held back.",
+                                      minimum=0.1)
+    delivery_ttl_s: float = setting(86400.0, "Webhook deliveries are remembered this long to "
+                                    "drop replays.", minimum=0)
+    loki_url: str = setting("", "Loki base URL for the LogQL rule runner (setups without a "
+                            "ruler); empty disables it.")
+    loki_rules: str = setting("", "LogQL rules file; empty means `loki-rules.yaml` in "
+                              "`context.dir`.")
+    loki_interval_s: float = setting(60.0, "How often the LogQL rules are evaluated.",
+                                     minimum=1)
 
 
 @dataclass
@@ -260,6 +353,8 @@ class WebhookSettings:
                                       env="HEALER_ALERTMANAGER_TOKEN", secret=True)
     slack_signing_secret: str = setting("", "Slack app signing secret.",
                                         env="HEALER_SLACK_SECRET", secret=True)
+    slack_max_age_s: float = setting(300.0, "Slack requests whose timestamp is further than "
+                                     "this from now are refused (replay window).", minimum=1)
 
 
 @dataclass
@@ -682,6 +777,9 @@ class NodeEntry:
     ssh_port: int = 22
     nats_url: str = ""
     restart: tuple[str, ...] = ()
+    nats_restart: tuple[str, ...] = ()
+    interactive_marker: str = ""
+    fleet_dir: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -691,6 +789,18 @@ class MultifleetConfig:
     chief_host: str
     nodes: Mapping[str, NodeEntry]
     path: str = ""
+
+
+def _check_nats_url(url: str) -> None:
+    """``nats://host:port``: a safe host and port, nothing else (no credentials, no options)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or scheme not in ("nats", "tls"):
+        raise UnsafeNameError(url, "nats_url", "must start with nats:// or tls://")
+    host, _, port = rest.rstrip("/").rpartition(":")
+    if not host or not port.isdigit():
+        raise UnsafeNameError(url, "nats_url", "must be nats://<host>:<port>")
+    safe_host(host.strip("[]"), "nats_url host")
+    safe_port(int(port), "nats_url port")
 
 
 def load_multifleet(path: str | Path) -> MultifleetConfig:
@@ -713,13 +823,17 @@ def load_multifleet(path: str | Path) -> MultifleetConfig:
                 if entry.get(ip_key):
                     safe_host(entry[ip_key], ip_key)
             safe_port(entry.get("port", 8855))
+            if entry.get("nats_url"):
+                _check_nats_url(entry["nats_url"])
         except UnsafeNameError as exc:
             raise ConfigError(exc.reason, file=str(p), key=f"nodes.{node_id}",
                               expected=f"a safe {exc.what}") from exc
-        fields = {k: v for k, v in entry.items() if k in known and k != "restart"}
-        restart = tuple(entry.get("restart", ()))
+        argvs = ("restart", "nats_restart")
+        fields = {k: v for k, v in entry.items()
+                  if k in known and k not in (*argvs, "node_id", "extra")}
         extra = {k: v for k, v in entry.items() if k not in known}
-        nodes[node_id] = NodeEntry(node_id=node_id, restart=restart, extra=extra, **fields)
+        nodes[node_id] = NodeEntry(node_id=node_id, extra=extra, **fields,
+                                   **{k: tuple(entry.get(k, ())) for k in argvs})
     chief = data.get("chief", {})
     chief_id = chief.get("nodeId", "")
     if chief_id:

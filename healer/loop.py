@@ -104,8 +104,13 @@ class Healer:
 def build(settings: Settings) -> Healer:
     """Create the store and bus and let every available capability attach itself."""
     store = open_store(settings)
-    bus = ResultsBus(
-        settings.results_path, store,
+    bus_class: type[ResultsBus] = ResultsBus
+    if settings.store.backend == "jetstream":
+        from healer.core.jetstream import JetStreamResultsBus
+
+        bus_class = JetStreamResultsBus
+    bus = bus_class(
+        settings.results_path, store,  # type: ignore[arg-type]
         max_file_bytes=settings.bus.max_file_bytes, settle_s=settings.bus.settle_s,
         rescan_s=settings.bus.rescan_s, max_json_depth=settings.bus.max_json_depth,
         fleet_dir=settings.fleet_path, node=settings.node,

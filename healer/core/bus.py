@@ -73,7 +73,9 @@ RESULT_NAME = re.compile(
     r"heal-(?P<kind>[a-z0-9_]{1,32})-(?P<target>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
     r"-(?P<epoch>\d{9,13})\.json"
 )
-_IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$")
+# Writes in progress: dot-files, *.tmp/*.part/*.swp, editor backups, and Claude Code's
+# Write tool, which writes "<name>.tmp.<pid>.<hex>" and renames it into place.
+_IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
 ABANDONED_S = 600.0
 LEDGER = "results"
 PENDING = "results-pending"
@@ -179,6 +181,8 @@ class ResultsBus:
         self._worker: threading.Thread | None = None
         self._observer: Any = None
         self._last_rescan = 0.0
+        # Results this process is delivering; a shared store gives each node its own set.
+        self.pending_set = PENDING
 
     # -- wiring ----------------------------------------------------------------------------
 
@@ -387,21 +391,30 @@ class ResultsBus:
                            epoch=int(m["epoch"]), data=data, received_at=self._clock())
 
     def _apply(self, path: Path, result: AgentResult) -> None:
-        self.store.add_member(PENDING, result.id)
+        self.dispatch(result)
+        self._move(path, "applied")
+
+    def dispatch(self, result: AgentResult) -> None:
+        """Where a valid result goes: applied here (a shared-bus subclass publishes it)."""
+        self.apply_result(result)
+
+    def apply_result(self, result: AgentResult) -> bool:
+        """Apply once: create the ledger record, then run the subscribers. False if the
+        result was applied before (by this process, an earlier run or another node)."""
+        self.store.add_member(self.pending_set, result.id)
         try:
             self.store.create(LEDGER, result.id, {
                 "name": result.name, "kind": result.kind, "target": result.target,
                 "epoch": result.epoch, "received_at": result.received_at, "data": result.data,
             })
         except ConflictError:
-            self.store.remove_member(PENDING, result.id)
+            self.store.remove_member(self.pending_set, result.id)
             self.stats.duplicates += 1
-            self._move(path, "applied")
-            return
+            return False
         self._deliver(result)
-        self.store.remove_member(PENDING, result.id)
-        self._move(path, "applied")
+        self.store.remove_member(self.pending_set, result.id)
         self.stats.applied += 1
+        return True
 
     def _deliver(self, result: AgentResult) -> None:
         for kind, fn in list(self._subs):
@@ -415,7 +428,7 @@ class ResultsBus:
 
     def recover(self) -> None:
         """Deliver ledger records whose delivery a crash interrupted."""
-        for rid in self.store.members(PENDING):
+        for rid in self.store.members(self.pending_set):
             rec = self.store.get(LEDGER, rid)
             if rec is not None:
                 d = rec.data
@@ -423,7 +436,7 @@ class ResultsBus:
                 self._deliver(AgentResult(id=rid, name=d["name"], kind=d["kind"],
                                           target=d["target"], epoch=d["epoch"], data=d["data"],
                                           received_at=d["received_at"]))
-            self.store.remove_member(PENDING, rid)
+            self.store.remove_member(self.pending_set, rid)
 
     def _move(self, path: Path, sub: str) -> Path:
         dest = self.results_dir / sub / path.name

@@ -77,3 +77,66 @@ def run(
         stderr=err[:MAX_OUTPUT].decode(errors="replace"),
         timed_out=timed_out,
     )
+
+
+async def run_async(
+    argv: Sequence[str],
+    *,
+    timeout: float,
+    cwd: Path | str | None = None,
+    env: Mapping[str, str] | None = None,
+    input: str | None = None,
+    detach_output: Path | str | None = None,
+) -> ProcResult:
+    """``run`` for an event loop: the child is awaited, never blocked on.
+
+    Same rules: an argv list, its own process group, the group killed on timeout or
+    cancellation. ``detach_output`` sends stdout and stderr to that file instead of pipes —
+    for commands that leave a daemon behind (``ssh -f``), whose inherited pipes would
+    otherwise never reach end-of-file; the result's output is then empty.
+    """
+    import asyncio
+
+    if isinstance(argv, str):
+        raise TypeError("argv must be a list of strings, not a shell string")
+    args = tuple(str(a) for a in argv)
+    sink = open(detach_output, "ab") if detach_output is not None else None  # noqa: SIM115
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *args, cwd=cwd, env=dict(env) if env is not None else None,
+            stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+            stdout=sink if sink is not None else asyncio.subprocess.PIPE,
+            stderr=sink if sink is not None else asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )
+    except OSError as exc:
+        if sink is not None:
+            sink.close()
+        return ProcResult(args, 127, "", f"cannot run {args[0]!r}: {exc.strerror or exc}")
+    if sink is not None:
+        sink.close()  # the child has its own copy
+
+    def killpg(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+
+    timed_out = False
+    try:
+        out, err = await asyncio.wait_for(
+            proc.communicate(input.encode() if input is not None else None), timeout)
+    except TimeoutError:
+        timed_out = True
+        killpg(signal.SIGKILL)
+        out, err = await proc.communicate()
+    except asyncio.CancelledError:
+        killpg(signal.SIGKILL)
+        with contextlib.suppress(Exception):
+            await asyncio.shield(proc.wait())
+        raise
+    return ProcResult(
+        argv=args,
+        returncode=proc.returncode if proc.returncode is not None else -9,
+        stdout=(out or b"")[:MAX_OUTPUT].decode(errors="replace"),
+        stderr=(err or b"")[:MAX_OUTPUT].decode(errors="replace"),
+        timed_out=timed_out,
+    )

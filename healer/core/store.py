@@ -256,7 +256,7 @@ def open_store(settings: Any) -> Store:
     if backend == "file":
         return FileStore(settings.state_path)
     if backend == "jetstream":
-        from healer.core.jetstream import JetStreamStore  # type: ignore[import-not-found]
+        from healer.core.jetstream import JetStreamStore
 
-        return JetStreamStore.connect(settings)  # type: ignore[no-any-return]
+        return JetStreamStore.connect(settings)
     raise StoreError(f"unknown store backend {backend!r}")

@@ -8,12 +8,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from healer.core import seeds
-from healer.core.bus import LEDGER, PENDING, AgentResult, ResultsBus
-from healer.core.store import FileStore
+from healer.core.bus import LEDGER, AgentResult, ResultsBus
 from healer.testing.loop import drop_result
 
 VALID = {"kind": "diagnose", "target": "mac1", "status": "ok"}
@@ -30,15 +30,20 @@ def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
 
 
 class Harness:
-    def __init__(self, root: Path, *, settle_s: float = 0.3):
+    def __init__(self, root: Path, backend: tuple[str, Any], *, settle_s: float = 0.3):
         self.results = root / "results"
         self.fleet = root / "fleet"
-        self.store = FileStore(root / "state")
+        self.store = backend[1]()
         self.got: list[AgentResult] = []
         self.seeds: list[seeds.Seed] = []
         self.lock = threading.Lock()
-        self.bus = ResultsBus(self.results, self.store, settle_s=settle_s, rescan_s=0.5,
-                              max_file_bytes=64 * 1024, fleet_dir=self.fleet, node="me")
+        bus_class: Any = ResultsBus
+        if backend[0] == "jetstream":
+            from healer.core.jetstream import JetStreamResultsBus
+
+            bus_class = JetStreamResultsBus
+        self.bus = bus_class(self.results, self.store, settle_s=settle_s, rescan_s=0.5,
+                             max_file_bytes=64 * 1024, fleet_dir=self.fleet, node="me")
         self.bus.subscribe(self._on)
         self.bus.subscribe_seeds(self.seeds.append)
 
@@ -55,8 +60,8 @@ class Harness:
 
 
 @pytest.fixture
-def h(tmp_path: Path) -> Iterator[Harness]:
-    harness = Harness(tmp_path)
+def h(tmp_path: Path, backend) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
+    harness = Harness(tmp_path, backend)
     harness.results.mkdir()
     yield harness
     harness.bus.stop()
@@ -74,7 +79,7 @@ class TestApplied:
         assert r.data["channels"]["nats"]["ok"] is False
         assert not path.exists() and (h.results / "applied" / path.name).exists()
         assert h.store.get(LEDGER, r.id) is not None
-        assert h.store.members(PENDING) == []
+        assert h.store.members(h.bus.pending_set) == []
 
     def test_slow_writer(self, h: Harness) -> None:
         """A file written in pieces is applied once it is whole, not rejected half-way."""
@@ -109,19 +114,20 @@ class TestApplied:
 
     def test_interrupted_delivery_recovered(self, h: Harness) -> None:
         """A result whose delivery a crash interrupted is delivered again at start-up."""
-        h.store.add_member(PENDING, "abc123")
+        h.store.add_member(h.bus.pending_set, "abc123")
         h.store.create(LEDGER, "abc123", {"name": "heal-diagnose-mac1-1700000000.json",
                                            "kind": "diagnose", "target": "mac1",
                                            "epoch": 1700000000, "received_at": 1.0,
                                            "data": VALID})
         h.bus.start()
         assert [r.id for r in h.got] == ["abc123"]
-        assert h.store.members(PENDING) == []
+        assert h.store.members(h.bus.pending_set) == []
 
     def test_in_progress_files_left_alone(self, h: Harness) -> None:
         """Dot-files and *.tmp are writes in progress: neither applied nor rejected."""
         (h.results / ".heal-diagnose-mac1-1700000000.json.x1").write_text("{")
         (h.results / "heal-diagnose-mac1-1700000000.json.tmp").write_text("{")
+        (h.results / "heal-diagnose-mac1-1700000000.json.tmp.4242.9f3a1c").write_text("{")
         h.bus.start()
         h.bus.rescan()
         assert h.bus.drain(5)

@@ -1,0 +1,365 @@
+"""NATS JetStream as healer's shared state and results bus, for fleets that span machines.
+
+**Store.** One key-value bucket (``store.bucket``, default ``healer``) holds every record under
+``<kind>.<key>`` and every set member under ``_set.<set>.<member>``. The record's revision is
+the KV revision: ``create`` fails if the key exists and ``update(last=N)`` fails if someone
+wrote after N, so compare-and-set — the novelty gate, incident and lease ownership — is atomic
+across every node's healer, with no home-made consensus. Records keep ``store.history``
+revisions.
+
+**Bus.** Each node's file watcher validates results exactly as the file bus does, then
+*publishes* them to the stream ``<bucket>-results`` (message id = result id, so a re-publish
+after a crash is dropped by JetStream's duplicate window) instead of applying them locally.
+Every node pulls from one durable consumer, so each result is applied by one node: the ledger
+record is created in the bucket (exactly once), subscribers run, then the message is acked. A
+node that dies before the ack leaves the message to be redelivered to another node, which
+finds the ledger record or applies it itself.
+
+The store's API is synchronous (the bus thread and request handlers call it); nats-py is
+asyncio, so the connection lives on its own event loop in a background thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+from healer.core.bus import AgentResult, ResultsBus
+from healer.core.names import safe_name
+from healer.core.store import Record, Store
+from healer.errors import ConflictError, StoreError, UnavailableError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+DURABLE = "apply"
+
+
+def stream_names(bucket: str) -> tuple[str, str]:
+    """(stream, subject prefix) for a bucket: every node sharing a bucket shares the stream."""
+    return f"{bucket}-results", f"{bucket}.results"
+
+
+class _LoopThread:
+    """An asyncio loop in a daemon thread; ``run(coro)`` waits for its result."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="healer-nats",
+                                       daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        fut: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return fut.result(timeout)
+
+    def stop(self) -> None:
+        async def shutdown() -> None:
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        if self.loop.is_running():
+            with contextlib.suppress(Exception):
+                self.run(shutdown(), timeout=5)
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self.thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+def connect_options(settings: Any) -> dict[str, Any]:
+    """nats-py connect() options from ``store.*`` (credentials and TLS passed through)."""
+    s = settings.store
+    opts: dict[str, Any] = {"servers": list(s.nats_urls), "connect_timeout": s.connect_timeout_s,
+                            "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5,
+                            "name": f"healer-{settings.node}"}
+    if s.credentials:
+        opts["user_credentials"] = s.credentials
+    if s.tls_ca or s.tls_cert:
+        import ssl
+
+        ctx = ssl.create_default_context(cafile=s.tls_ca or None)
+        if s.tls_cert:
+            ctx.load_cert_chain(s.tls_cert, s.tls_key or None)
+        opts["tls"] = ctx
+    return opts
+
+
+class JetStreamStore(Store):
+    """The Store interface over a JetStream key-value bucket."""
+
+    def __init__(self, options: dict[str, Any], *, bucket: str = "healer", history: int = 5,
+                 clock: Callable[[], float] = time.time, timeout: float = 10.0):
+        import nats
+        from nats.js import errors as js_errors
+
+        self._errors = js_errors
+        self._clock = clock
+        self._timeout = timeout
+        self.bucket_name = bucket
+        self._closed = False
+        self._io = _LoopThread()
+        try:
+            self.nc = self._io.run(nats.connect(**options), timeout=timeout + 5)
+        except Exception as exc:
+            self._io.stop()
+            raise UnavailableError(f"cannot connect to NATS at {options.get('servers')}: "
+                                   f"{exc}") from exc
+        self.js = self.nc.jetstream()
+        try:
+            self.kv = self._io.run(self._bucket(bucket, history))
+        except Exception as exc:
+            self.close()
+            raise UnavailableError(f"JetStream is not available on "
+                                   f"{options.get('servers')}: {exc}") from exc
+
+    @classmethod
+    def connect(cls, settings: Any) -> JetStreamStore:
+        return cls(connect_options(settings), bucket=settings.store.bucket,
+                   history=settings.store.history)
+
+    async def _bucket(self, name: str, history: int) -> Any:
+        try:
+            return await self.js.key_value(name)
+        except self._errors.BucketNotFoundError:
+            return await self.js.create_key_value(bucket=name, history=history,
+                                                  description="healer state")
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        try:
+            return self._io.run(coro, timeout=self._timeout)
+        except TimeoutError as exc:
+            raise StoreError(f"JetStream did not answer within {self._timeout}s") from exc
+
+    @staticmethod
+    def _k(kind: str, key: str) -> str:
+        safe_name(kind, "record kind")
+        safe_name(key, "record key")
+        if "." in kind:
+            raise StoreError(f"record kind {kind!r} must not contain '.'")
+        return f"{kind}.{key}"
+
+    # -- records ---------------------------------------------------------------------------
+
+    def get(self, kind: str, key: str) -> Record | None:
+        k = self._k(kind, key)
+        e = self._errors
+        try:
+            entry = self._run(self.kv.get(k))
+        except (e.KeyNotFoundError, e.KeyDeletedError):
+            return None
+        if entry.value is None or entry.operation in ("DEL", "PURGE"):
+            return None
+        doc = json.loads(entry.value)
+        return Record(kind, key, int(entry.revision or 0), doc["data"], doc["updated_at"])
+
+    def put(self, kind: str, key: str, data: dict[str, Any], *,
+            expected_revision: int | None = None) -> Record:
+        if not isinstance(data, dict):
+            raise TypeError("record data must be a dict")
+        k = self._k(kind, key)
+        now = self._clock()
+        value = json.dumps({"data": data, "updated_at": now}, separators=(",", ":")).encode()
+        try:
+            if expected_revision is None:
+                rev = self._run(self.kv.put(k, value))
+            elif expected_revision == 0:
+                rev = self._run(self.kv.create(k, value))
+            else:
+                rev = self._run(self.kv.update(k, value, last=expected_revision))
+        except self._errors.KeyWrongLastSequenceError as exc:
+            current = self.get(kind, key)
+            raise ConflictError(kind, key, expected_revision,
+                                current.revision if current else None) from exc
+        except self._errors.APIError as exc:
+            # create() on a key whose last operation was a delete is a CAS on that marker.
+            if expected_revision == 0 and "wrong last sequence" in str(exc).lower():
+                raise ConflictError(kind, key, 0, None) from exc
+            raise StoreError(f"{kind}/{key}: {exc}") from exc
+        return Record(kind, key, int(rev), data, now)
+
+    def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool:
+        k = self._k(kind, key)
+        if self.get(kind, key) is None:
+            return False
+        try:
+            self._run(self.kv.delete(k, last=expected_revision))
+        except self._errors.KeyWrongLastSequenceError as exc:
+            current = self.get(kind, key)
+            raise ConflictError(kind, key, expected_revision,
+                                current.revision if current else None) from exc
+        return True
+
+    async def _watch_keys(self, prefix: str) -> list[str]:
+        # A server-side filtered watch: nats-py's keys(filters=...) reads every key of the
+        # bucket and filters by substring on the client.
+        watcher = await self.kv.watch(f"{prefix}.>", ignore_deletes=True, meta_only=True)
+        keys = []
+        try:
+            async for entry in watcher:
+                if entry is None:
+                    break
+                keys.append(entry.key)
+        finally:
+            await watcher.stop()
+        return keys
+
+    def _keys(self, prefix: str) -> list[str]:
+        return sorted(k[len(prefix) + 1:] for k in self._run(self._watch_keys(prefix)))
+
+    def keys(self, kind: str) -> list[str]:
+        safe_name(kind, "record kind")
+        return self._keys(kind)
+
+    # -- sets ------------------------------------------------------------------------------
+
+    def add_member(self, set_name: str, key: str) -> None:
+        safe_name(set_name, "set name")
+        self._run(self.kv.put(f"_set.{set_name}.{safe_name(key, 'member')}", b"1"))
+
+    def remove_member(self, set_name: str, key: str) -> None:
+        safe_name(set_name, "set name")
+        k = f"_set.{set_name}.{safe_name(key, 'member')}"
+        with contextlib.suppress(self._errors.KeyNotFoundError, self._errors.KeyDeletedError):
+            self._run(self.kv.delete(k))
+
+    def members(self, set_name: str) -> list[str]:
+        safe_name(set_name, "set name")
+        return self._keys(f"_set.{set_name}")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._io.run(self.nc.close(), timeout=5)
+        except Exception:  # closing must not raise
+            log.debug("NATS close failed", exc_info=True)
+        self._io.stop()
+
+
+class JetStreamResultsBus(ResultsBus):
+    """The file bus whose valid results go through a JetStream stream to exactly one node."""
+
+    def __init__(self, results_dir: Path | str, store: JetStreamStore, **kw: Any):
+        super().__init__(results_dir, store, **kw)
+        self.pending_set = f"results-pending-{self.node or 'node'}"
+        self.js_store = store
+        self.stream, self.subject = stream_names(store.bucket_name)
+        self._consumer_stop = threading.Event()
+        self._consumer: Any = None
+
+    def start(self) -> None:
+        self.js_store._run(self._ensure_stream())
+        super().start()
+        self._consumer_stop.clear()
+        self._consumer = asyncio.run_coroutine_threadsafe(self._consume(),
+                                                          self.js_store._io.loop)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        super().stop(timeout)
+        self._consumer_stop.set()
+        if self._consumer is not None:
+            try:
+                self._consumer.result(timeout)
+            except Exception:
+                log.debug("consumer ended with an error", exc_info=True)
+
+    async def _ensure_stream(self) -> None:
+        from nats.js import api, errors
+
+        js = self.js_store.js
+        try:
+            await js.stream_info(self.stream)
+        except errors.NotFoundError:
+            await js.add_stream(api.StreamConfig(
+                name=self.stream, subjects=[f"{self.subject}.>"],
+                retention=api.RetentionPolicy.WORK_QUEUE,
+                storage=api.StorageType.FILE, duplicate_window=600.0, max_age=7 * 86400.0))
+
+    def dispatch(self, result: AgentResult) -> None:
+        """Publish instead of applying here; the pull consumer applies it on one node."""
+        payload = json.dumps({"id": result.id, "name": result.name, "kind": result.kind,
+                              "target": result.target, "epoch": result.epoch,
+                              "data": result.data, "received_at": result.received_at}).encode()
+        js = self.js_store.js
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ack = self.js_store._io.run(js.publish(f"{self.subject}.{result.kind}", payload,
+                                                       headers={"Nats-Msg-Id": result.id}),
+                                            timeout=10)
+                if ack.duplicate:  # JetStream's duplicate window already has this result
+                    self.stats.duplicates += 1
+                return
+            except Exception as exc:
+                # NATS restarting: keep the file (it is not moved until this returns) and retry.
+                if time.monotonic() > deadline:
+                    raise StoreError(f"could not publish {result.name}: {exc}") from exc
+                time.sleep(0.5)
+
+    async def _consume(self) -> None:
+        import nats.errors
+
+        js = self.js_store.js
+        sub = None
+        while not self._consumer_stop.is_set():
+            try:
+                if sub is None:
+                    sub = await js.pull_subscribe(f"{self.subject}.>", durable=DURABLE,
+                                                  stream=self.stream)
+                msgs = await sub.fetch(16, timeout=0.5)
+            except nats.errors.TimeoutError:
+                continue
+            except Exception as exc:
+                log.debug("consumer: %s; retrying", exc)
+                sub = None
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                d = json.loads(msg.data)
+                result = AgentResult(id=d["id"], name=d["name"], kind=d["kind"],
+                                     target=d["target"], epoch=d["epoch"], data=d["data"],
+                                     received_at=d["received_at"])
+                await asyncio.to_thread(self.apply_result, result)
+                await msg.ack()
+
+
+def open_jetstream(settings: Any) -> JetStreamStore:
+    return JetStreamStore.connect(settings)
+
+
+def doctor_checks(settings: Any) -> list[Any]:
+    """`healer doctor`: with store.backend=jetstream, JetStream answers and the bucket exists."""
+    from healer.doctor import Check
+
+    if settings.store.backend != "jetstream":
+        return []
+    try:
+        store = JetStreamStore.connect(settings)
+    except UnavailableError as exc:
+        return [Check("jetstream", False, str(exc))]
+    try:
+        status = store._run(store.kv.status())
+        stream, _ = stream_names(store.bucket_name)
+        stream_ok = True
+        try:
+            store._run(store.js.stream_info(stream))
+        except Exception:
+            stream_ok = False
+        detail = (f"bucket {store.bucket_name}: {status.values} values, history "
+                  f"{status.history}; stream {stream}: "
+                  f"{'present' if stream_ok else 'created on first loop start'}")
+        return [Check("jetstream", True, detail)]
+    finally:
+        store.close()

