@@ -16,6 +16,7 @@ import marshal
 import mmap
 import os
 import signal
+import stat
 import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -63,7 +64,11 @@ def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | No
     except OSError as exc:
         raise UsageError(f"{path}: cannot open: {exc.strerror}") from None
     try:
-        size = os.fstat(fd).st_size
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device: it can only be streamed
+            alerts = _scan_stream(engine, fd, source, start_time, not_before, labels)
+            return [render(alerts)] if render is not None else alerts
+        size = st.st_size
         seen_at = engine.clock()
         start = start_time
         if start is None:
@@ -97,6 +102,15 @@ def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | No
             out.append(Alert(p.code, p.id, p.priority, p.severity, source, line_no, line, ts,
                              label_map, p))
     return out
+
+
+def _scan_stream(engine: Engine, fd: int, source: str, start_time: float | None,
+                 not_before: float | None, labels: Mapping[str, str] | None) -> list[Alert]:
+    stream = engine.stream(source, start_time=start_time, labels=labels, not_before=not_before)
+    alerts: list[Alert] = []
+    while chunk := os.read(fd, BLOCK_BYTES):
+        alerts += stream.feed(chunk)
+    return alerts + stream.flush()
 
 
 def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:

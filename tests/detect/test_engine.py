@@ -246,6 +246,19 @@ class TestBuffers:
         empty.write_bytes(b"")
         assert engine.scan_bytes(b"") == [] and engine.scan_file(empty) == []
 
+    def test_fifo_is_streamed(self, engine: Engine, corpus, tmp_path: Path) -> None:
+        """A named pipe given as a file is read as a stream, with the same alerts."""
+        import os
+        import threading
+
+        fifo = tmp_path / "pipe"
+        os.mkfifo(fifo)
+        writer = threading.Thread(target=fifo.write_bytes, args=(corpus.data,))
+        writer.start()
+        got = engine.scan_file(fifo)
+        writer.join(5)
+        assert got == engine.scan_bytes(corpus.data, source=str(fifo))
+
     def test_missing_file(self, engine: Engine, tmp_path: Path) -> None:
         """A missing file is a usage error."""
         with pytest.raises(UsageError, match="no such file"):
