@@ -20,8 +20,6 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
 from healer.core.store import FileStore
 from healer.play.sessions import SessionRegistry
 from healer.testing.api import ServeProcess
