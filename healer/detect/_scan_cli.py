@@ -277,13 +277,15 @@ def _check_file(name: str) -> None:
 
 
 def _progress_for(name: str) -> Callable[[int, int], None] | None:
-    """A rich progress bar for a big file when stdout is a terminal, else nothing."""
-    if not sys.stdout.isatty() or Path(name).stat().st_size < PROGRESS_MIN_BYTES:
+    """A progress bar (on stderr) for a big file when stdout is a terminal, else nothing."""
+    if (not sys.stdout.isatty() or not sys.stderr.isatty()
+            or Path(name).stat().st_size < PROGRESS_MIN_BYTES):
         return None
+    from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
 
     bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                   TimeRemainingColumn(), transient=True)
+                   TimeRemainingColumn(), transient=True, console=Console(stderr=True))
     task = bar.add_task(Path(name).name, total=Path(name).stat().st_size)
     state: dict[str, Any] = {"started": False}
 

@@ -95,6 +95,17 @@ class TestOutput:
                      str(path))
         assert [json.loads(x)["code"] for x in r.out.splitlines()] == ["X1"]
 
+    def test_catalog_setting(self, tmp_path: Path) -> None:
+        """The settings detect.catalog and detect.catalog_mode choose the catalog."""
+        cat = tmp_path / "mine.yaml"
+        cat.write_text(yaml.safe_dump({"patterns": [
+            {"id": "oom", "regex": "OOMKilled", "code": "X1", "priority": 2,
+             "severity": "critical"}]}))
+        path = log(tmp_path, "reason: OOMKilled\nconnection refused\n")
+        r = run_scan(tmp_path, "--json", "--set", f"detect.catalog={cat}", "--set",
+                     "detect.catalog_mode=replace", str(path))
+        assert [json.loads(x)["code"] for x in r.out.splitlines()] == ["X1"]
+
     def test_settings_apply(self, tmp_path: Path) -> None:
         """detect.* settings from healer.yaml and --set are honoured."""
         path = log(tmp_path, "connection refused " + "x" * 300 + "\n")
@@ -109,6 +120,44 @@ class TestOutput:
         r = run_scan(tmp_path, "--json", "--cmd", "--", sys.executable, "-c",
                      "print('ok'); print('role undefined')")
         assert r.code == 1 and json.loads(r.out)["code"] == "L3"
+
+
+class TestProgress:
+    def run_on_terminal(self, tmp_path: Path, *args: str) -> bytes:
+        import os
+        import pty
+        import select
+
+        master, slave = pty.openpty()
+        proc = subprocess.Popen([sys.executable, "-m", "healer", "scan", *args], cwd=tmp_path,
+                                env=scan_env(tmp_path), stdout=slave, stderr=slave)
+        os.close(slave)
+        out = b""
+        while select.select([master], [], [], 30)[0]:
+            try:
+                chunk = os.read(master, 1 << 16)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            out += chunk
+        proc.wait(timeout=30)
+        os.close(master)
+        return out
+
+    def test_bar_on_big_files_on_a_terminal(self, tmp_path: Path) -> None:
+        """A 64 MB+ file scanned with stdout on a terminal shows a progress bar."""
+        big = tmp_path / "big.log"
+        big.write_bytes(b"2024-05-01T10:00:00Z level=info msg=ok\n" * 1_800_000
+                        + b"connection refused\n")
+        assert "━".encode() in self.run_on_terminal(tmp_path, "--no-summary", str(big))
+        r = run_scan(tmp_path, "--no-summary", str(big))
+        assert "━" not in r.out + r.err
+
+    def test_no_bar_for_small_files(self, tmp_path: Path) -> None:
+        """Small files get no progress bar, even on a terminal."""
+        out = self.run_on_terminal(tmp_path, "--no-summary", str(CORPUS / "agent.log"))
+        assert b"R2" in out and "━".encode() not in out
 
 
 class TestErrors:
