@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.agents.context import Peer
-from healer.agents.playbooks import PlaybookContext, playbook
+from healer.agents.playbooks import PlaybookContext
 
 TIMEOUTS = {"http": 3.0, "tunnel": 3.0, "ssh": 5.0, "nats": 2.0, "seed": 2.0}
 
@@ -156,7 +156,8 @@ async def probe_peer(peer: Peer, fleet_dir: Path,
     return dict(zip(probes, results, strict=True))
 
 
-@playbook("channel-diagnoser")
+# Superseded as the registered channel-diagnoser by healer.fleet.playbooks (all eight
+# channels, fleet-aware); kept as the minimal transport-level diagnosis.
 async def diagnose(ctx: PlaybookContext) -> dict[str, Any]:
     """Probe each channel to the peer once and report per-channel ok/detail."""
     peer: Peer = ctx.context["peer"]
