@@ -40,12 +40,63 @@ def line_anchored(regex: str) -> str:
                                regex)
 
 
-_SPECIAL = frozenset(".^$*+?{}[]\\|()\n\r")
+_INLINE_FLAGS = re.compile(r"\(\?[aiLmsux-]")
+_SAFE_AT = {"AT_BOUNDARY", "AT_NON_BOUNDARY"}
+_SAFE_CATEGORIES = {"CATEGORY_DIGIT", "CATEGORY_WORD"}
 
 
-def is_literal(regex: str) -> bool:
-    """Whether ``regex`` is plain text (no regex syntax at all)."""
-    return not _SPECIAL.intersection(regex)
+def single_line_exact(regex: str) -> bool:
+    r"""Whether Hyperscan reporting ``regex`` on a line means re finds it on that line.
+
+    True for patterns built only from literals, ``.``, positive classes of letters, digits
+    and word characters, repeats, groups, alternations and ``\b``: such a match never spans
+    a newline, and Hyperscan (caseless ASCII, no DOTALL) and ``re`` on bytes agree on them.
+    Anything else (``\s``, ``[^…]``, anchors, lookarounds, backreferences, inline flags) is
+    confirmed with ``re``.
+    """
+    if _INLINE_FLAGS.search(regex):
+        return False
+    try:
+        import re._parser as sre_parse  # the stdlib's parser: internal, hence the guard
+
+        return _safe_items(list(sre_parse.parse(regex, 0)))
+    except Exception:
+        return False
+
+
+def _safe_items(items: list[Any]) -> bool:
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            ok = arg not in (10, 13)
+        elif name == "ANY":
+            ok = True
+        elif name == "AT":
+            ok = str(arg) in _SAFE_AT
+        elif name == "IN":
+            ok = all(_safe_class_item(o, a) for o, a in arg)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT"):
+            ok = _safe_items(list(arg[2]))
+        elif name == "SUBPATTERN":
+            ok = _safe_items(list(arg[3]))
+        elif name == "BRANCH":
+            ok = all(_safe_items(list(alt)) for alt in arg[1])
+        else:
+            ok = False
+        if not ok:
+            return False
+    return True
+
+
+def _safe_class_item(op: Any, arg: Any) -> bool:
+    name = str(op)
+    if name == "LITERAL":
+        return arg not in (10, 13)
+    if name == "RANGE":
+        return not (arg[0] <= 10 <= arg[1] or arg[0] <= 13 <= arg[1])
+    if name == "CATEGORY":
+        return str(arg) in _SAFE_CATEGORIES
+    return False  # NEGATE and everything else
 
 
 def strip_ansi(data: bytes | bytearray) -> bytes:

@@ -88,10 +88,10 @@ class Engine:
             self.matchers.append(hm)
             if hm.leftover:
                 self.matchers.append(_match.ReMatcher(hm.leftover))
-            # A plain literal that Hyperscan matched on a line is on that line (both fold
-            # ASCII case only): no need to confirm it with re.
+            # A pattern that cannot span lines and means the same to both engines needs no
+            # confirming when Hyperscan reports it on a line.
             for p in hm.patterns:
-                if p.id not in hm.prefiltered and _match.is_literal(p.regex):
+                if p.id not in hm.prefiltered and _match.single_line_exact(p.regex):
                     self._confirm[p.index] = _trusted
         else:
             self.matchers.append(_match.ReMatcher(pats))
