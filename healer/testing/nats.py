@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -77,3 +78,10 @@ class NatsServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def jetstream_store(url: str, bucket: str) -> Any:
+    """A JetStream store on one bucket of the server at ``url`` (for tests and benchmarks)."""
+    from healer.core.jetstream import JetStreamStore
+
+    return JetStreamStore({"servers": [url], "connect_timeout": 5}, bucket=bucket)

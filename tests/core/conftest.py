@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from healer.core.store import FileStore, Store
-from healer.testing.nats import NatsServer
+from healer.testing.nats import NatsServer, jetstream_store
 
 _bucket = itertools.count()
 
@@ -19,13 +19,6 @@ _bucket = itertools.count()
 def nats_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsServer]:
     with NatsServer(jetstream=True, store_dir=tmp_path_factory.mktemp("nats")) as ns:
         yield ns
-
-
-def jetstream_store(url: str, bucket: str | None = None) -> Any:
-    from healer.core.jetstream import JetStreamStore
-
-    return JetStreamStore({"servers": [url], "connect_timeout": 5},
-                          bucket=bucket or f"t{next(_bucket)}-{id(url) % 9973}")
 
 
 @pytest.fixture(params=["file", "jetstream"])

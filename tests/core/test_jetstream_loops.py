@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from healer.testing.loop import LoopProcess, drop_result, healer_env
-from healer.testing.nats import NatsServer
-from tests.core.conftest import jetstream_store
+from healer.testing.nats import NatsServer, jetstream_store
 
 pytestmark = pytest.mark.e2e
 
@@ -86,7 +85,7 @@ class TestSharedBus:
 
 WORKER = r"""
 import sys, time
-from tests.core.conftest import jetstream_store
+from healer.testing.nats import jetstream_store
 from healer.core.lease import Lease
 url, bucket, me, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 store = jetstream_store(url, bucket)

@@ -96,7 +96,7 @@ class TestRecords:
 
 def _open(where: str) -> Store:
     if where.startswith("nats://"):
-        from tests.core.conftest import jetstream_store
+        from healer.testing.nats import jetstream_store
 
         url, bucket = where.rsplit("/", 1)
         return jetstream_store(url, bucket)  # type: ignore[no-any-return]
