@@ -3,7 +3,7 @@
 ``AgentRunner`` is what the rest of healer uses to start agents::
 
     runner = AgentRunner(settings)                     # executor from settings (auto)
-    handle = runner.submit(AgentTask("channel-diagnoser", "mac1", vars={"host": "10.0.0.5"}))
+    handle = runner.submit(AgentTask("channel-diagnoser", "mac1", vars={"host": "127.0.0.2"}))
     outcome = await runner.wait(handle.run_id)         # or runner.cancel(handle.run_id)
 
 At most ``settings.executor.max_concurrent`` runs execute at once; the rest wait in a queue of

@@ -14,11 +14,11 @@ _FLEET_AGENTS = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", 
 EPILOG = """\
 examples:
   healer agents list
-  healer agents run channel-diagnoser --target mac1 --var host=10.0.0.5 --executor playbook
+  healer agents run channel-diagnoser --target mac1 --var host=127.0.0.2 --executor playbook
   healer agents run channel-diagnoser --target mac1 --executor claude --timeout 120
   healer agents run healing-agent --target 3f2a9c1d --var error_type=KeyError \\
       --var traceback=@trace.txt --cwd ../worktree --executor claude
-  healer agents prompt channel-diagnoser --target mac1 --var host=10.0.0.5
+  healer agents prompt channel-diagnoser --target mac1 --var host=127.0.0.2
 
 --var KEY=VALUE is repeatable; KEY=@FILE reads the value from FILE. For fleet agents, a
 target that is a node in the fleet config (.multifleet/config.json) takes its host, ports and
