@@ -109,8 +109,11 @@ class JetStreamStore(Store):
         self.bucket_name = bucket
         self._closed = False
         self._io = _LoopThread()
+        # Reconnects retry forever (a NATS restart must not lose the store), so the first
+        # connection is bounded here instead.
+        first = float(options.get("connect_timeout", 5)) + 1.0
         try:
-            self.nc = self._io.run(nats.connect(**options), timeout=timeout + 5)
+            self.nc = self._io.run(nats.connect(**options), timeout=first)
         except Exception as exc:
             self._io.stop()
             raise UnavailableError(f"cannot connect to NATS at {options.get('servers')}: "

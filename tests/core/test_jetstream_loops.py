@@ -137,3 +137,24 @@ class TestLeases:
                     if p.poll() is None:
                         p.kill()
         assert took_over_in < 2.0 + 2.0  # the lease time, plus a poll or two
+
+
+class TestDoctor:
+    def test_doctor_checks_jetstream(self, tmp_path: Path) -> None:
+        """`healer doctor` with store=jetstream says whether JetStream answers and the bucket
+        exists; with the server gone the check fails (exit 1) with the reason."""
+        import subprocess
+        import sys
+
+        with NatsServer(jetstream=True, store_dir=tmp_path / "nats") as ns:
+            env = node_env(tmp_path, "n1", ns.url, "doctor1")
+            r = subprocess.run([sys.executable, "-m", "healer", "doctor", "--json"], env=env,
+                               capture_output=True, text=True, timeout=60)
+            checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+            assert r.returncode == 0, r.stderr
+            assert checks["jetstream"]["ok"] and "bucket doctor1" in checks["jetstream"]["detail"]
+        r = subprocess.run([sys.executable, "-m", "healer", "doctor", "--json"], env=env,
+                           capture_output=True, text=True, timeout=60)
+        checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+        assert r.returncode == 1
+        assert not checks["jetstream"]["ok"] and "cannot connect" in checks["jetstream"]["detail"]
