@@ -52,6 +52,8 @@ async def start(request: Request) -> Response:
         data = await asyncio.to_thread(svc.start_session, body)
     except AlreadyActive as exc:
         raise HTTPError(409, str(exc)) from exc
+    if data.get("tools_server"):
+        svc.track(svc.check_tools_server(data["play_id"]))
     return ok({"status": "ok", "session_id": data["session_id"],
                "message": f"Session started for play {data['play_id']} with "
                           f"{len(data['expected_tools'])} agent(s) and "

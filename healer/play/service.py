@@ -72,6 +72,33 @@ class PlayService:
         log.info("play %s started: %d agent(s)", data["play_id"], len(data["expected_tools"]))
         return data
 
+    async def check_tools_server(self, play_id: str) -> dict[str, Any] | None:
+        """Pre-flight "tools-server reachable": GET the play's tools-server URL (no redirects,
+        short timeout). Unreachable → an mcp_init_failed issue (A12) for the play."""
+        session = self.registry.require(play_id)
+        url = session.get("tools_server") or ""
+        if not url:
+            return None
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
+                resp = await client.get(url)
+            ok, detail = resp.status_code < 500, f"HTTP {resp.status_code}"
+        except httpx.HTTPError as exc:
+            ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
+        item = {"ok": ok, "detail": f"{url}: {detail}"}
+
+        def fn(d: dict[str, Any]) -> None:
+            d["preflight"]["tools_server_reachable"] = item
+
+        self.registry.update(play_id, fn)
+        if not ok:
+            self._record(play_id, [self._issue(
+                "mcp_init_failed", "critical", "", f"tools-server unreachable: {url}",
+                code="A12", evidence=[detail])])
+        return item
+
     def finish_session(self, play_id: str, status: str, reason: str) -> dict[str, Any]:
         return self.registry.finish(play_id, status, reason)
 
@@ -197,8 +224,10 @@ class PlayService:
 
     def _issue(self, issue_type: str, severity: str, agent: str, description: str,
                **extra: Any) -> dict[str, Any]:
-        issue = {"issue_type": issue_type, "severity": severity, "agent": agent,
-                 "description": description}
+        issue: dict[str, Any] = {"issue_type": issue_type, "severity": severity,
+                                 "description": description}
+        if agent:
+            issue["agent"] = agent
         issue.update({k: v for k, v in extra.items() if v not in (None, [], "")})
         return issue
 
@@ -215,11 +244,16 @@ class PlayService:
         return out
 
     def _spawn(self, play_id: str, issue: dict[str, Any]) -> None:
+        self.track(self.remediator.handle(play_id, issue))
+
+    def track(self, coro: Any) -> None:
+        """Run ``coro`` in the background, owned by this service (cancelled on stop)."""
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
+            coro.close()
             return  # no loop (a synchronous caller): the loop's recovery picks it up
-        task = loop.create_task(self.remediator.handle(play_id, issue))
+        task = loop.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
 

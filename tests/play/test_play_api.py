@@ -315,3 +315,27 @@ class TestInLoop:
                     session = http.get("/api/v1/session/play-task-4-abc").json()["session"]
                     issues = [i for i in session["issues"] if i["issue_type"] == "stuck"]
                 assert issues and issues[0]["agent"] == "cleo" and issues[0]["code"] == "A9"
+
+
+class TestToolsServer:
+    def test_unreachable_tools_server(self, serve) -> None:  # type: ignore[no-untyped-def]
+        """A play whose tools-server does not answer gets an A12 mcp_init_failed issue."""
+        from healer.testing.nats import free_port
+
+        s = serve()
+        dead = f"http://127.0.0.1:{free_port()}/health"
+        s.http.post("/api/v1/session/start", json=start_body(tools_server=dead))
+        session = s.wait_for(lambda: (d := s.http.get(
+            "/api/v1/session/play-task-4-abc").json()["session"])["issues"] and d)
+        issue = session["issues"][0]
+        assert issue["issue_type"] == "mcp_init_failed" and issue["code"] == "A12"
+        assert session["preflight"]["tools_server_reachable"]["ok"] is False
+
+    def test_reachable_tools_server(self, serve) -> None:  # type: ignore[no-untyped-def]
+        s = serve()
+        s.http.post("/api/v1/session/start", json=start_body(play_id="p2",
+                                                             tools_server=f"{s.url}/health"))
+        session = s.wait_for(lambda: (d := s.http.get("/api/v1/session/p2").json()[
+            "session"])["preflight"].get("tools_server_reachable") and d)
+        assert session["preflight"]["tools_server_reachable"]["ok"] is True
+        assert session["issues"] == []
