@@ -6,7 +6,7 @@ and HTTP surfaces do. Most reports are duplicates of a few bugs (the common case
 many agents), some are new bugs that hit the concurrency cap. Prints reports/s for each stage
 alone and for the whole gate path, against the target of 5,000 reports/s.
 
-    .venv/bin/python benchmarks/report_gate.py [--reports 20000]
+    .venv/bin/python benchmarks/report_gate.py [--reports 10000] [--repeat 3]
 """
 
 from __future__ import annotations
@@ -100,20 +100,27 @@ def measure(reports: list[dict[str, str]], prefilter: bool, tmp: Path) -> dict[s
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reports", type=int, default=20000)
+    ap.add_argument("--reports", type=int, default=10000)
     ap.add_argument("--bugs", type=int, default=20, help="distinct recurring bugs")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per variant; the best counts")
     args = ap.parse_args()
 
     rng = random.Random(7)
     reports = [make_report(i, rng, args.bugs) for i in range(args.reports)]
     n = len(reports)
     print(f"report_error gate path, {n:,} reports of ~{len(reports[0]['traceback']):,} "
-          f"characters of traceback, {args.bugs} recurring bugs + 5 % new ones")
+          f"characters of traceback, {args.bugs} recurring bugs + 5 % new ones "
+          f"(best of {args.repeat} runs)")
     results = {}
     for prefilter in (True, False):
         label = "hyperscan pre-filter" if prefilter else "pure re (no pre-filter)"
-        tmp = Path(tempfile.mkdtemp(prefix="healer-bench-gate-"))
-        r = results[prefilter] = measure(reports, prefilter, tmp)
+        # Best of N runs, each on a fresh state dir: the machine may be shared, and the best
+        # run is the one least disturbed by others.
+        runs = [measure(reports, prefilter, Path(tempfile.mkdtemp(prefix="healer-bench-gate-")))
+                for _ in range(args.repeat)]
+        r = results[prefilter] = {k: min(x[k] for x in runs) for k in ("scrub", "fingerprint",
+                                                                        "all")}
+        r["reasons"] = runs[0]["reasons"]
         if prefilter and not Sanitizer()._census.active:
             print("  (hyperscan is not installed: both runs use pure re)")
         print(f"- {label}")

@@ -388,7 +388,9 @@ _UUID_HINT = r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
 # An IPv6 address has "::" or at least six colons (eight groups, or six and a dotted quad);
 # a time of day ("10:05:00") has neither.
 _IP6_HINTS = (r"::", r"(?:[0-9A-Fa-f]{1,4}:){6}")
-_ENTROPY_CENSUS = (r"[A-Za-z0-9+/_-]{32}",)
+# A random key has a run of 20+ letters and digits (``random_looking``); paths, snake_case
+# names and most class names do not.
+_ENTROPY_CENSUS = (r"[A-Za-z0-9]{20}",)
 _CARD_HINT = r"[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}"
 _IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
 _API_HINTS = (r"sk-", r"k_live_", r"k_test_", r"AKIA", r"ASIA", r"A[GIRNP][DPOVI]A", r"AIza",
