@@ -1,0 +1,353 @@
+"""The heal loop: agent in a worktree → scenario runner → PR, or an escalation after N tries.
+
+::
+
+    admitted incident ─► worktree healing/<fp12>-<id> from the base branch
+        └─► iteration i (1 … context.max_iterations):
+              living-context-healer (executor runtime, cwd = the worktree, the living context
+              and the previous iteration's rejection in its prompt)
+              → tracked changes it left uncommitted are committed for it
+              → the commits are verified in a clean detached checkout (scenarios.verify)
+              → passed: sanitiser validation → forge PR → incident fixed
+        └─► every iteration rejected, or the agent says unfixable/escalated
+              → escalation (seed file, forge issue, Discord) → incident escalated
+
+Either way the attempt (``heal-attempts``, shared with report_error) ends, incident memory gains
+an entry, and every step is in the audit trail. The worktree is kept for the reviewer (the
+selfheal reaper removes it after ``selfheal.worktree_ttl_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from healer.context import outcomes
+from healer.context.diff import diff_of
+from healer.context.incidents import ESCALATED, FIXED, RESOLVED, IncidentBook
+from healer.context.ingest import NormalizedError
+from healer.context.layers import LayerError, Layers, append_memory
+from healer.context.outcomes import Iteration
+from healer.context.prompt import context_vars
+from healer.context.scenarios import Verdict, scenario_env, verify
+from healer.core.escalation import escalate
+from healer.core.store import Store
+from healer.errors import HealerError
+from healer.selfheal import attempts as st
+from healer.selfheal import worktree as wt
+from healer.selfheal.attempts import worker_identity
+from healer.selfheal.dispatch import pr_title
+from healer.selfheal.forge import Forge, PullRequest, open_forge
+from healer.selfheal.sanitize import AnonymizationError
+
+log = logging.getLogger(__name__)
+
+AGENT = "living-context-healer"
+STOP_STATUSES = ("unfixable", "escalated")
+
+
+@dataclass
+class HealOutcome:
+    incident: str
+    attempt_id: str
+    status: str  # fixed | escalated | failed
+    iterations: list[Iteration] = field(default_factory=list)
+    pr_url: str = ""
+    reason: str = ""
+    seed_file: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"incident": self.incident, "attempt_id": self.attempt_id, "status": self.status,
+                "iterations": [i.as_dict() for i in self.iterations], "pr_url": self.pr_url,
+                "reason": self.reason, "seed_file": self.seed_file}
+
+
+def git_identity(worktree: Path) -> dict[str, str]:
+    """A committer identity for the agent when the repository has none (else git refuses)."""
+    if wt.git(worktree, "config", "--get", "user.email", check=False).stdout.strip():
+        return {}
+    return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
+            "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
+
+
+def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> bool:
+    """Commit tracked changes the agent left uncommitted; untracked files are not the fix."""
+    if not wt.git(tree.path, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+        return False
+    wt.git(tree.path, "add", "-u")
+    wt.git(tree.path, "commit", "--quiet", "--no-verify", "-m",
+           f"healer: changes the healing agent left uncommitted (iteration {iteration})",
+           env={**wt.git_env(), **env})
+    return True
+
+
+def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, settings: Any,
+                  failing_file: str) -> Verdict:
+    """Verify ``sha`` in a clean detached checkout: what is verified is what is published."""
+    cx = settings.context
+    diff = diff_of(tree.path, tree.base_sha)
+    path = tree.path.parent / f"verify-{label}"
+    wt.git(tree.repo, "worktree", "add", "--quiet", "--detach", str(path), sha)
+    try:
+        return verify(layers, path, diff, failing_file=failing_file,
+                      timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
+                      require_scenarios=cx.require_scenarios, env=scenario_env(settings))
+    finally:
+        wt.remove(tree.repo, path)
+
+
+class ContextHealer:
+    """Runs admitted incidents to a verified fix or an escalation."""
+
+    def __init__(self, settings: Any, store: Store, book: IncidentBook, *,
+                 executor: Any = None, forge: Forge | None = None, metrics: Any = None,
+                 clock: Any = time.time):
+        self.settings = settings
+        self.store = store
+        self.book = book
+        self.executor = executor
+        self.forge = forge
+        self.metrics = metrics
+        self.clock = clock
+        self.sanitizer = book.sanitizer
+
+    # --- which agent runs --------------------------------------------------------------------
+
+    def available(self) -> bool:
+        """Whether a living-context-healer can run here (the gate's last question)."""
+        if self.executor is not None:
+            return True
+        from healer.agents.executors import claude_cli, explain_auto
+        from healer.agents.playbooks import get_playbook
+
+        kind = self.settings.executor.default
+        if kind == "auto":
+            kind = explain_auto(self.settings)[0]
+        if kind == "command":
+            cmds = self.settings.executor.commands
+            return bool(cmds.get(AGENT) or cmds.get("*"))
+        if kind == "claude":
+            return claude_cli(self.settings) is not None
+        return get_playbook(AGENT) is not None
+
+    def _executor(self, env: dict[str, str]) -> Any:
+        if self.executor is not None:
+            return self.executor
+        from healer.agents.executors import select_executor
+
+        kind = self.settings.executor.default
+        if kind == "auto":
+            from healer.agents.executors import explain_auto
+
+            kind = explain_auto(self.settings)[0]
+        return select_executor(self.settings, kind, **({"env": env} if kind in (
+            "command", "claude") else {}))
+
+    # --- the run -------------------------------------------------------------------------------
+
+    def _repo(self) -> Path:
+        sh = self.settings.selfheal
+        return wt.repo_root(Path(sh.repo).expanduser() if sh.repo else Path.cwd())
+
+    async def heal(self, key: str) -> HealOutcome:
+        """Heal the incident ``key`` (admitted: status healing, with an attempt)."""
+        inc = self.book.get(key)
+        if inc is None or not inc.get("attempt_id"):
+            raise HealerError(f"incident {key} has no admitted attempt")
+        aid = inc["attempt_id"]
+        cx = self.settings.context
+        now = self.clock()
+        budget = cx.max_iterations * (cx.agent_timeout_s + 4 * cx.scenario_timeout_s + 60)
+        self.book.attempts.transition(aid, st.INVESTIGATING, expect=st.DISPATCH_PENDING,
+                                      worker=worker_identity(), started_at=now,
+                                      deadline=now + budget)
+        self.book.audit.write("heal_started", key, attempt_id=aid)
+        try:
+            out = await self._run(inc, aid)
+        except asyncio.CancelledError:
+            self._end(aid, st.FAILED, reason="the healing run was cancelled (healer stopped)")
+            self.book.update(key, status="open", event="heal_cancelled")
+            raise
+        except Exception as exc:  # a bug or a broken repo must still end the attempt
+            log.exception("living-context heal of %s crashed", key)
+            why = self.sanitizer.scrub(f"{type(exc).__name__}: {exc}")[:1000]
+            out = await self._give_up(inc, aid, [], f"the healing run failed: {why}", None)
+        self.book.audit.write("heal_finished", key, attempt_id=aid, status=out.status,
+                              iterations=len(out.iterations), pr_url=out.pr_url,
+                              reason=out.reason)
+        if self.metrics is not None:
+            self.metrics.remediations.labels(outcome=f"context-{out.status}").inc()
+        return out
+
+    async def _run(self, inc: dict[str, Any], aid: str) -> HealOutcome:
+        cx, sh = self.settings.context, self.settings.selfheal
+        try:
+            layers = await asyncio.to_thread(Layers.load, cx.dir)
+        except LayerError as exc:
+            return await self._give_up(inc, aid, [], f"the living context is invalid: {exc}",
+                                       None)
+        error = NormalizedError.from_dict(inc["error"])
+        for text in (error.message, error.stack_trace, *error.sentry.get("breadcrumbs", [])):
+            self.sanitizer.ensure_publishable(text, "healing prompt")
+        repo = await asyncio.to_thread(self._repo)
+        tree = await asyncio.to_thread(wt.create, repo, self.settings.state_path, aid,
+                                       inc["fingerprint"], sh.base_branch)
+        self.book.attempts.update(aid, branch=tree.branch, base=tree.base,
+                                  base_sha=tree.base_sha, worktree=str(tree.path),
+                                  repo=str(repo))
+        env = {**await asyncio.to_thread(git_identity, tree.path), "HEALER_HEALING_RUN": "1",
+               "HEALER_ATTEMPT_ID": aid}
+        fc = layers.for_file(error.file)
+        base_vars = context_vars(error, fc, max_blast_radius=cx.max_blast_radius)
+        iterations: list[Iteration] = []
+        previous = ""
+        for n in range(1, cx.max_iterations + 1):
+            it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
+                                       previous)
+            iterations.append(it)
+            if it.passed:
+                return await self._publish(inc, aid, tree, repo, iterations)
+            if it.agent_status in STOP_STATUSES:
+                return await self._give_up(
+                    inc, aid, iterations, f"the agent reported {it.agent_status}: "
+                    f"{it.agent_summary or it.agent_error or 'no reason given'}", tree)
+            previous = "\n".join(f"- {r}" for r in it.reasons)
+            if it.agent_error:
+                previous += f"\n- the agent run itself reported: {it.agent_error[:500]}"
+        last = "; ".join(iterations[-1].reasons) if iterations else "no iteration ran"
+        return await self._give_up(inc, aid, iterations, f"no fix passed verification in "
+                                   f"{len(iterations)} iteration(s); the last was rejected "
+                                   f"because {last}", tree)
+
+    async def _iteration(self, inc: dict[str, Any], aid: str, n: int, tree: wt.Worktree,
+                         layers: Layers, error: NormalizedError, env: dict[str, str],
+                         base_vars: dict[str, Any], previous: str) -> Iteration:
+        from healer.agents.task import AgentTask
+
+        cx = self.settings.context
+        key = inc["key"]
+        self.book.audit.write("iteration_started", key, attempt_id=aid, iteration=n)
+        task = AgentTask(
+            agent=AGENT, target=key, kind="context", incident=key, run_id=f"{aid}-i{n}",
+            cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
+                **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
+                "previous_failure": previous, "branch": tree.branch})
+        outcome = await self._executor(env).run(task)
+        result = outcome.result or {}
+        it = Iteration(number=n, agent_status=outcome.status,
+                       agent_summary=self.sanitizer.scrub(str(result.get("summary", "")))[:2000],
+                       agent_error=self.sanitizer.scrub(outcome.error or "")[:2000])
+        self.book.audit.write("agent_finished", key, attempt_id=aid, iteration=n,
+                              status=outcome.status, run_id=outcome.run_id, error=it.agent_error)
+        if it.agent_status in STOP_STATUSES:
+            return it
+        await asyncio.to_thread(commit_leftovers, tree, n, env)
+        commits = await asyncio.to_thread(tree.commits)
+        it.commits = len(commits)
+        if not commits:
+            it.reasons = ["the agent committed no change"]
+            it.verdict = {}
+        else:
+            head = await asyncio.to_thread(tree.head)
+            verdict = await asyncio.to_thread(
+                verify_commit, layers, tree, head, f"{aid}-i{n}", settings=self.settings,
+                failing_file=error.file)
+            it.reasons, it.warnings = list(verdict.reasons), list(verdict.warnings)
+            it.verdict = verdict.as_dict()
+            it.markdown = verdict.markdown()
+        self.book.audit.write("verdict", key, attempt_id=aid, iteration=n, passed=it.passed,
+                              reasons=it.reasons, warnings=it.warnings)
+        return it
+
+    # --- endings -------------------------------------------------------------------------------
+
+    def _end(self, aid: str, status: str, **fields: Any) -> None:
+        try:
+            self.book.attempts.transition(aid, status, expect=st.INVESTIGATING, **fields)
+        except st.TransitionError:
+            log.warning("attempt %s was settled elsewhere; not moving it to %s", aid, status)
+
+    def _settle(self, key: str, status: str, event: str, **fields: Any) -> None:
+        """Move the incident on, unless its source resolved it meanwhile (that stays)."""
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.update(fields)
+            if cur.get("status") != RESOLVED:
+                cur["status"] = status
+            cur["history"] = [*cur.get("history", []), {"at": self.clock(), "event": event}][-100:]
+            return cur
+
+        self.store.update("context-incidents", key, fn)
+
+    def _remember(self, inc: dict[str, Any], entry: dict[str, Any]) -> None:
+        try:
+            append_memory(self.settings.context.dir, entry)
+            self.book.audit.write("memory", inc["key"], entry=entry["id"])
+        except (LayerError, OSError) as exc:
+            log.error("incident memory not updated for %s: %s", inc["key"], exc)
+            self.book.audit.write("memory_failed", inc["key"], reason=str(exc)[:500])
+
+    async def _publish(self, inc: dict[str, Any], aid: str, tree: wt.Worktree, repo: Path,
+                       iterations: list[Iteration]) -> HealOutcome:
+        it = iterations[-1]
+        commits, diff, diffstat, head = await asyncio.to_thread(
+            lambda: (tree.commits(), tree.diff(), tree.diffstat(), tree.head()))
+        err = inc["error"]
+        title = pr_title(inc.get("error_type") or "error", err.get("file") or inc["call_site"],
+                         inc["fingerprint"])
+        body = outcomes.pr_body(inc, aid, it, it.markdown, commits, diffstat)
+        try:
+            for what, text in (("PR title", title), ("PR body", body), ("diff", diff)):
+                self.sanitizer.ensure_publishable(text, what)
+            forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
+            ref = await asyncio.to_thread(forge.open_pr, PullRequest(
+                title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
+                base_sha=tree.base_sha, diff=diff, labels=outcomes.LABELS,
+                meta={"attempt_id": aid, "fingerprint": inc["fingerprint"],
+                      "incident": inc["key"]}))
+        except AnonymizationError as exc:
+            self._end(aid, st.ANONYMIZATION_FAILED, reason=f"{exc.what} contained personal data "
+                      "or secrets; nothing was published",
+                      findings=sorted({f.kind for f in exc.findings}))
+            return await self._give_up(inc, aid, iterations, f"the verified fix could not be "
+                                       f"published: {exc.what} contained personal data or "
+                                       "secrets", tree, end=False)
+        self._end(aid, st.PR_OPEN, pr_number=ref.number, pr_url=ref.url, head_sha=head,
+                  commits=len(commits), pr_title=title, iterations=len(iterations))
+        fix = {"pr_url": ref.url, "pr_number": ref.number, "branch": tree.branch,
+               "head_sha": head, "iterations": len(iterations), "at": self.clock(),
+               "attempt_id": aid}
+        self._settle(inc["key"], FIXED, "fixed", fix=fix)
+        self.book.audit.write("pr_opened", inc["key"], attempt_id=aid, pr_url=ref.url,
+                              iterations=len(iterations))
+        self._remember(inc, outcomes.memory_entry(inc, aid, iterations, success=True,
+                                                  pr_url=ref.url, commits=commits,
+                                                  now=self.clock()))
+        return HealOutcome(inc["key"], aid, "fixed", iterations, pr_url=ref.url)
+
+    async def _give_up(self, inc: dict[str, Any], aid: str, iterations: list[Iteration],
+                       why: str, tree: wt.Worktree | None, *, end: bool = True) -> HealOutcome:
+        why = self.sanitizer.scrub(why)[:2000]
+        esc = outcomes.escalation(inc, aid, iterations, why,
+                                  repo=str(tree.repo) if tree else "",
+                                  branch=tree.branch if tree else "",
+                                  base_sha=tree.base_sha if tree else "")
+        record = await escalate(self.settings, self.store, esc, metrics=self.metrics)
+        if end:
+            self._end(aid, st.FAILED, reason=f"escalated: {why}"[:2000],
+                      iterations=len(iterations))
+        seed = str(record.seed_file or "")
+        self._settle(inc["key"], ESCALATED, "escalated", escalation={
+            "reason": why, "seed_file": seed, "issue_url": record.issue.url if record.issue
+            else "", "at": self.clock(), "attempt_id": aid})
+        self.book.audit.write("escalated", inc["key"], attempt_id=aid, reason=why,
+                              seed_file=seed, iterations=len(iterations))
+        self._remember(inc, outcomes.memory_entry(inc, aid, iterations, success=False,
+                                                  now=self.clock()))
+        return HealOutcome(inc["key"], aid, "escalated", iterations, reason=why, seed_file=seed)
+
