@@ -445,11 +445,18 @@ exit 0
         self._moves += 1
         host = self._addresses()[self.nodes - 1 + self._moves]
         port = free_port(host)
-        self.kill_daemon(node_id)
+        old = self.pid(node_id)
+        # The new daemon comes up before the old one goes, so the node is never "down":
+        # only its address is wrong.
+        n.pid_file.unlink(missing_ok=True)
         (n.dir / "host").write_text(host)
         (n.dir / "port").write_text(str(port))
         self._run_script(n.dir / "restart.sh")
-        _wait(lambda: self.health(node_id) is not None, 20, f"{node_id} up at {host}:{port}")
+        _wait(lambda: self.health(node_id, host, port) is not None, 20,
+              f"{node_id} up at {host}:{port}")
+        if old:
+            with contextlib.suppress(OSError):
+                os.kill(old, signal.SIGKILL)
         return host, port
 
     def kill_nats(self, node_id: str) -> None:

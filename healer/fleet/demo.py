@@ -1,0 +1,191 @@
+"""``healer loop --demo``: a broken local fleet healing itself, live, then a summary.
+
+Starts the embedded fleet (``healer.testing.fleet``: real NATS servers, a real sshd, three
+node daemons on 127.0.0.2-4, SSH tunnels), runs the real loop on it with fast settings and
+the playbook executor, injects one fault after another, and shows each being found and healed
+— which channel broke, which agent fixed it, how long it took. The last fault (a restart
+command that fails) cannot be healed: it ends in one escalation file for a person after
+exactly three attempts. Everything stays on loopback, everything it started is stopped, and
+it ends on its own (each fault is given at most 60 s, the whole demo at most 6 minutes).
+
+``HEALER_DEMO_FAULTS=daemon,tunnel`` runs a subset (keys below).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.panel import Panel
+
+from healer.config import Settings
+
+FAULT_TIMEOUT_S = 60.0
+DEMO_TIMEOUT_S = 360.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    key: str
+    title: str
+    peer: str
+    inject: str  # LocalFleet method
+    heals: bool = True
+
+
+FAULTS = (
+    Fault("daemon", "daemon killed", "n2", "kill_daemon"),
+    Fault("tunnel", "tunnel killed", "n3", "kill_tunnel"),
+    Fault("moved", "node moved (address+port)", "n3", "move_node"),
+    Fault("nats", "NATS server killed", "n2", "kill_nats"),
+    Fault("route", "NATS route dropped", "n3", "drop_route"),
+    Fault("inbox", "seed inbox unwritable", "n2", "block_inbox"),
+    Fault("unhealable", "restart command fails", "n3", "break_restart",
+          heals=False),
+)
+
+
+def run_demo(settings: Settings) -> int:
+    """Run the demo; 0 when every fault ended as expected."""
+    return asyncio.run(_demo(settings))
+
+
+def _selected() -> list[Fault]:
+    wanted = [k.strip() for k in os.environ.get("HEALER_DEMO_FAULTS", "").split(",") if k.strip()]
+    if not wanted:
+        return list(FAULTS)
+    known = {f.key: f for f in FAULTS}
+    unknown = [k for k in wanted if k not in known]
+    if unknown:
+        from healer.errors import UsageError
+
+        raise UsageError(f"HEALER_DEMO_FAULTS: unknown fault {unknown[0]!r} (faults: "
+                         f"{', '.join(known)})")
+    return [known[k] for k in wanted]
+
+
+class _Printer:
+    def __init__(self, console: Console, started: float):
+        self.console = console
+        self.started = started
+
+    def __call__(self, e: dict[str, Any]) -> None:
+        t = f"[dim]{time.monotonic() - self.started:6.1f}s[/]"
+        p = f"[bold]{e['peer']}[/]"
+        kind = e["type"]
+        if kind == "episode":
+            self.console.print(f"{t} ⟳ {p}: healing starts — {e['reason']}")
+        elif kind == "dispatch":
+            self.console.print(f"{t}   → {e['agent']} for {', '.join(e['channels'])} "
+                               f"(attempt {e['attempt']}): {e['why'][:70]}")
+        elif kind == "result":
+            colour = "green" if e["status"] in ("healed", "ok") else "red"
+            self.console.print(f"{t}   ← {e['agent']}: [{colour}]{e['status']}[/] "
+                               f"({e['duration_s']:.1f} s) {e['summary'][:80]}")
+        elif kind == "healed":
+            self.console.print(f"{t} [green]✓ {e['peer']} healed[/] in {e['duration_s']:.1f} s")
+        elif kind == "escalated":
+            self.console.print(f"{t} [red]✗ {e['peer']} escalated to a person[/] after "
+                               f"{e['attempts']} attempts: {e['seed_file']}")
+
+
+async def _wait(pred: Callable[[], bool], timeout: float, every: float = 0.2) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        await asyncio.sleep(every)
+    return pred()
+
+
+async def _demo(base: Settings) -> int:
+    from healer import loop as loop_mod
+    from healer.fleet.render import episodes_table, fleet_table
+    from healer.testing.fleet import LocalFleet
+
+    faults = _selected()
+    console = Console(highlight=False)
+    if base.log.level == "info":
+        logging.getLogger().setLevel(logging.ERROR)  # the demo narrates; logs would drown it
+    root = Path(tempfile.mkdtemp(prefix="healer-demo-"))
+    fleet = LocalFleet(root, nodes=3)
+    started = time.monotonic()
+    console.print(Panel.fit(
+        "[bold]healer fleet demo[/]: a real fleet on loopback — 3 node daemons "
+        "(127.0.0.2-4), their NATS servers, an sshd, SSH tunnels — and the real healing loop.\n"
+        f"Faults to inject: {', '.join(f.title for f in faults)}.", border_style="cyan"))
+    rows: list[dict[str, Any]] = []
+    try:
+        await asyncio.to_thread(fleet.start)
+        console.print(f"[dim]fleet up in {time.monotonic() - started:.1f} s under {root}[/]")
+        settings = fleet.settings(**{"fleet.heal_interval_s": 1.0, "fleet.heal_wait_s": 10,
+                                     "fleet.watchdog_start_s": 600, "log.level": base.log.level})
+        healer = loop_mod.build(settings)
+        svc = healer.extras["fleet"]
+        events: list[dict[str, Any]] = []
+        svc.healer.listen(events.append)
+        svc.healer.listen(_Printer(console, started))
+        runner = asyncio.create_task(loop_mod._run_built(healer, once=False, duration=None))
+        channels = list(settings.fleet.channels)
+
+        def green() -> bool:
+            return bool(svc.probes) and all(p.ok for p in svc.probes.values()) and \
+                not svc.healer.active
+
+        await _wait(green, 30)
+        console.print(fleet_table(svc.probes, channels, title="the fleet, healthy"))
+        deadline = started + DEMO_TIMEOUT_S
+        for fault in faults:
+            if time.monotonic() > deadline or runner.done():
+                break
+            console.rule(f"[bold]fault: {fault.title} on {fault.peer}")
+            mark = time.time()
+            await asyncio.to_thread(getattr(fleet, fault.inject), fault.peer)
+            t0 = time.monotonic()
+
+            def ended(f: Fault = fault, since: float = mark) -> dict[str, Any] | None:
+                for e in events:
+                    if e["peer"] == f.peer and e["at"] >= since and \
+                            e["type"] in ("healed", "escalated"):
+                        return e
+                return None
+
+            await _wait(lambda: ended() is not None, min(FAULT_TIMEOUT_S,
+                                                         deadline - time.monotonic()))
+            end = ended()
+            ep = svc.healer.episodes.get(fault.peer)
+            outcome = end["type"] if end else "timed out"
+            rows.append({"fault": fault.title, "peer": fault.peer,
+                         "channels": (end or {}).get("broken", []),
+                         "agents": ep.agents if ep and end else [],
+                         "seconds": time.monotonic() - t0 if end else None,
+                         "outcome": outcome, "expected": "healed" if fault.heals else
+                         "escalated", "escalation": (end or {}).get("seed_file", "")})
+            if fault.heals:
+                await _wait(green, 30)
+        if rows and rows[-1]["escalation"]:
+            text = Path(rows[-1]["escalation"]).read_text(errors="replace")
+            body = text.split("## What you should do next", 1)[-1].split("## Evidence")[0]
+            console.print(Panel(body.strip()[:1500], title="the escalation a person gets "
+                                "(excerpt)", border_style="red"))
+        healer.stopping.set()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(runner, 30)
+    finally:
+        await asyncio.to_thread(fleet.stop)
+        shutil.rmtree(root, ignore_errors=True)
+    console.print(episodes_table(rows, title="summary: fault → channels → agent → time to heal"))
+    good = len(rows) == len(faults) and all(r["outcome"] == r["expected"] for r in rows)
+    console.print(f"[{'green' if good else 'red'}]demo {'passed' if good else 'FAILED'}[/] "
+                  f"in {time.monotonic() - started:.0f} s; every process it started is stopped.")
+    return 0 if good else 1

@@ -1,0 +1,254 @@
+"""``repair_with_escalation``: the repair ladder for a peer that went quiet.
+
+The watchdog climbs it when a peer's heartbeat goes stale. First the **gate**, in order:
+
+1. stale diagnosis — the finding is older than two watchdog periods (at least 60 s): look
+   again before acting on old news;
+2. a repair is already running for the peer (a ladder or a healing episode);
+3. the action is allow-listed (``fleet.allowed_actions``; levels not listed are skipped);
+4. cooldown — at most one ladder per peer per ``fleet.repair_cooldown_s`` (5 min).
+
+Then the levels, each followed by a re-probe; the ladder stops at the first that works:
+
+=====  ============  ====================================================================
+L1     notify        a repair message ("your heartbeat is stale") down the delivery ladder
+L2     guide         a repair message with a command: ``reconnect_nats``
+L3     assist        a repair message asking for a ``self_check``
+L3.5   recovery      ``fleet.recovery_script`` on this machine (60 s)
+L4     restart       the daemon-restarter agent (SSH restart, /health 10 s later) — but if a
+                     person's interactive session is active on the node, it leaves a notice
+                     instead, and the ladder stops there
+L5     peer_assist   ask a healthy peer to assist (at most once per ``assist_interval_s``)
+=====  ============  ====================================================================
+
+L1–L3 wait ``fleet.ladder_wait_s`` (30 s) for the peer to recover, returning as soon as it
+does. The result is ``{repaired, level, reason | gate_blocked | error}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from healer.agents.task import AgentTask, RunOutcome
+from healer.config import NodeEntry
+from healer.core.proc import run_async
+from healer.core.store import Store
+from healer.fleet import messages
+from healer.fleet.channels import FleetContext, probe_peer
+from healer.fleet.delivery import Reliability, send_with_fallback
+from healer.fleet.peers import as_agent_peer
+
+log = logging.getLogger(__name__)
+
+RECORDS = "fleet-repair"
+ASSISTS = "fleet-assist"
+LEVELS = (("L1", "notify"), ("L2", "guide"), ("L3", "assist"), ("L3.5", "recovery"),
+          ("L4", "restart"), ("L5", "peer_assist"))
+_MESSAGES = {
+    "notify": ("notify", "healer: your heartbeat is stale",
+               "healer has not heard your heartbeat on NATS. Nothing to do if you are fine."),
+    "guide": ("reconnect_nats", "healer: reconnect to NATS",
+              "Your heartbeat is stale: drop and redo your NATS connection."),
+    "assist": ("self_check", "healer: run a self-check",
+               "Your heartbeat is still stale: recreate your inbox, reconnect NATS, announce."),
+}
+
+
+@dataclass
+class LadderResult:
+    """How the ladder ended: ``repaired`` and at which ``level``; why, if not."""
+
+    repaired: bool
+    level: str
+    reason: str = ""
+    gate_blocked: str = ""
+    error: str = ""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"repaired": self.repaired, "level": self.level}
+        for key in ("reason", "gate_blocked", "error"):
+            if getattr(self, key):
+                out[key] = getattr(self, key)
+        out["steps"] = self.steps
+        return out
+
+
+Healthy = Callable[[NodeEntry], Awaitable[bool]]
+
+
+class Repairer:
+    """Climbs the ladder for one peer at a time (see the module doc)."""
+
+    def __init__(self, ctx: FleetContext, store: Store, *, stats: Reliability | None = None,
+                 run_agent: Callable[[AgentTask], Awaitable[RunOutcome]] | None = None,
+                 healthy: Healthy | None = None, running: Callable[[str], bool] | None = None,
+                 busy: set[str] | None = None, clock: Callable[[], float] = time.time):
+        self.ctx = ctx
+        self.store = store
+        self.stats = stats or Reliability()
+        self.run_agent = run_agent
+        self.healthy = healthy or self._nats_ok
+        self.running = running or (lambda peer: False)
+        self.busy = busy if busy is not None else set()
+        self.clock = clock
+
+    async def _nats_ok(self, node: NodeEntry) -> bool:
+        return (await probe_peer(self.ctx, node, ["nats"])).ok
+
+    # -- the gate ------------------------------------------------------------------------
+
+    def gate(self, node: NodeEntry, diagnosed_at: float) -> str:
+        f = self.ctx.fleet
+        age = self.clock() - diagnosed_at
+        if age > max(2 * f.watchdog_interval_s, 60.0):
+            return f"stale diagnosis ({age:.0f} s old): probe again first"
+        if node.node_id in self.busy or self.running(node.node_id):
+            return "a repair is already running for this peer"
+        if not any(action in f.allowed_actions for _, action in LEVELS):
+            return "no repair level is in fleet.allowed_actions"
+        rec = self.store.get(RECORDS, node.node_id)
+        last = float((rec.data if rec else {}).get("last_at", 0.0))
+        if last and self.clock() - last < f.repair_cooldown_s:
+            return (f"cooldown: last repair {self.clock() - last:.0f} s ago "
+                    f"(< {f.repair_cooldown_s:g} s)")
+        return ""
+
+    # -- the ladder ----------------------------------------------------------------------
+
+    async def repair_with_escalation(self, node: NodeEntry, *, problem: str = "stale heartbeat",
+                                     diagnosed_at: float | None = None) -> LadderResult:
+        blocked = self.gate(node, self.clock() if diagnosed_at is None else diagnosed_at)
+        if blocked:
+            log.info("repair of %s gate-blocked: %s", node.node_id, blocked)
+            return LadderResult(False, "gate", gate_blocked=blocked)
+        self.busy.add(node.node_id)
+        self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last_at": self.clock(),
+                                                            "problem": problem})
+        result = LadderResult(False, "L1")
+        try:
+            for level, action in LEVELS:
+                if action not in self.ctx.fleet.allowed_actions:
+                    result.steps.append({"level": level, "action": action,
+                                         "outcome": "skipped: not allow-listed"})
+                    continue
+                result.level = level
+                done = await getattr(self, f"_{action}")(node, problem, result)
+                if done is not None:
+                    return done
+                if await self.healthy(node):
+                    result.repaired = True
+                    result.reason = f"{action} worked"
+                    return result
+            result.reason = "every level was tried; the peer is still unhealthy"
+            return result
+        except Exception as exc:  # a ladder never takes the loop down
+            log.exception("repair ladder for %s failed", node.node_id)
+            result.error = f"{type(exc).__name__}: {exc}"[:500]
+            return result
+        finally:
+            self.busy.discard(node.node_id)
+            final = result.to_dict()
+            self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last": final})
+            log.info("repair ladder for %s: %s", node.node_id, final)
+
+    async def _wait_healthy(self, node: NodeEntry, seconds: float) -> bool:
+        deadline = time.monotonic() + seconds
+        while True:
+            if await self.healthy(node):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            await asyncio.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
+
+    async def _message(self, node: NodeEntry, key: str, result: LadderResult,
+                       level: str) -> None:
+        action, subject, body = _MESSAGES[key]
+        msg = messages.make(messages.REPAIR, node.node_id, self.ctx.self_id, subject=subject,
+                            body=body, priority="high", action=action)
+        d = await send_with_fallback(self.ctx, node, msg, stats=self.stats, repair=True)
+        result.steps.append({"level": level, "action": key, "delivered": d.delivered,
+                             "channel": d.channel, "outcome": "sent" if d.delivered else
+                             "not delivered"})
+        if d.delivered:
+            await self._wait_healthy(node, self.ctx.fleet.ladder_wait_s)
+
+    async def _notify(self, node: NodeEntry, problem: str, r: LadderResult) -> None:
+        await self._message(node, "notify", r, "L1")
+
+    async def _guide(self, node: NodeEntry, problem: str, r: LadderResult) -> None:
+        await self._message(node, "guide", r, "L2")
+
+    async def _assist(self, node: NodeEntry, problem: str, r: LadderResult) -> None:
+        await self._message(node, "assist", r, "L3")
+
+    async def _recovery(self, node: NodeEntry, problem: str, r: LadderResult) -> None:
+        argv = [a.replace("{node}", node.node_id) for a in self.ctx.fleet.recovery_script]
+        if not argv:
+            r.steps.append({"level": "L3.5", "action": "recovery",
+                            "outcome": "skipped: no fleet.recovery_script"})
+            return
+        res = await run_async(argv, timeout=self.ctx.fleet.recovery_timeout_s)
+        r.steps.append({"level": "L3.5", "action": "recovery", "exit": res.returncode,
+                        "outcome": "timed out" if res.timed_out else
+                        ("ran" if res.ok else "failed")})
+        if res.ok:
+            await self._wait_healthy(node, self.ctx.fleet.ladder_wait_s)
+
+    async def _restart(self, node: NodeEntry, problem: str,
+                       r: LadderResult) -> LadderResult | None:
+        if self.run_agent is None:
+            r.steps.append({"level": "L4", "action": "restart", "outcome": "skipped: no agent "
+                            "runner"})
+            return None
+        outcome = await self.run_agent(AgentTask(
+            "daemon-restarter", node.node_id, kind="daemon",
+            timeout_s=self.ctx.fleet.agent_timeout_s,
+            context={"fleet": self.ctx, "peer": as_agent_peer(node), "channels": [],
+                     "problem": f"repair ladder L4: {problem}"}))
+        result = outcome.result or {}
+        r.steps.append({"level": "L4", "action": "restart", "outcome": outcome.status,
+                        "summary": str(result.get("summary", ""))[:300]})
+        if (result.get("data") or {}).get("interactive_session"):
+            r.reason = (f"a person's interactive session is active on {node.node_id}: "
+                        "left a notice instead of restarting its daemon")
+            return r
+        if outcome.ok:
+            await self._wait_healthy(node, self.ctx.fleet.restart_verify_s)
+        return None
+
+    async def _peer_assist(self, node: NodeEntry, problem: str,
+                           r: LadderResult) -> LadderResult | None:
+        rec = self.store.get(ASSISTS, "last")
+        last = float((rec.data if rec else {}).get("at", 0.0))
+        if last and self.clock() - last < self.ctx.fleet.assist_interval_s:
+            r.steps.append({"level": "L5", "action": "peer_assist",
+                            "outcome": "skipped: a peer was asked "
+                                       f"{self.clock() - last:.0f} s ago"})
+            return None
+        helpers = [p for p in self.ctx.view.peers
+                   if p.node_id != node.node_id and (self.ctx.heartbeats.age(p.node_id) or 1e9)
+                   < self.ctx.fleet.stale_s]
+        if not helpers:
+            r.steps.append({"level": "L5", "action": "peer_assist",
+                            "outcome": "skipped: no healthy peer"})
+            return None
+        helper = helpers[0]
+        msg = messages.make("assist", helper.node_id, self.ctx.self_id,
+                            subject=f"please help {node.node_id}", priority="high",
+                            body=f"{node.node_id} is unhealthy ({problem}); healer could not "
+                                 "repair it. Please check it from your side.",
+                            action="assist", target=node.node_id)
+        d = await send_with_fallback(self.ctx, helper, msg, stats=self.stats, repair=True)
+        self.store.put(ASSISTS, "last", {"at": self.clock(), "helper": helper.node_id,
+                                         "target": node.node_id})
+        r.steps.append({"level": "L5", "action": "peer_assist", "helper": helper.node_id,
+                        "outcome": "sent" if d.delivered else "not delivered"})
+        r.reason = f"asked {helper.node_id} to assist" if d.delivered else \
+            f"could not reach {helper.node_id} to ask for assistance"
+        return r
