@@ -7,7 +7,7 @@ Generates a ~270 MB agent log into benchmarks/.data/ (reused when present), then
 to end as subprocesses on the same file with the same 16 patterns of the play-healer seed:
 
 - ``healer scan --json --catalog seed16.yaml --catalog-mode replace FILE`` (the real CLI; its
-  JSON Lines go to /dev/null, its summary table to stderr, discarded)
+  JSON Lines go to a file like the others' output; its summary table to stderr, discarded)
 - ``rg -i -c -f PATTERNS FILE``
 - ``grep -E -i -c -f PATTERNS FILE``
 
@@ -15,8 +15,9 @@ Runs are interleaved (healer, rg, grep, healer, …) after one warm-up each, so 
 machine load treat them alike; best and median are reported with the ratios. healer also
 does more than count: it prints every alert as JSON, applies the suppressions and the
 pre-flight window, and maps alerts to line numbers. The first, cold run of healer (empty
-cache: the catalog is parsed and schema-checked and the Hyperscan database compiled) is
-reported separately.
+cache: the catalog is parsed and schema-checked, the Hyperscan database compiled, and Python
+byte-code written if PYTHONDONTWRITEBYTECODE had kept it from being written) is reported
+separately.
 """
 
 from __future__ import annotations
@@ -85,18 +86,24 @@ def seed_catalog() -> tuple[Path, Path, int]:
     return catalog, patterns, len(cat.patterns)
 
 
-def timed(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, bytes]:
-    """(wall seconds, CPU seconds of the process and its children, stdout)."""
+def timed(argv: list[str], env: dict[str, str], cwd: Path, *, capture: bool = False
+          ) -> tuple[float, float, bytes]:
+    """(wall seconds, CPU seconds of the process and its children, stdout if captured).
+
+    Timed runs write to a file: reading a pipe here would take CPU from the tool, and GNU
+    grep stops at the first match when its output is /dev/null."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(argv, env=env, cwd=cwd, stdout=subprocess.PIPE,
-                          stderr=subprocess.DEVNULL, check=False)
+    with open(DATA / "out.txt", "wb") as sink:
+        started = time.perf_counter()
+        proc = subprocess.run(argv, env=env, cwd=cwd,
+                              stdout=subprocess.PIPE if capture else sink,
+                              stderr=subprocess.DEVNULL, check=False)
     elapsed = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{argv[0]} failed with exit code {proc.returncode}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return elapsed, cpu, proc.stdout
+    return elapsed, cpu, proc.stdout or b""
 
 
 def main() -> int:
@@ -117,6 +124,9 @@ def main() -> int:
     shutil.rmtree(cache, ignore_errors=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
     env["HEALER_CACHE_DIR"] = str(cache)
+    # As installed (pip writes .pyc files): without them every run recompiles healer's
+    # modules (~60 ms). The cold run below writes them.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(REPO)
 
     healer = [sys.executable, "-m", "healer", "scan", "--json", "--catalog", str(catalog),
@@ -129,11 +139,11 @@ def main() -> int:
           f"error rate {args.error_rate:g}); {n_patterns} seed patterns; "
           f"{os.cpu_count()} CPUs")
     print(f"rg: {subprocess.run(['rg', '--version'], capture_output=True, text=True, check=False).stdout.splitlines()[0]}")  # noqa: E501
-    cold, _, out = timed(healer, env, DATA)  # also warms the page cache
+    cold, _, out = timed(healer, env, DATA, capture=True)  # also warms the page cache
     alerts = out.count(b"\n")
     alert_lines = len({json.loads(x)["line_no"] for x in out.splitlines()})
-    rg_out = timed(rg, env, DATA)[2]
-    grep_out = timed(grep, env, DATA)[2]
+    rg_out = timed(rg, env, DATA, capture=True)[2]
+    grep_out = timed(grep, env, DATA, capture=True)[2]
 
     names = ("healer scan --json", "rg -i -c", "grep -E -i -c")
     times: dict[str, list[float]] = {n: [] for n in names}

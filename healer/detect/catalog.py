@@ -105,9 +105,8 @@ class Catalog(NamedTuple):
         if mode not in ("extend", "replace"):
             raise CatalogError(f"unknown catalog mode {mode!r} (extend or replace)",
                                file=str(path or EMBEDDED))
-        embedded = cls.embedded()
         if not path:
-            return embedded
+            return cls.embedded()
         name = str(path)
         user_data = _load_checked(_read_bytes(Path(path)), name)
         user = cls.from_data(user_data, source=name, check_schema=False)
@@ -115,7 +114,7 @@ class Catalog(NamedTuple):
             if not user.patterns:
                 raise CatalogError("a replacing catalog needs at least one pattern", file=name)
             return user
-        return embedded.extended(user, disable=user_data.get("disable", ()), source=name)
+        return cls.embedded().extended(user, disable=user_data.get("disable", ()), source=name)
 
     @classmethod
     def embedded(cls) -> Catalog:

@@ -294,7 +294,7 @@ class Engine:
 
     def _text(self, raw: bytes) -> str:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if _HAS_CONTROL.search(text):
+        if not text.isprintable() and _HAS_CONTROL.search(text):
             text = text.translate(_CONTROLS)
         if len(text) > self.max_line_chars:
             text = text[: self.max_line_chars - 1] + "…"
