@@ -1,24 +1,23 @@
-"""Issues on the forge: where analyses and escalations are written for people.
+"""Issues on the forge, deduplicated: where analyses and escalations are written for people.
 
-``local`` (the default) keeps each issue as a Markdown file under ``<state>/forge/issues/``
-plus a record in the store; ``github`` uses the GitHub REST API with the token from
-``forge.token_env``. Issues sharing a dedup key within a window are one issue: later reports
-become comments. Every title and body passes the publication validator first.
+The forge itself (``local`` Markdown files under ``<state>/forge/issues/``, or GitHub's REST
+API) is ``healer.selfheal.forge``; this adds the dedup rule of the play healer: reports that
+share a key within a window are one issue, later ones become comments. The forge validates
+every title and body with the publication validator before anything is written or sent.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Protocol
-
-import httpx
+from pathlib import Path
+from typing import Any
 
 from healer.config import Settings
-from healer.core.files import atomic_write_text
 from healer.core.store import Store
-from healer.errors import ConflictError, UnavailableError
+from healer.errors import ConflictError
 
 KEYS = "forge-issue-keys"
 _KEY_CLEAN = re.compile(r"[^A-Za-z0-9._-]+")
@@ -35,92 +34,34 @@ def dedup_key(*parts: str) -> str:
     return _KEY_CLEAN.sub("-", ".".join(parts)).strip(".-")[:128] or "issue"
 
 
-class Tracker(Protocol):
-    async def create(self, title: str, body: str, labels: list[str]) -> tuple[int, str]: ...
-
-    async def comment(self, number: int, body: str) -> None: ...
-
-
-class LocalTracker:
-    def __init__(self, settings: Settings, store: Store):
-        self.folder = settings.state_path / "forge" / "issues"
-        self.store = store
-
-    async def create(self, title: str, body: str, labels: list[str]) -> tuple[int, str]:
-        rec = self.store.update("forge-counters", "issues",
-                                lambda d: {"next": (d or {"next": 0})["next"] + 1})
-        assert rec is not None
-        number = int(rec.data["next"])
-        path = self.folder / f"{number:05d}.md"
-        head = f"# {title}\n\nlabels: {', '.join(labels)}\nopened: {_now()}\n\n"
-        atomic_write_text(path, head + body.rstrip() + "\n")
-        return number, str(path.absolute())
-
-    async def comment(self, number: int, body: str) -> None:
-        path = self.folder / f"{number:05d}.md"
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
-        atomic_write_text(path, f"{text}\n---\n\n**Update {_now()}**\n\n{body.rstrip()}\n")
-
-
-class GitHubTracker:
-    def __init__(self, settings: Settings, token: str):
-        if not settings.forge.github_repo or "/" not in settings.forge.github_repo:
-            raise UnavailableError("forge.github_repo must be set to owner/name")
-        self.base = settings.forge.api_url.rstrip("/") + f"/repos/{settings.forge.github_repo}"
-        self.headers = {"Authorization": f"Bearer {token}",
-                        "Accept": "application/vnd.github+json",
-                        "X-GitHub-Api-Version": "2022-11-28"}
-
-    async def create(self, title: str, body: str, labels: list[str]) -> tuple[int, str]:
-        async with httpx.AsyncClient(timeout=20, headers=self.headers) as c:
-            r = await c.post(f"{self.base}/issues",
-                             json={"title": title, "body": body, "labels": labels})
-            r.raise_for_status()
-            data = r.json()
-        return int(data["number"]), str(data.get("html_url", ""))
-
-    async def comment(self, number: int, body: str) -> None:
-        async with httpx.AsyncClient(timeout=20, headers=self.headers) as c:
-            r = await c.post(f"{self.base}/issues/{number}/comments", json={"body": body})
-            r.raise_for_status()
-
-
-def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def tracker(settings: Settings, store: Store) -> Tracker:
-    if settings.forge.kind == "github":
-        import os
-
-        token = os.environ.get(settings.forge.token_env, "")
-        if not token:
-            raise UnavailableError(f"forge github: ${settings.forge.token_env} is not set")
-        return GitHubTracker(settings, token)
-    return LocalTracker(settings, store)
-
-
 class Issues:
-    """Open-or-comment with dedup, validated before anything is published."""
+    """Open-or-comment with dedup on top of the configured forge."""
 
-    def __init__(self, settings: Settings, store: Store, backend: Tracker | None = None):
+    def __init__(self, settings: Settings, store: Store, forge: Any = None):
         self.settings = settings
         self.store = store
-        self.backend = backend or tracker(settings, store)
+        self._forge = forge
+
+    @property
+    def forge(self) -> Any:
+        if self._forge is None:
+            from healer.selfheal.forge import open_forge
+
+            repo = Path(self.settings.selfheal.repo or ".").resolve()
+            self._forge = open_forge(self.settings, repo)
+        return self._forge
 
     async def open(self, *, key: str, title: str, body: str, labels: list[str],
                    window_s: float) -> IssueRef:
-        from healer.selfheal.sanitize import ensure_publishable
-
-        title = ensure_publishable(title, "issue title")
-        body = ensure_publishable(body, "issue body")
         now = time.time()
         existing = self.store.get(KEYS, key)
         if existing and now - float(existing.data["opened"]) < window_s:
-            await self.backend.comment(int(existing.data["number"]), body)
-            return IssueRef(int(existing.data["number"]), existing.data["url"], created=False)
-        number, url = await self.backend.create(title, body, labels)
-        data: dict[str, Any] = {"number": number, "url": url, "opened": now, "title": title}
+            number = int(existing.data["number"])
+            await asyncio.to_thread(self.forge.comment_issue, number, body)
+            return IssueRef(number, existing.data["url"], created=False)
+        ref = await asyncio.to_thread(self.forge.open_issue, title, body, tuple(labels))
+        data: dict[str, Any] = {"number": ref.number, "url": ref.url, "opened": now,
+                                "title": title}
         try:
             if existing:
                 self.store.put(KEYS, key, data, expected_revision=existing.revision)
@@ -128,4 +69,4 @@ class Issues:
                 self.store.create(KEYS, key, data)
         except ConflictError:
             pass  # a concurrent opener won; both issues exist, the record keeps theirs
-        return IssueRef(number, url, created=True)
+        return IssueRef(ref.number, ref.url, created=True)

@@ -128,7 +128,7 @@ class FileStore(Store):
         self._clock = clock
         self._lock_timeout = lock_timeout
         self._made: set[Path] = set()
-        self._stamp_paths: dict[tuple[str, str], str] = {}
+        self._paths: dict[tuple[str, str], Path] = {}
 
     def _dir(self, *parts: str) -> Path:
         path = self.root.joinpath(*parts)
@@ -138,9 +138,16 @@ class FileStore(Store):
         return path
 
     def _path(self, kind: str, key: str) -> Path:
-        safe_name(kind, "record kind")
-        safe_name(key, "record key")
-        return self._dir("records", kind) / f"{key}.json"
+        # Memoised: name checks and path joins dominate the cost of a small read.
+        path = self._paths.get((kind, key))
+        if path is None:
+            safe_name(kind, "record kind")
+            safe_name(key, "record key")
+            path = self._dir("records", kind) / f"{key}.json"
+            if len(self._paths) > 100_000:
+                self._paths.clear()
+            self._paths[(kind, key)] = path
+        return path
 
     def _lock(self, kind: str, key: str) -> FileLock:
         return FileLock(self._dir("locks", kind) / f"{key}.lock", timeout=self._lock_timeout)
@@ -172,15 +179,8 @@ class FileStore(Store):
 
     def stamp(self, kind: str, key: str) -> object | None:
         # Every write renames a new file into place, so the inode changes with each revision.
-        # Hot path (cached reads of many records per request): a memo of validated paths.
-        path = self._stamp_paths.get((kind, key))
-        if path is None:
-            path = str(self._path(kind, key))
-            if len(self._stamp_paths) > 100_000:
-                self._stamp_paths.clear()
-            self._stamp_paths[(kind, key)] = path
         try:
-            st = os.stat(path)
+            st = os.stat(self._path(kind, key))
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)

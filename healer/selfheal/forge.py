@@ -71,6 +71,8 @@ class Forge(Protocol):
 
     def open_issue(self, title: str, body: str, labels: tuple[str, ...] = ()) -> PrRef: ...
 
+    def comment_issue(self, number: int, body: str) -> None: ...
+
 
 def _check(sanitizer: Sanitizer, **texts: str) -> None:
     for what, text in texts.items():
@@ -137,6 +139,17 @@ class LocalForge:
         head = f"---\ntitle: {json.dumps(title)}\nlabels: {json.dumps(list(labels))}\n---\n\n"
         n, path = self._next(self.root / "issues", ".md", (head + body.rstrip() + "\n").encode())
         return PrRef(n, path.resolve().as_uri())
+
+    def comment_issue(self, number: int, body: str) -> None:
+        _check(self.sanitizer, issue_comment=body)
+        path = self.root / "issues" / f"{int(number)}.md"
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError as exc:
+            raise ForgeError(f"local issue #{number} not found") from exc
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        atomic_write_text(path, f"{text.rstrip()}\n\n---\n\n**Update {stamp}**\n\n"
+                                f"{body.rstrip()}\n")
 
 
 class GitHubForge:
@@ -221,6 +234,10 @@ class GitHubForge:
         data = self._request("POST", "/issues", {"title": title, "body": body,
                                                  "labels": list(labels)})
         return PrRef(int(data["number"]), str(data.get("html_url", "")))
+
+    def comment_issue(self, number: int, body: str) -> None:
+        _check(self.sanitizer, issue_comment=body)
+        self._request("POST", f"/issues/{int(number)}/comments", {"body": body})
 
 
 def open_forge(settings: Any, repo: Path | str, sanitizer: Sanitizer | None = None,

@@ -28,8 +28,8 @@ class TestLocal:
         second = asyncio.run(issues.open(key="heal.A10.play-task-4", title="[HEAL-A10] x",
                                          body="second", labels=["heal", "A10"], window_s=1800))
         assert first.created and not second.created and first.number == second.number
-        text = (s.state_path / "forge" / "issues" / "00001.md").read_text()
-        assert "first" in text and "second" in text and "labels: heal, A10" in text
+        text = (s.state_path / "forge" / "issues" / "1.md").read_text()
+        assert "first" in text and "second" in text and 'labels: ["heal", "A10"]' in text
 
     def test_outside_window_new_issue(self, tmp_path) -> None:  # type: ignore[no-untyped-def]
         s = _settings(tmp_path)
@@ -45,7 +45,7 @@ class TestLocal:
         with pytest.raises(AnonymizationError):
             asyncio.run(issues.open(key="k", title="t", labels=[], window_s=0,
                                     body="token ghp_abcdefghijklmnopqrstuvwxyz0123456789"))
-        assert not (s.state_path / "forge" / "issues").exists()
+        assert list((s.state_path / "forge").glob("issues/*.md")) == []
 
 
 class TestGitHub:

@@ -239,7 +239,7 @@ class TestEscalation:
         issues = list((dirs.state / "forge" / "issues").glob("*.md"))
         assert len(issues) == 1
         text = issues[0].read_text()
-        assert "## Evaluation" in text and "labels: heal, A10" in text
+        assert "## Evaluation" in text and 'labels: ["heal", "A10"]' in text
         session = s.http.get("/api/v1/session/play-task-4-abc").json()["session"]
         assert session["issues"][0]["escalated"] is True
 
