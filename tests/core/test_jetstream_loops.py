@@ -158,3 +158,59 @@ class TestDoctor:
         checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
         assert r.returncode == 1
         assert not checks["jetstream"]["ok"] and "cannot connect" in checks["jetstream"]["detail"]
+
+
+REPORTER = r"""
+import json, sys, time
+from healer.config import load_settings
+from healer.selfheal.service import SelfHealService
+from healer.testing.nats import jetstream_store
+
+url, bucket, state, repo, count, start = json.loads(sys.argv[1])
+settings = load_settings(env={}, overrides=[
+    f"state_dir={state}", f"selfheal.repo={repo}", "executor.default=command",
+    'executor.commands={"healing-agent": ["true"]}'])
+service = SelfHealService(settings, jetstream_store(url, bucket), launcher=lambda _id: None,
+                          env={})
+report = {"error_type": "asyncpg.exceptions.UndefinedTableError",
+          "error_message": 'relation "butler_name.missing_table" does not exist',
+          "call_site": "src/butlers/modules/memory/tools/facts.py:memory_store_fact",
+          "severity_hint": "high"}
+while time.time() < start:
+    time.sleep(0.001)
+print(json.dumps([service.report(report) for _ in range(count)]))
+"""
+
+
+class TestNoveltyAcrossNodes:
+    def test_200_identical_reports_over_three_nodes(self, tmp_path: Path) -> None:
+        """200 identical report_error calls spread over three nodes sharing JetStream start
+        exactly one attempt; every other call joins it."""
+        import subprocess
+        import sys
+
+        repo = tmp_path / "repo"
+        repo.mkdir()
+        subprocess.run(["git", "init", "-q", str(repo)], check=True)
+        script = tmp_path / "reporter.py"
+        script.write_text(REPORTER)
+        with NatsServer(jetstream=True, store_dir=tmp_path / "nats") as ns:
+            start = time.time() + 3.0
+            children = [subprocess.Popen(
+                [sys.executable, str(script),
+                 json.dumps([ns.url, "novelty1", str(tmp_path / f"n{i}"), str(repo), count,
+                             start])],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+                for i, count in enumerate((67, 67, 66))]
+            answers = []
+            for child in children:
+                out, err = child.communicate(timeout=180)
+                assert child.returncode == 0, err
+                answers += json.loads(out)
+        assert len(answers) == 200
+        accepted = [a for a in answers if a["accepted"]]
+        assert len(accepted) == 1, answers[:2]
+        joined = {a.get("attempt_id") for a in answers if a.get("reason") ==
+                  "already_investigating"}
+        assert joined == {accepted[0]["attempt_id"]}
+        assert sum(1 for a in answers if a.get("reason") == "already_investigating") == 199
