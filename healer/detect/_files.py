@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 PARALLEL_MIN_BYTES = 32 << 20
 # The calling process also merges the results and prints: its region is this much smaller.
-CALLER_DISCOUNT = 0.1
+CALLER_DISCOUNT = 0.05
 _TAIL_READ = 1 << 20  # how far before a region the borrowed-timestamp heads are looked for
 
 Progress = Callable[[int, int], None]
