@@ -314,9 +314,8 @@ class IncidentBook:
             return (NO_FILE, "the error names no source file to heal; recorded only "
                     "(context.heal_without_file)", "")
         now = self.clock()
-        aid = new_attempt_id(now)
-        d = gates.admit(self.store, inc["fingerprint"], aid, now, self.limits,
-                        self.model_available, self._admission)
+        d = gates.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
+                        self.limits, self.model_available, self._admission)
         return d.reason, d.message, d.attempt_id
 
     def retry_held(self) -> list[Receipt]:

@@ -97,7 +97,8 @@ def escalation(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iterati
                            "runner", outcome=it.outcome(),
                            detail="; ".join(it.reasons or [it.agent_error or it.agent_summary])
                            [:1500]) for it in iterations]
-    steps = ["Read the verifier's reasons below: they say what the last fix broke or lacked.",
+    steps = ["Read the verifier's reasons under \"What healer tried\": they say what each fix "
+             "broke or lacked.",
              "Look at what the agent tried on its branch (kept for you) and fix it by hand, or "
              "adjust the living context if a scenario, invariant or limit is wrong.",
              "When it is fixed, resolve the alert at its source; healer closes the incident."]

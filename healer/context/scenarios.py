@@ -112,9 +112,9 @@ class Verdict:
     def markdown(self) -> str:
         """The verdict for a PR body or an escalation."""
         lines = [f"**Verdict: {'PASSED' if self.passed else 'REJECTED'}**", ""]
-        lines += [f"- ✗ {r}" for r in self.reasons]
-        lines += [f"- ⚠ {w}" for w in self.warnings]
-        lines += ["", "| scenario | command | outcome |", "|---|---|---|"]
+        notes = [f"- ✗ {r}" for r in self.reasons] + [f"- ⚠ {w}" for w in self.warnings]
+        lines += [*notes, ""] if notes else []
+        lines += ["| scenario | command | outcome |", "|---|---|---|"]
         for s in self.scenarios:
             lines.append(f"| {s.id} {s.name} | `{s.command}` | {s.outcome}"
                          + (f" ({s.detail})" if s.detail and not s.passed else "") + " |")

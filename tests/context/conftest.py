@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from context_helpers import AM_TOKEN, SECRET, SLACK_SECRET, agent_command, make_project, \
-    write_layers
+from context_helpers import (
+    AM_TOKEN,
+    SECRET,
+    SLACK_SECRET,
+    agent_command,
+    make_project,
+    write_layers,
+)
 
 from healer.config import load_settings
 

@@ -149,7 +149,8 @@ class TestImpactMap:
     def test_imports_become_edges(self, project: Path) -> None:
         """`from app.payment import average` and `from app import payment` both point at
         app/payment.py; relative imports resolve; risk follows the importer count."""
-        (project / "app" / "rel.py").write_text("from .payment import average\nfrom . import util\n")
+        (project / "app" / "rel.py").write_text("from .payment import average\n"
+                                                "from . import util\n")
         (project / "app" / "broken.py").write_text("def (:\n")
         graph = build_graph(project)
         doc = graph.impact_map()["modules"]

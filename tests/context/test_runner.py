@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,7 +233,3 @@ class TestPatchParsing:
         assert d.files == ["y.py", "gone.py"] and d.deleted == ["gone.py"]
         assert d.added == {"y.py": [(4, "a = 1"), (5, "b = 2")]}
 
-
-def test_python_used_by_the_scenarios_is_this_one() -> None:
-    """The fixtures run scenarios with this interpreter (so app/ imports resolve the same)."""
-    assert PY == sys.executable

@@ -1,0 +1,73 @@
+"""The heal loop with the real Claude Code CLI, driven offline by the scripted model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, git
+
+from healer.agents import get_definition
+from healer.agents.executors import claude_cli
+from healer.context.layers import Layers
+from healer.context.sentry import from_sentry
+from healer.testing import ScriptedModel, text, tool_use
+from healer.testing.webhooks import sentry_event_alert
+
+pytestmark = [pytest.mark.e2e]
+
+# Fail fast instead of retrying, and never leave the machine (as tests/agents does).
+CLAUDE_TEST_ENV = {"CLAUDE_CODE_MAX_RETRIES": "0", "HTTPS_PROXY": "http://127.0.0.1:9",
+                   "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
+
+
+def one_run(old: str, new: str, summary: str) -> list[Any]:
+    """One iteration as Claude Code does it: edit the file, write the result, stop."""
+    result = {"schema_version": 1, "kind": "${kind}", "target": "${target}", "status": "fixed",
+              "run_id": "${run_id}", "incident": "${incident}", "executor": "claude",
+              "summary": summary, "actions_taken": ["edited app/payment.py"]}
+    return [tool_use("Edit", {"file_path": "${cwd}/app/payment.py", "old_string": old.strip(),
+                              "new_string": new.strip()}, text="Fixing the empty basket."),
+            tool_use("Write", {"file_path": "${result_path}", "content": json.dumps(result)}),
+            text("Done.")]
+
+
+class TestClaudeCode:
+    async def test_passes_on_iteration_2_with_the_real_cli(self, service_for: Any,
+                                                           project: Path,
+                                                           context_dir: Path) -> None:
+        """Claude Code's first fix casts to float (INV-001) and is rejected; the second run is
+        told why in its prompt, fixes it with integer division, and the fix is verified."""
+        from healer.agents.claude import ClaudeExecutor
+
+        script = [*one_run(BUGGY, FLOAT_FIX, "cast to float"),
+                  *one_run(FLOAT_FIX, GOOD_FIX, "integer division, guarded")]
+        with ScriptedModel(script) as model:
+            svc = service_for()
+            if claude_cli(svc.settings) is None:
+                pytest.skip("the Claude Code CLI bundled with claude-agent-sdk is missing")
+            svc.healer.executor = ClaudeExecutor(svc.settings,
+                                                 env={**model.env(), **CLAUDE_TEST_ENV})
+            (sig,) = from_sentry("event_alert", sentry_event_alert(line=6), project)
+            (receipt,) = await svc.ingest([sig])
+            assert receipt.heal
+            await svc.drain(240)
+
+        inc = svc.book.get("sentry-4242")
+        assert inc["status"] == "fixed", inc.get("escalation")
+        assert inc["fix"]["iterations"] == 2
+        turns = model.turns
+        assert len(turns) == 6, [t.user_text()[:80] for t in turns]
+        first, second = turns[0], turns[3]
+        definition = get_definition("living-context-healer")
+        assert definition.system_prompt.strip()[:200] in first.system_text
+        assert "## Self-Healing Context" in first.user_text()
+        assert "[CRITICAL] INV-001: money never goes through float" in first.user_text()
+        assert "Iteration 1 was rejected" not in first.user_text()
+        assert "## Iteration 1 was rejected" in second.user_text()
+        assert "critical invariant INV-001 violated" in second.user_text()
+        head = git(project, "show", f"{inc['fix']['branch']}:app/payment.py")
+        assert GOOD_FIX.strip() in head and "float" not in head
+        assert Layers.load(context_dir).incidents[-1].root_cause == "integer division, guarded"
