@@ -131,7 +131,8 @@ class ContextHealer:
             cmds = self.settings.executor.commands
             return bool(cmds.get(AGENT) or cmds.get("*"))
         if kind == "claude":
-            return claude_cli(self.settings) is not None
+            return claude_cli(self.settings) is not None and \
+                explain_auto(self.settings)[0] == "claude"
         return get_playbook(AGENT) is not None
 
     def _executor(self, env: dict[str, str]) -> Any:

@@ -10,8 +10,10 @@
                          → a heal-attempts record shared with report_error
 
 * A firing signal for a key that is open, healing, escalated or fixed-but-not-merged is a
-  duplicate (counted). For a resolved incident it reopens it; for a fix merged less than
-  ``context.watch_s`` ago it is a **regression**: the incident reopens with the regression noted.
+  duplicate (counted); an open one that is not being healed goes through the gate again (the
+  cooldown may be over, a slot free). For a resolved incident it reopens it; for a fix merged
+  less than ``context.watch_s`` ago it is a **regression**: the incident reopens with the
+  regression noted (and a person is told).
 * A resolved signal closes what the key opened; one for an unknown key is ignored.
 * Webhook deliveries are remembered by the SHA-256 of their raw body
   (``context-deliveries``) so a replayed payload is dropped.
@@ -49,6 +51,8 @@ DELIVERIES = "context-deliveries"
 OPEN, HEALING, FIXED, ESCALATED, RESOLVED = "open", "healing", "fixed", "escalated", "resolved"
 STATUSES = (OPEN, HEALING, FIXED, ESCALATED, RESOLVED)
 NO_FILE = "no_file"
+FIX_REJECTED = "fix_rejected"
+HUMAN_HOLDS = frozenset({FIX_REJECTED})  # decisions only a person undoes
 MAX_HISTORY = 100
 AUDIT_FILE = "heal-audit.jsonl"
 MAX_AUDIT_BYTES = 20 << 20
@@ -211,6 +215,11 @@ class IncidentBook:
                          **({"fingerprint": ident.fingerprint} if ident else {}))
         receipt = Receipt(signal.key, action, status)
         if action in ("opened", "reopened"):
+            return self.admit(signal.key, receipt)
+        if action == "duplicate" and status == OPEN and rec is not None and (
+                rec.data.get("decision") or {}).get("reason") not in HUMAN_HOLDS:
+            # Still firing and not being healed: the gate may say yes now (cooldown over,
+            # a slot free, a model back).
             return self.admit(signal.key, receipt)
         return receipt
 

@@ -25,6 +25,7 @@ from typing import Any
 from healer.context.heal import ContextHealer
 from healer.context.incidents import (
     ESCALATED,
+    FIX_REJECTED,
     FIXED,
     HEALING,
     OPEN,
@@ -192,7 +193,7 @@ class ContextService:
             elif state == fg.CLOSED:
                 self._settle_attempt(att, st.FAILED, reason="the fix PR was closed unmerged")
                 self.book.update(key, event="fix_rejected", status=OPEN,
-                                 decision={"reason": "fix_rejected", "message": "the fix PR was "
+                                 decision={"reason": FIX_REJECTED, "message": "the fix PR was "
                                            "closed without merging; a person decides next"})
                 self.book.audit.write("fix_rejected", key, pr_url=fix.get("pr_url", ""))
 

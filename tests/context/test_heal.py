@@ -157,7 +157,7 @@ class TestIntakeAndGate:
 
     async def test_gate_reasons_are_recorded(self, service_for: Any, project: Path) -> None:
         """Info severity, no file, and no runnable agent each keep the incident open with the
-        reason; nothing is dispatched."""
+        reason; nothing is dispatched. The same alert again goes through the gate again."""
         svc = service_for("executor.default=playbook")  # no playbook: no model
         low = svc.submit([sentry_signal(project, level="info")])[0]
         assert low.decision == "below_threshold" and not low.heal
@@ -168,6 +168,11 @@ class TestIntakeAndGate:
         assert nomodel.decision == "no_model"
         assert svc.book.get("sentry-77")["decision"]["reason"] == "no_model"
         assert svc.book.get("sentry-77")["status"] == "open"
+        svc.healer.available = lambda: True  # a model comes back; the alert fires again
+        svc._model = (0.0, False)
+        again = svc.submit([sentry_signal(project, issue_id="77")])[0]
+        assert (again.action, again.decision) == ("duplicate", "accepted")
+        assert svc.book.get("sentry-77")["status"] == "healing"
 
     async def test_resolved_closes_what_it_opened(self, service_for: Any,
                                                   project: Path) -> None:
