@@ -43,13 +43,17 @@ class LayerError(ConfigError):
     """A layer file is unreadable or invalid (``file``, ``key``, ``expected``)."""
 
 
-class _Loader(yaml.SafeLoader):
+# libyaml's parser when PyYAML was built with it (about ten times faster on big impact maps).
+_SafeBase: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_SafeBase):  # type: ignore[misc,valid-type]
     """Safe YAML that keeps dates and times as the strings people wrote."""
 
 
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    for first, resolvers in _SafeBase.yaml_implicit_resolvers.items()
 }
 
 

@@ -21,6 +21,7 @@ import posixpath
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:/{2,3}")
 _DRIVE = re.compile(r"^[A-Za-z]:/")
@@ -136,16 +137,26 @@ def _compile(pattern: str) -> re.Pattern[str]:
     return re.compile("".join(out) + r"\Z")
 
 
+@lru_cache(maxsize=4096)
+def _matcher(pattern: str) -> tuple[str, Any]:
+    clean = clean_pattern(pattern)
+    if clean.endswith("/"):
+        return "folder", clean
+    if not is_glob(clean):
+        return "exact", clean
+    return "glob", _compile(clean)
+
+
 def match(pattern: str, path: str) -> bool:
     """Whether repo-relative ``path`` is ``pattern`` (exact, folder prefix, or glob)."""
     if not path or not pattern:
         return False
-    pattern = clean_pattern(pattern)
-    if pattern.endswith("/"):
-        return path.startswith(pattern)
-    if not is_glob(pattern):
-        return pattern == path
-    return _compile(pattern).match(path) is not None
+    kind, value = _matcher(pattern)
+    if kind == "exact":
+        return bool(value == path)
+    if kind == "folder":
+        return path.startswith(value)
+    return value.match(path) is not None
 
 
 def match_any(patterns: list[str] | tuple[str, ...], path: str) -> bool:
