@@ -63,9 +63,11 @@ def commands_for(ctx: FleetContext, node: NodeEntry, channels: list[str],
 
 def build(ctx: FleetContext, node: NodeEntry, ep: Episode, probe: PeerProbe, fix: Plan,
           spent: list[Repair], refused: list[Repair], *,
-          rounds_exhausted: bool = False) -> Escalation:
+          rounds_exhausted: bool = False, handed_off: str = "") -> Escalation:
     broken = probe.broken
-    if spent:
+    if handed_off:
+        why = f"the agent handed it to a person: {handed_off}"
+    elif spent:
         why = (f"{', '.join(sorted({r.agent for r in spent}))} failed "
                f"{ctx.fleet.max_heal_attempts} times; healer stops trying")
     elif refused:

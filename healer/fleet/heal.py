@@ -285,13 +285,24 @@ class HealLoop:
             waits = [t - now for t in not_before.values() if t > now]
             await self._wait(ep.peer, inflight, f.heal_wait_s if inflight else
                              min([*waits, f.heal_wait_s]))
+            handed_off = None
             for kind, t in list(inflight.items()):
                 if t.done():
                     del inflight[kind]
                     a = attempt_of[kind]
-                    if a.status not in ("healed", "ok", "fixed"):
+                    if a.status == "escalated":
+                        handed_off = a  # the agent handed it to a person: do not retry
+                    elif a.status not in ("healed", "ok", "fixed"):
                         not_before[kind] = time.monotonic() + min(f.heal_wait_s,
                                                                   2.0 ** (a.number - 1))
+            if handed_off is not None:
+                if inflight:
+                    await self._wait(ep.peer, inflight, f.heal_wait_s)
+                node = self.ctx.view.peer(ep.peer)
+                probe = await probe_peer(self.ctx, node)
+                await self._escalate(ep, node, probe, plan(probe), [], [],
+                                     handed_off=handed_off)
+                return
             node = self.ctx.view.peer(ep.peer)
             probe = await probe_peer(self.ctx, node)
         await self._escalate(ep, node, probe, plan(probe), [], [], rounds_exhausted=True)
@@ -390,12 +401,15 @@ class HealLoop:
 
     async def _escalate(self, ep: Episode, node: NodeEntry, probe: PeerProbe, fix: Plan,
                         spent: list[Repair], refused: list[Repair], *,
-                        rounds_exhausted: bool = False) -> None:
+                        rounds_exhausted: bool = False,
+                        handed_off: HealAttempt | None = None) -> None:
         from healer.core.escalation import escalate
         from healer.fleet.escalation import build
 
         esc = build(self.ctx, node, ep, probe, fix, spent, refused,
-                    rounds_exhausted=rounds_exhausted)
+                    rounds_exhausted=rounds_exhausted,
+                    handed_off=f"{handed_off.agent}: {handed_off.summary}" if handed_off
+                    else "")
         ep.state, ep.ended_at = "escalated", time.time()
         record = await escalate(self.ctx.settings, self.store, esc, metrics=self.metrics)
         ep.escalation = str(record.seed_file or "")

@@ -49,6 +49,7 @@ class NatsLink:
         self.reconnect_wait = reconnect_wait
         self.nc: Any = None
         self.last_error = ""
+        self.connects = 0  # fresh connections made (not nats-py's own reconnects)
         self._subs: list[tuple[str, Handler]] = []
         self._task: asyncio.Task[None] | None = None
         self._up = asyncio.Event()
@@ -93,6 +94,7 @@ class NatsLink:
                 for subj, handler in list(self._subs):
                     await nc.subscribe(subj, cb=handler)
                 self.nc = nc
+                self.connects += 1
                 self._up.set()
                 log.debug("nats link %s connected to %s", self.name, self.url)
             await asyncio.sleep(self.reconnect_wait)

@@ -99,10 +99,11 @@ class LocalNode:
     dir: Path
     mac: str
     role: str = "worker"
+    nats_host: str = ""  # where its NATS server is (a node that moves leaves it behind)
 
     @property
     def nats_url(self) -> str:
-        return f"nats://{self.host}:{self.nats_port}"
+        return f"nats://{self.nats_host or self.host}:{self.nats_port}"
 
     @property
     def pid_file(self) -> Path:
@@ -129,6 +130,7 @@ class LocalFleet:
     ssh_port: int = 0
     _sshd: subprocess.Popen[bytes] | None = None
     _moves: int = 0
+    _cut_off: set[str] = field(default_factory=set)
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -214,7 +216,7 @@ class LocalFleet:
             (d / "state").mkdir(parents=True, exist_ok=True)
             self.members[nid] = LocalNode(
                 nid, host, free_port(host), free_port(host), free_port(host), free_port(),
-                d, f"02:00:00:00:00:{k:02x}", "chief" if k == 1 else "worker")
+                d, f"02:00:00:00:00:{k:02x}", "chief" if k == 1 else "worker", host)
             (d / "host").write_text(host)
             (d / "port").write_text(str(self.members[nid].port))
 
@@ -325,7 +327,7 @@ exit 0
     def _start_nats(self, n: LocalNode) -> None:
         n.nats_pid_file.unlink(missing_ok=True)
         self._run_script(n.dir / "nats-restart.sh")
-        _wait(lambda: _listening(n.host, n.nats_port), 10, f"nats-server of {n.node_id}")
+        _wait(lambda: _listening(n.nats_host, n.nats_port), 10, f"nats-server of {n.node_id}")
 
     def _git_init(self) -> None:
         env = {**self.env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}
@@ -457,18 +459,20 @@ exit 0
         if old:
             with contextlib.suppress(OSError):
                 os.kill(old, signal.SIGKILL)
+        n.host, n.port = host, port
         return host, port
 
     def kill_nats(self, node_id: str) -> None:
         n = self.node(node_id)
         _kill_pidfile(n.nats_pid_file)
-        _wait(lambda: not _listening(n.host, n.nats_port), 10, f"nats of {node_id} gone")
+        _wait(lambda: not _listening(n.nats_host, n.nats_port), 10, f"nats of {node_id} gone")
 
     def drop_route(self, node_id: str) -> None:
         """The node's NATS server comes back without its cluster routes."""
         n = self.node(node_id)
         self._run_script(n.dir / "nats-restart.sh", str(n.dir / "nats-noroutes.conf"))
-        _wait(lambda: _listening(n.host, n.nats_port), 10, f"nats of {node_id} back")
+        self._cut_off.add(node_id)
+        _wait(lambda: _listening(n.nats_host, n.nats_port), 10, f"nats of {node_id} back")
 
     def block_inbox(self, node_id: str) -> Path:
         """Something that is not a folder takes the node's seed inbox's place."""
@@ -492,6 +496,31 @@ exit 0
             marker.write_text(f"{os.getpid()}\n")
         else:
             marker.unlink(missing_ok=True)
+
+    def reset(self, timeout: float = 30.0) -> None:
+        """Undo every fault: the fleet healthy again, the config matching where nodes are."""
+        self._write_config()
+        for nid, n in self.members.items():
+            self.repair_restart(nid)
+            self.set_interactive(nid, False)
+            box = self.fleet_dir / nid
+            if box.is_symlink() or (box.exists() and not box.is_dir()):
+                box.unlink()
+            box.mkdir(parents=True, exist_ok=True)
+            if nid in self._cut_off or not _listening(n.nats_host, n.nats_port):
+                self._run_script(n.dir / "nats-restart.sh")
+                _wait(lambda n=n: _listening(n.nats_host, n.nats_port), 10, f"nats of {nid}")
+        self._cut_off.clear()
+        for nid in self.members:
+            if self.health(nid) is None:
+                self._run_script(self.node(nid).dir / "restart.sh")
+        for nid in self.members:
+            self.wait_healthy(nid, timeout)
+        self.wait_mesh(timeout)
+        for nid, n in self.members.items():
+            if self.health(nid, "127.0.0.1", n.tunnel_port) is None:
+                self.kill_tunnel(nid)
+                self.start_tunnel(nid)
 
     # -- healer settings ---------------------------------------------------------------------
 
