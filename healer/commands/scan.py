@@ -80,4 +80,6 @@ def _scan(args: argparse.Namespace) -> int:
         raise UsageError("--loki and --query go together")
     if args.duration is not None and args.duration <= 0:
         raise UsageError("--duration must be positive")
+    if args.workers is not None and args.workers < 1:
+        raise UsageError("--workers must be at least 1")
     return ScanRun(args, detect_settings(args)).run()

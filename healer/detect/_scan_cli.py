@@ -253,6 +253,9 @@ class ScanRun:
             follower.run(stop, duration=a.duration if a.follow else None)
         finally:
             signal.signal(signal.SIGTERM, previous)
+            if a.loki and loki.dropped:
+                print(f"healer: Loki dropped {loki.dropped} entries from the tail (it could "
+                      "not keep up); they were not scanned", file=sys.stderr)
         return [e if isinstance(e, HealerError) else UsageError(str(e))
                 for e in follower.failures]
 

@@ -85,6 +85,7 @@ class LokiSource:
         self.timeout_s = timeout_s
         self.page_limit = page_limit
         self.last_ns = int(self.since * 1e9)
+        self.dropped = 0  # entries Loki said it dropped from the tail (it could not keep up)
 
     def query_range(self, start_ns: int, end_ns: int) -> Iterator[Entry]:
         """Every entry in ``[start_ns, end_ns)``, oldest first, page by page."""
@@ -156,6 +157,7 @@ class LokiSource:
                     doc = json.loads(message)
                 except ValueError:
                     continue
+                self.dropped += len(doc.get("dropped_entries") or ())
                 yield from parse_streams(doc.get("streams"))
 
     def events(self, stop: threading.Event) -> Iterator[Event]:

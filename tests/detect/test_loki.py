@@ -111,6 +111,27 @@ class TestTail:
             thread.join(5)
         assert [a.code for a in got] == ["R2", "R3"]
 
+    def test_dropped_entries_are_counted(self, fake_loki: FakeLoki) -> None:
+        """dropped_entries in a tail message are counted, not silently lost."""
+        src = LokiSource(fake_loki.url, '{app="coderun"}', follow=True)
+        stop = threading.Event()
+        got = []
+
+        def run() -> None:
+            for entry in src.tail(time.time_ns(), stop):
+                got.append(entry)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        try:
+            time.sleep(0.5)
+            fake_loki.push(POD_A, time.time_ns(), "ok", dropped=3)
+            _wait(lambda: got)
+        finally:
+            stop.set()
+            thread.join(5)
+        assert src.dropped == 3
+
 
 @pytest.mark.e2e
 class TestCli:
