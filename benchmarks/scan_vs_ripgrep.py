@@ -129,8 +129,10 @@ def main() -> int:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = str(REPO)
 
-    healer = [sys.executable, "-m", "healer", "scan", "--json", "--catalog", str(catalog),
-              "--catalog-mode", "replace", str(log)]
+    script = Path(sys.executable).with_name("healer")  # the installed `healer` command
+    healer = [str(script)] if script.exists() else [sys.executable, "-m", "healer"]
+    healer += ["scan", "--json", "--catalog", str(catalog), "--catalog-mode", "replace",
+               str(log)]
     rg = ["rg", "-i", "-c", "-f", str(patterns), str(log)]
     grep = ["grep", "-E", "-i", "-c", "-f", str(patterns), str(log)]
 
