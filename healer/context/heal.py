@@ -173,6 +173,13 @@ class ContextHealer:
             self._end(aid, st.FAILED, reason="the healing run was cancelled (healer stopped)")
             self.book.update(key, status="open", event="heal_cancelled")
             raise
+        except AnonymizationError as exc:  # the error text still holds personal data
+            self._end(aid, st.ANONYMIZATION_FAILED, reason=f"{exc.what} contained personal "
+                      "data or secrets; no agent was given it",
+                      findings=sorted({f.kind for f in exc.findings}))
+            out = await self._give_up(inc, aid, [], f"{exc.what} still contained personal data "
+                                      "or secrets after scrubbing; nothing was sent to a model",
+                                      None, end=False)
         except Exception as exc:  # a bug or a broken repo must still end the attempt
             log.exception("living-context heal of %s crashed", key)
             why = self.sanitizer.scrub(f"{type(exc).__name__}: {exc}")[:1000]

@@ -34,6 +34,7 @@ from healer.context.incidents import (
     Receipt,
 )
 from healer.context.ingest import Signal
+from healer.context.layers import LayerError
 from healer.core.escalation import Escalation, escalate
 from healer.core.store import Store
 from healer.selfheal import attempts as st
@@ -210,7 +211,11 @@ class ContextService:
         url = self.settings.context.loki_url
         if not url:
             return []
-        rules = await asyncio.to_thread(loki.load_rules, loki.rules_path(self.settings))
+        try:
+            rules = await asyncio.to_thread(loki.load_rules, loki.rules_path(self.settings))
+        except LayerError as exc:
+            log.error("LogQL rules not evaluated: %s", exc)  # a person fixes the file
+            return []
         out = []
         for rule in rules:
             try:

@@ -155,6 +155,19 @@ class TestIntakeAndGate:
         assert joined.decision == "already_investigating"
         assert joined.attempt_id == first.attempt_id
 
+    async def test_secrets_and_personal_data_are_scrubbed_at_intake(
+            self, service_for: Any, project: Path) -> None:
+        """An error text carrying an e-mail, an API key and an address is stored (and later
+        shown to the agent) with those replaced by markers."""
+        svc = service_for("executor.default=playbook")
+        secret = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz0123456789"
+        svc.submit([sentry_signal(project, message=f"failed for bob@acme-corp.com key {secret} "
+                                                   "from 10.2.3.4")])
+        stored = json.dumps(svc.book.get("sentry-4242"))
+        assert "bob@acme-corp.com" not in stored and secret not in stored
+        assert "10.2.3.4" not in stored
+        assert "[REDACTED-EMAIL]" in stored and "[REDACTED-API-KEY]" in stored
+
     async def test_gate_reasons_are_recorded(self, service_for: Any, project: Path) -> None:
         """Info severity, no file, and no runnable agent each keep the incident open with the
         reason; nothing is dispatched. The same alert again goes through the gate again."""
@@ -254,3 +267,23 @@ class TestPostFixWatch:
         assert inc["status"] == "resolved" and inc["resolved_by"] == "post-fix watch"
         assert "watch_passed" in audit_events(svc, "sentry-4242")
 
+
+
+class TestIncidentCli:
+    async def test_list_show_and_render_an_incident(self, service_for: Any, project: Path,
+                                                    context_dir: Path, cli: Any) -> None:
+        """`healer context incidents` lists and shows a stored incident with its trail, and
+        `render --incident` prints what its agent is (or would be) told."""
+        svc = service_for("executor.default=playbook")
+        svc.submit([sentry_signal(project)])
+        listed = cli("context", "incidents", "--json")
+        assert listed.code == 0 and json.loads(listed.out)["count"] == 1
+        shown = cli("context", "incidents", "sentry-4242")
+        assert shown.code == 0 and "sentry-4242: open · sentry" in shown.out
+        assert "file:  app/payment.py:6" in shown.out and "- gate" in shown.out
+        text = cli("context", "render", "--incident", "sentry-4242", "--set",
+                   f"context.dir={context_dir}")
+        assert text.code == 0, text.err
+        assert "File: `app/payment.py:6`" in text.out and "### Sentry Context" in text.out
+        assert cli("context", "incidents", "nope").code == 1
+        assert cli("context", "incidents", "../x").code == 2
