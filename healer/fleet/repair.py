@@ -197,8 +197,9 @@ class Repairer:
         r.steps.append({"level": "L3.5", "action": "recovery", "exit": res.returncode,
                         "outcome": "timed out" if res.timed_out else
                         ("ran" if res.ok else "failed")})
-        if res.ok:
-            await self._wait_healthy(node, self.ctx.fleet.ladder_wait_s)
+        if res.ok:  # a recovery script usually restarts something: give it that long
+            await self._wait_healthy(node, max(self.ctx.fleet.ladder_wait_s,
+                                               self.ctx.fleet.restart_verify_s))
 
     async def _restart(self, node: NodeEntry, problem: str,
                        r: LadderResult) -> LadderResult | None:

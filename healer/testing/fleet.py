@@ -549,6 +549,17 @@ exit 0
     def settings(self, **extra: Any) -> Settings:
         return load_settings(env={}, overrides=self.overrides(**extra))
 
+    def loop_env(self, **extra: Any) -> dict[str, str]:
+        """Environment for a ``python -m healer.loop`` (or ``healer fleet``) child process
+        aimed at this fleet: the same settings as ``settings()``, as variables."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+        for pair in self.overrides(**extra):
+            key, _, value = pair.partition("=")
+            env["HEALER__" + "__".join(p.upper() for p in key.split("."))] = value
+        env.update(HEALER_STATE_DIR=str(extra.get("state_dir", self.state_dir)),
+                   PYTHONUNBUFFERED="1")
+        return env
+
     # -- stop --------------------------------------------------------------------------------
 
     def stop(self) -> None:

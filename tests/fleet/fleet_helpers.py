@@ -34,3 +34,16 @@ def wait_for(cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.1)
             return value
         time.sleep(every)
     raise AssertionError(f"condition not met within {timeout} s")
+
+
+async def until(cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
+    """``wait_for`` for async tests: the event loop keeps running while it waits."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = cond()
+        if value:
+            return value
+        await asyncio.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")
