@@ -1,8 +1,8 @@
 """A deterministic generator of agent logs in the shapes agents really write.
 
-Used by scan_vs_ripgrep.py to make a big file; the mix (mostly info lines, by default 1 % of
-lines that hold a failure and 0.3 % that look like one but are not, colour codes, long lines,
-bad UTF-8) is what a busy CodeRun pod's log looks like on a bad day.
+Used by scan_vs_ripgrep.py to make a big file; the mix (mostly info lines in logfmt, JSON and
+klog, a share of lines that hold a failure, 0.3 % that look like one but are not, colour
+codes, long lines, bad UTF-8) is what a busy CodeRun pod's log looks like.
 """
 
 from __future__ import annotations
