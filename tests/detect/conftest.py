@@ -12,10 +12,10 @@ import pytest
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
 
-sys.path.insert(0, str(Path(__file__).parent))  # detect_helpers, fake_loki
+sys.path.insert(0, str(Path(__file__).parent))  # detect_helpers, detect_fake_loki
 
+from detect_fake_loki import FakeLoki
 from detect_helpers import CORPUS
-from fake_loki import FakeLoki
 
 
 @pytest.fixture(autouse=True)

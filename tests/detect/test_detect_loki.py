@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
+from detect_fake_loki import FakeLoki
 from detect_helpers import run_scan, scan_env
-from fake_loki import FakeLoki
 
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
