@@ -51,7 +51,7 @@ def play_id(session_id: object) -> str | None:
     """``claude-<id>`` made a safe name (letters, digits, . _ -; at most 128 characters)."""
     if not isinstance(session_id, str):
         return None
-    cleaned = _UNSAFE.sub("-", session_id).strip(".-_")[:100]
+    cleaned = re.sub(r"\.{2,}", ".", _UNSAFE.sub("-", session_id)).strip(".-_")[:100]
     return f"claude-{cleaned}" if cleaned else None
 
 
