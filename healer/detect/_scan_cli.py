@@ -156,14 +156,18 @@ class _Output:
         from rich.console import Console
         from rich.table import Table
 
-        console = Console(file=stream, highlight=False, soft_wrap=False)
+        # Off a terminal rich assumes 80 columns, which would cut pattern ids: allow 120.
+        width = None if stream.isatty() else 120
+        console = Console(file=stream, highlight=False, soft_wrap=False, width=width)
         if not self.counts:
             console.print(f"no alerts in {sources} source(s)", markup=False)
             return
         table = Table(title=f"{self.total} alert(s) in {sources} source(s)", title_justify="left")
-        for col, just in (("code", "left"), ("severity", "left"), ("alerts", "right"),
-                          ("patterns", "left"), ("meaning", "left")):
-            table.add_column(col, justify=just)  # type: ignore[arg-type]
+        table.add_column("code", no_wrap=True)
+        table.add_column("severity", no_wrap=True)
+        table.add_column("alerts", justify="right", no_wrap=True)
+        table.add_column("patterns", overflow="fold")
+        table.add_column("meaning", ratio=1)
         order = sorted(self.counts, key=lambda k: (-SEVERITY_RANK.get(k[1], 0), k[0]))
         for key in order:
             table.add_row(key[0], key[1], str(self.counts[key]), ", ".join(sorted(self.ids[key])),
