@@ -159,6 +159,9 @@ class CommandSource:
                     break
                 yield ev
         finally:
+            if not stop.is_set():  # end of output: give the command a moment to exit itself
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.proc.wait(timeout=2)
             self.stop()
         code = self.proc.returncode
         yield Event("end", self.source, reason="" if code in (0, None) or stop.is_set()
