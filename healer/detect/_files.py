@@ -18,6 +18,7 @@ import os
 import signal
 import stat
 import struct
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -75,7 +76,10 @@ def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | No
             start = engine.first_line_ts(os.pread(fd, HEAD_BYTES * 8, 0))
             if start is None:
                 start = seen_at
-        n = workers if workers is not None else default_workers()
+        # Forking a process that runs other threads can copy a lock some thread holds: by
+        # default only a single-threaded caller (the CLI) scans in workers.
+        n = workers if workers is not None else (
+            default_workers() if threading.active_count() == 1 else 1)
         if n < 2 or size < PARALLEL_MIN_BYTES or not hasattr(os, "fork"):
             regions = [(0, size)]
         else:

@@ -131,7 +131,8 @@ class Engine:
                   labels: Mapping[str, str] | None = None, workers: int | None = None,
                   progress: Callable[[int, int], None] | None = None) -> list[Alert]:
         """All alerts in a file, read in blocks and split over ``workers`` processes
-        (default: up to 2, for files of 32 MiB or more)."""
+        (default: up to 2 for files of 32 MiB or more, when the caller runs no other thread;
+        an explicit ``workers`` forks regardless)."""
         from healer.detect import _files
 
         return _files.scan_file(self, Path(path), source=source or str(path),

@@ -214,6 +214,28 @@ class TestBuffers:
         got = engine.scan_file(big, workers=workers)
         assert got == expected and got[-1].line_no > 1200
 
+    def test_no_fork_beside_other_threads(self, engine: Engine, corpus, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+        """By default a caller running other threads is not forked; a lone one is."""
+        import threading
+
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        forks = []
+        monkeypatch.setattr(_files.os, "fork", lambda: forks.append(1) or 0 / 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 3)
+        stop = threading.Event()
+        other = threading.Thread(target=stop.wait)
+        other.start()
+        try:
+            assert len(engine.scan_file(big)) == 3 * len(engine.scan_bytes(corpus.data))
+        finally:
+            stop.set()
+            other.join()
+        assert forks == []
+        with pytest.raises(ZeroDivisionError):
+            engine.scan_file(big)
+
     def test_parallel_render(self, engine: Engine, corpus, tmp_path: Path,
                              monkeypatch: pytest.MonkeyPatch) -> None:
         """render_file formats each region in its worker; the parts come back in order."""
