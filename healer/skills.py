@@ -296,8 +296,9 @@ def _check_scripts(src: SkillSource, rep: Report) -> None:
                 rep.errors.append(f"{name} has no #! line")
                 continue
         try:
+            # No __pycache__ left in the skill folder (it may be an installed copy).
             res = run([str(p.resolve()), "--help"], timeout=SCRIPT_TIMEOUT_S,
-                      cwd=src.folder.resolve())
+                      cwd=src.folder.resolve(), env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
         except OSError as exc:  # e.g. the #! interpreter does not exist
             rep.errors.append(f"{name} cannot be started: {exc}")
             continue
