@@ -78,14 +78,16 @@ class FakeLoki:
         self._server.should_exit = True
         self._thread.join(timeout=5)
 
-    def push(self, labels: dict[str, str], ts_ns: int, line: str) -> None:
+    def push(self, labels: dict[str, str], ts_ns: int, line: str, *, dropped: int = 0) -> None:
+        """Store an entry and send it to open tails (with ``dropped`` made-up dropped ones)."""
         self.entries.append((dict(labels), ts_ns, line))
         if self._loop is None:
             return
         for queue, query in list(self._tails):
             if _matches(labels, line, query):
                 msg = {"streams": [{"stream": labels, "values": [[str(ts_ns), line]]}],
-                       "dropped_entries": None}
+                       "dropped_entries": [{"labels": labels, "timestamp": str(ts_ns)}
+                                           for _ in range(dropped)] or None}
                 self._loop.call_soon_threadsafe(queue.put_nowait, msg)
 
     async def _query_range(self, request: Request) -> JSONResponse:

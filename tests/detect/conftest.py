@@ -14,8 +14,9 @@ from healer.detect.engine import Engine
 
 sys.path.insert(0, str(Path(__file__).parent))  # detect_helpers, detect_fake_loki
 
-from detect_fake_loki import FakeLoki
 from detect_helpers import CORPUS
+
+from healer.testing.fake_loki import FakeLoki
 
 
 @pytest.fixture(autouse=True)

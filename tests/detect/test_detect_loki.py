@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pytest
-from detect_fake_loki import FakeLoki
 from detect_helpers import run_scan, scan_env
 
 from healer.detect.catalog import Catalog
@@ -18,6 +17,7 @@ from healer.detect.engine import Engine
 from healer.detect.loki import LokiSource, parse_streams
 from healer.detect.sources import Follower
 from healer.errors import UnavailableError, UsageError
+from healer.testing.fake_loki import FakeLoki
 
 NOW = time.time()
 POD_A = {"namespace": "cto", "pod": "play-task-4-impl-a", "app": "coderun"}
