@@ -187,13 +187,24 @@ class LocalFleet:
         for d in (self.fleet_dir, self.state_dir, self.results_dir, self.root / "ssh"):
             d.mkdir(parents=True, exist_ok=True)
         try:
+            self._start(nats_bin, sshd)
+        except (TimeoutError, subprocess.CalledProcessError):
+            # Free ports are picked, then bound by a child: on a busy machine another process
+            # can take one in between. Once more, with fresh ports.
+            self.stop()
+            self.members.clear()
+            self._start(nats_bin, sshd)
+        return self
+
+    def _start(self, nats_bin: str, sshd: str) -> None:
+        try:
             self._plan()
             self._write_config()
             self._start_sshd(sshd)
             for n in self.members.values():
                 self._write_scripts(n, nats_bin)
                 self._start_nats(n)
-            if self.git:
+            if self.git and not (self.fleet_dir / ".git").exists():
                 self._git_init()
             for n in self.members.values():
                 self._run_script(n.dir / "restart.sh")
@@ -205,7 +216,6 @@ class LocalFleet:
         except BaseException:
             self.stop()
             raise
-        return self
 
     def _plan(self) -> None:
         addrs = self._addresses()
@@ -362,7 +372,16 @@ exit 0
                 return True
             return False
 
-        _wait(ok, timeout, f"node {node_id} healthy", 0.1)
+        try:
+            _wait(ok, timeout, f"node {node_id} healthy", 0.1)
+        except TimeoutError as exc:
+            d = self.node(node_id).dir
+            tails = []
+            for name in ("node.log", "nats.log"):
+                with contextlib.suppress(OSError):
+                    tails.append(f"--- {name}\n" + (d / name).read_text(errors="replace")[-1500:])
+            raise TimeoutError(f"{exc}; last health {self.health(node_id)}\n"
+                               + "\n".join(tails)) from None
         return seen
 
     def wait_mesh(self, timeout: float = 20.0) -> None:
@@ -429,6 +448,7 @@ exit 0
         if pid:
             os.kill(pid, signal.SIGKILL)
             _wait(lambda: self.pid(node_id) is None, 10, f"daemon of {node_id} gone")
+            n.pid_file.unlink(missing_ok=True)  # never signal a pid that was reused
         h, p = (n.dir / "host").read_text(), int((n.dir / "port").read_text())
         _wait(lambda: not _listening(h, p), 10, f"port of {node_id} closed")
 
@@ -466,6 +486,7 @@ exit 0
         n = self.node(node_id)
         _kill_pidfile(n.nats_pid_file)
         _wait(lambda: not _listening(n.nats_host, n.nats_port), 10, f"nats of {node_id} gone")
+        n.nats_pid_file.unlink(missing_ok=True)
 
     def drop_route(self, node_id: str) -> None:
         """The node's NATS server comes back without its cluster routes."""
@@ -582,6 +603,9 @@ exit 0
                 self._sshd.wait(5)
             self._sshd = None
         _wait(lambda: not self.processes(), 5, "fleet processes gone")
+        for n in self.members.values():
+            n.pid_file.unlink(missing_ok=True)
+            n.nats_pid_file.unlink(missing_ok=True)
 
     def _alive(self) -> bool:
         return any(self.pid(n) for n in self.members)

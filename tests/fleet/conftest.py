@@ -1,4 +1,4 @@
-"""Fixtures for the fleet healer: one real local fleet per module, reset before each test."""
+"""Fixtures for the fleet healer: one real local fleet for the run, reset before each test."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def _have_tools() -> str:
     return ""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def local_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet]:
-    """A real fleet (NATS cluster, sshd, three node daemons, tunnels) for the module."""
+    """A real fleet (NATS cluster, sshd, three node daemons, tunnels), started once."""
     missing = _have_tools()
     if missing:
         pytest.skip(missing)
@@ -39,7 +39,7 @@ def local_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalFleet
 
 @pytest.fixture
 def fleet(local_fleet: LocalFleet) -> LocalFleet:
-    """The module's fleet, with every earlier fault undone."""
+    """The shared fleet, with every earlier test's faults undone."""
     local_fleet.reset()
     return local_fleet
 

@@ -156,19 +156,19 @@ class TestLadder:
         and the rest are skipped; a channel that failed before gets half its timeout."""
         pit = Tarpit()
         ctx = await open_ctx(fleet, tmp_path, **{
-            "fleet.channels": "http,tunnel", "fleet.send_budget_s": 2,
-            "fleet.timeouts": json.dumps({"http": 3.0, "tunnel": 3.0})})
+            "fleet.channels": "http,tunnel", "fleet.send_budget_s": 1,
+            "fleet.timeouts": json.dumps({"http": 1.5, "tunnel": 1.5})})
         try:
             node = NodeEntry("pit", "127.0.0.1", port=pit.port, tunnel_port=pit.port)
             stats = Reliability()
             d = await send_with_fallback(ctx, node, msg("pit"), stats=stats, order="strict")
             assert [(a.channel, a.status) for a in d.attempts] == [
                 ("http", "failed"), ("tunnel", "skipped")]
-            assert d.attempts[0].timeout_s == pytest.approx(2.0, abs=0.05)
+            assert d.attempts[0].timeout_s == pytest.approx(1.0, abs=0.05)
             assert "budget" in d.attempts[1].detail
             d2 = await send_with_fallback(ctx, node, msg("pit"), stats=stats, order="strict",
                                           budget_s=10)
-            assert [a.timeout_s for a in d2.attempts] == [1.5, 3.0]
+            assert [a.timeout_s for a in d2.attempts] == [0.75, 1.5]
         finally:
             await ctx.aclose()
             pit.close()
