@@ -12,7 +12,7 @@ input error, nothing changed · 3 something healer needs is missing · 130 inter
 from __future__ import annotations
 
 import importlib
-import pkgutil
+import os
 import sys
 from types import ModuleType
 
@@ -21,10 +21,13 @@ from healer.errors import EXIT_USAGE
 
 
 def _command_modules() -> dict[str, str]:
+    # os.scandir rather than pkgutil: pkgutil imports inspect and ast, ~15 ms on every command.
     found = {}
-    for info in pkgutil.iter_modules(commands.__path__):
-        if not info.name.startswith("_"):
-            found[info.name.replace("_", "-")] = f"healer.commands.{info.name}"
+    for folder in commands.__path__:
+        for entry in os.scandir(folder):
+            name, ext = os.path.splitext(entry.name)
+            if ext == ".py" and not name.startswith("_"):
+                found[name.replace("_", "-")] = f"healer.commands.{name}"
     return dict(sorted(found.items()))
 
 

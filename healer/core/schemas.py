@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from typing import Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from healer.resources import bundle_path
+
+if TYPE_CHECKING:  # jsonschema costs ~50 ms to import: only when a schema is checked
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import ValidationError
 
 
 @cache
@@ -21,6 +22,8 @@ def schema(name: str) -> dict[str, Any]:
 
 @cache
 def validator(name: str) -> Draft202012Validator:
+    from jsonschema import Draft202012Validator
+
     s = schema(name)
     Draft202012Validator.check_schema(s)
     return Draft202012Validator(s, format_checker=Draft202012Validator.FORMAT_CHECKER)
