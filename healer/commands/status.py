@@ -7,16 +7,17 @@ from typing import Any
 
 from healer.commands._common import add_settings_args, parser, print_json, run, settings_from
 
-HELP = "show self-healing attempts (get_healing_status)"
+HELP = "what is broken, what healer is doing, what needs a person; healing attempts"
 
 EPILOG = """\
 examples:
-  healer status                    the latest attempts
+  healer status                    overview (loop, plays, fleet, incidents, escalations
+                                   waiting for a person) and the latest healing attempts
   healer status 3f2a9c1d8e7b       the attempts of one fingerprint (a prefix is enough)
   healer status --refresh --json   ask the forge about open PRs first (pr_open → pr_merged)
 
-exit codes: 0 ok, 1 a listed attempt needs a person (failed, timeout, anonymization_failed,
-unfixable), 2 bad input.
+exit codes: 0 ok, 1 something needs a person (an escalation file waiting, or a listed attempt
+failed, timed out, was unfixable or blocked by anonymization), 2 bad input.
 """
 
 _NEEDS_PERSON = {"failed", "timeout", "anonymization_failed", "unfixable"}
@@ -68,10 +69,20 @@ def main(argv: list[str]) -> int:
         if args.refresh:
             service.refresh()
         data = service.status(args.fingerprint, args.limit)
+        waiting = False
+        if args.fingerprint is None:
+            from healer.overview import overview, render
+
+            data["overview"] = overview(settings, service.store)
+            waiting = bool(data["overview"]["needs_a_person"])
         if args.json:
             print_json(data)
         else:
+            if "overview" in data:
+                print(render(data["overview"]))
+                print()
             _table(data)
-        return 1 if any(a["status"] in _NEEDS_PERSON for a in data["attempts"]) else 0
+        needs = any(a["status"] in _NEEDS_PERSON for a in data["attempts"])
+        return 1 if needs or waiting else 0
 
     return run(body)

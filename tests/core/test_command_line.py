@@ -62,3 +62,29 @@ class TestDoctor:
         assert r.code == 1
         checks = {c["name"]: c for c in json.loads(r.out)["checks"]}
         assert checks["dir: results"]["ok"] is False
+
+
+class TestStatusOverview:
+    def test_overview_shows_what_needs_a_person(self, cli, dirs) -> None:  # type: ignore[no-untyped-def]
+        """`healer status` tells what is broken, what is being done, and what needs a person;
+        an escalation waiting in the human inbox makes it exit 1."""
+        from healer.core import seeds
+        from healer.core.store import FileStore
+        from healer.play.sessions import SessionRegistry
+
+        reg = SessionRegistry(FileStore(dirs.state))
+        reg.start({"play_id": "play-7", "repository": "o/r",
+                   "cto_config": {"agents": {"rex": {}}}})
+        reg.add_issue("play-7", {"issue_type": "tool_mismatch", "severity": "critical",
+                                 "agent": "rex", "description": "rex is missing brave_search"})
+        r = cli("status")
+        assert r.code == 0, r.err
+        assert "plays: 1 active, 1 open issue(s)" in r.out
+        assert "play-7: rex is missing brave_search" in r.out
+        seeds.write(dirs.fleet, seeds.Seed(sender="healer", to="human", subject="mac3 is down",
+                                           body="restart it", severity="critical"))
+        r = cli("status", "--json")
+        assert r.code == 1
+        data = json.loads(r.out)["overview"]
+        assert data["needs_a_person"][0]["subject"] == "mac3 is down"
+        assert data["loop"]["state"] == "never run"
