@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import VENV_BIN, child_env
+from skills_helpers import VENV_BIN, child_env
 
 from healer.agents.executors import claude_cli
 from healer.config import load_settings

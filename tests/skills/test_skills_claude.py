@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import AGENT_LOG, CLAUDE_TEST_ENV, VENV_BIN, child_env
+from skills_helpers import AGENT_LOG, CLAUDE_TEST_ENV, VENV_BIN, child_env
 
 from healer.agents.executors import claude_cli
 from healer.config import load_settings

@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Sandbox
 from skills_docs import EXAMPLE_ONLY, Command, commands, skill_docs
+from skills_helpers import Sandbox
 
 SKILLS = ("healer-bundle", "healer", "self-healing", "fleet-healer")
 MAX_EXAMPLE_ONLY = 3

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import child_env
+from skills_helpers import child_env
 
 from healer.core.names import safe_name
 from healer.resources import bundle_root

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from conftest import VENV_BIN, child_env, git_repo
+from skills_helpers import VENV_BIN, child_env, git_repo
 
 from healer.skills import MARKER
 
