@@ -196,7 +196,7 @@ def _mapping_items(items: list[Any], key: str) -> tuple[Mapping[str, Any], ...]:
 
 
 _FLEET_AGENTS = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", "config-updater",
-                 "nats-reconnector"}
+                 "nats-reconnector", "inbox-repairer"}
 
 
 def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,

@@ -39,6 +39,7 @@ RESULT_KINDS = {
     "tunnel-establisher": "tunnel",
     "config-updater": "config",
     "nats-reconnector": "nats",
+    "inbox-repairer": "inbox",
     "master-healer": "fleet",
     "evaluation-agent": "evaluation",
     "remediation-agent": "remediation",

@@ -9,7 +9,7 @@ from typing import Any
 HELP = "list agent definitions, or run one (playbook, claude, command) and print its result"
 
 _FLEET_AGENTS = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", "config-updater",
-                 "nats-reconnector"}
+                 "nats-reconnector", "inbox-repairer"}
 
 EPILOG = """\
 examples:
