@@ -145,7 +145,8 @@ class NodeDaemon:
         return {
             "nodeId": self.node_id, "status": "ok" if ok else "degraded",
             "uptime_s": round(time.time() - self.started, 1), "natsUrl": self.nats_url,
-            "nats_connected": nats_ok, "nats_connects": self.link.connects, "host": self.host, "port": self.port, "pid": os.getpid(),
+            "nats_connected": nats_ok, "nats_connects": self.link.connects,
+            "host": self.host, "port": self.port, "pid": os.getpid(),
             "version": __version__, "role": "chief" if self.is_chief else "worker",
             "peers": peers, "channel_health": channel_health,
             "recent_errors": list(self.recent_errors),

@@ -489,3 +489,59 @@ async def repair_inbox(ctx: PlaybookContext) -> dict[str, Any]:
                 "channels": {"seed": _ch(after)},
                 "summary": f"The seed inbox of {node.node_id} is writable again." if after.ok
                 else f"The seed inbox of {node.node_id} still fails: {after.detail}"}
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+@playbook("master-healer")
+async def master_heal(ctx: PlaybookContext) -> dict[str, Any]:
+    """The healing loop as one agent run: every listed peer (or every peer) until healthy or
+    escalated — the same episodes ``python -m healer.loop`` runs."""
+    from healer.core.store import open_store
+    from healer.fleet.channels import probe_fleet
+    from healer.fleet.heal import HealLoop
+
+    shared = ctx.context.get("fleet")
+    fctx = shared if isinstance(shared, FleetContext) else FleetContext.open(ctx.settings)
+    try:
+        listed = [p.name for p in ctx.context.get("peers", ())]
+        names = [n for n in listed if n in fctx.view.nodes] or [p.node_id
+                                                                for p in fctx.view.peers]
+        probes = await probe_fleet(fctx, [fctx.view.peer(n) for n in names])
+        loop = HealLoop(fctx, open_store(ctx.settings))
+        actions, episodes = [], []
+        for name, probe in probes.items():
+            if probe.ok:
+                actions.append(f"{name}: every channel works")
+                continue
+            why = loop.blocked(name)
+            if why:
+                actions.append(f"{name}: not healed now ({why})")
+                episodes.append(None)
+                continue
+            ep = await loop.heal(name, "master-healer run")
+            episodes.append(ep)
+            actions.append(f"{name}: {ep.state} in {ep.duration_s:.1f} s"
+                           + (f" by {', '.join(ep.agents)}" if ep.agents else ""))
+        final = await probe_fleet(fctx, [fctx.view.peer(n) for n in names])
+    finally:
+        if fctx is not shared:
+            await fctx.aclose()
+    broken = {f"{n}/{c}" for n, p in final.items() for c in p.broken}
+    escalated = [e for e in episodes if e is not None and e.state == "escalated"]
+    status = "ok" if not episodes and not broken else "healed" if not broken else \
+        "escalated" if escalated else "partial"
+    return {"status": status, "actions_taken": actions,
+            "summary": f"{len(names)} peer(s): " + (f"still broken: {', '.join(sorted(broken))}"
+                                                     if broken else "every channel works."),
+            "channels": _capped({f"{n}/{c}": o for n, p in final.items()
+                                 for c, o in p.channels.items()}),
+            "data": {"escalations": [e.escalation for e in escalated]}}
+
+
+def _capped(chans: dict[str, Outcome], limit: int = 32) -> dict[str, Any]:
+    """The result schema holds 32 channels: with more, the broken ones (the news) win."""
+    if len(chans) > limit:
+        chans = dict(list({k: o for k, o in chans.items() if not o.ok}.items())[:limit])
+    return {k: _ch(o) for k, o in chans.items()}

@@ -144,3 +144,18 @@ class TestUnhealable:
         notices = [p for p in (fleet.fleet_dir / "n2").glob("*.md") if p not in seen]
         notices += list((fleet.fleet_dir / "n2" / "archive").glob("*.md"))
         assert any("type: notice" in p.read_text() for p in notices)
+
+
+class TestMasterHealer:
+    async def test_master_healer_playbook_heals_every_peer(self, fleet: Any,
+                                                           fleet_settings: Any) -> None:
+        """`master-healer` run as an agent heals two faults on two peers in one run."""
+        from healer.agents import AgentTask, PlaybookExecutor
+
+        fleet.kill_tunnel("n3")
+        fleet.block_inbox("n2")
+        outcome = await PlaybookExecutor(fleet_settings).run(AgentTask("master-healer", "fleet"))
+        assert outcome.status == "healed", outcome.result
+        assert outcome.result["channels"]["n3/tunnel"]["ok"]
+        assert outcome.result["channels"]["n2/seed"]["ok"]
+        assert any(a.startswith("n3: healed") for a in outcome.result["actions_taken"])
