@@ -172,3 +172,24 @@ class TestLadder:
         finally:
             await ctx.aclose()
             pit.close()
+
+    async def test_undeliverable_emergency_goes_to_discord(self, fleet: Any,
+                                                           tmp_path: Any) -> None:
+        """An emergency no channel delivered is posted to the Discord webhook (scrubbed)."""
+        from healer.testing.receivers import WebhookReceiver
+
+        with WebhookReceiver() as hook:
+            ctx = await open_ctx(fleet, tmp_path, **{
+                "fleet.channels": "http", "notify.discord_webhook_url": hook.url + "/hook"})
+            try:
+                fleet.kill_daemon("n2")
+                urgent = messages.make("alert", "n2", "ops", subject="disk full",
+                                       body="disk full on n2", priority="emergency")
+                d = await send_with_fallback(ctx, ctx.view.peer("n2"), urgent,
+                                             stats=Reliability())
+            finally:
+                await ctx.aclose()
+        assert not d.delivered and d.attempts[-1].channel == "discord"
+        assert d.attempts[-1].status == "sent"
+        (post,) = hook.posts
+        assert "[fleet → n2] disk full" in post["body"]["content"]
