@@ -72,7 +72,7 @@ class Episode:
     peer: str
     reason: str
     started_at: float = field(default_factory=time.time)
-    state: str = "healing"  # healing | healed | escalated | stopped
+    state: str = "healing"  # healing | healed | escalated | deferred | stopped
     broken: list[str] = field(default_factory=list)
     attempts: list[HealAttempt] = field(default_factory=list)
     ended_at: float = 0.0
@@ -266,6 +266,12 @@ class HealLoop:
             fix = plan(probe, announced_elsewhere=self._moved(node))
             self.emit("diagnosis", ep.peer, broken=probe.broken,
                       repairs=[r.agent for r in fix.repairs], needs_a_person=fix.unrepairable)
+            if fix.empty and not fix.unrepairable and not inflight:
+                # Only waiting on another peer (the chief, for the relay): its own episode
+                # heals it; holding this one open would only block this peer's next one.
+                ep.state, ep.ended_at = "deferred", time.time()
+                self.emit("deferred", ep.peer, waiting=fix.waiting)
+                return
             due = [r for r in fix.repairs if r.kind not in inflight]
             spent = [r for r in due if counts[r.kind] >= f.max_heal_attempts]
             refused = [r for r in due if r.kind not in f.allowed_actions]
@@ -390,6 +396,8 @@ class HealLoop:
             out = {**d, "peer": ep.peer, "last": ep.to_dict(), "history": history}
             if cooldown:
                 out["cooldown_until"] = self.clock() + self.ctx.fleet.repair_cooldown_s
+            elif ep.state == "healed":
+                out["cooldown_until"] = 0.0  # fixed (by a person, maybe): back to normal
             return out
 
         try:

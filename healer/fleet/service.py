@@ -31,6 +31,7 @@ from healer.core.store import Store
 from healer.fleet import messages
 from healer.fleet.channels import FleetContext, PeerProbe, probe_fleet
 from healer.fleet.delivery import Delivery, Reliability, send_with_fallback
+from healer.fleet.diagnosis import plan
 from healer.fleet.heal import RESULT_KINDS, HealLoop
 from healer.fleet.natslink import HEARTBEATS
 from healer.fleet.peers import FleetView, Heartbeats
@@ -111,7 +112,8 @@ class FleetService:
         found = await probe_fleet(self.ctx, peers)
         self.probes = found
         for name, probe in found.items():
-            if not probe.ok:
+            fix = plan(probe, announced_elsewhere=self.healer._moved(self.view.peer(name)))
+            if not probe.ok and (fix.repairs or fix.unrepairable):
                 self.healer.request(name, f"probe found {', '.join(probe.broken)} broken", probe)
         self._save_status()
         return found

@@ -146,6 +146,27 @@ class TestUnhealable:
         assert any("type: notice" in p.read_text() for p in notices)
 
 
+class TestWhatIsNotAnAgentsJob:
+    async def test_relay_waits_for_the_chief(self, fleet: Any, fleet_settings: Any,
+                                             fctx: Any) -> None:
+        """With the chief down, a worker's relay channel is broken but nothing is run for the
+        worker: the episode is deferred to the chief's own."""
+        fleet.kill_daemon("n1")
+        _, ep = await heal(fctx, fleet_settings, "n2")
+        assert ep.state == "deferred" and ep.attempts == [] and ep.broken == ["relay"]
+
+    async def test_a_person_fixing_it_ends_the_cooldown(self, fleet: Any, fleet_settings: Any,
+                                                        fctx: Any) -> None:
+        """After an escalation, a person repairs the restart command and heals by hand: the
+        peer is no longer left alone."""
+        fleet.break_restart("n3")
+        loop, ep = await heal(fctx, fleet_settings, "n3")
+        assert ep.state == "escalated" and loop.cooling("n3") > 0
+        fleet.repair_restart("n3")
+        again = await loop.heal("n3", "healer fleet heal")
+        assert again.state == "healed" and loop.cooling("n3") == 0 and loop.blocked("n3") == ""
+
+
 class TestMasterHealer:
     async def test_master_healer_playbook_heals_every_peer(self, fleet: Any,
                                                            fleet_settings: Any) -> None:
