@@ -73,7 +73,7 @@ async def naive_loop(fleet: LocalFleet, settings: Any, fault: str) -> float:
             for r in plan(probe).repairs:
                 from healer.agents.task import AgentTask
 
-                spawned.add(asyncio.ensure_future(loop._run_agent(AgentTask(
+                spawned.add(asyncio.ensure_future(loop.run_agent(AgentTask(
                     r.agent, peer, kind=r.kind, timeout_s=30,
                     context=loop._context(ctx.view.peer(peer), probe, r.why)))))
             await asyncio.sleep(NAIVE_WAIT_S)

@@ -225,7 +225,7 @@ async def _heal(ctx: Any, args: argparse.Namespace) -> int:
             con.print(f"[{colour}]{e.peer}: {e.state}[/] in {e.duration_s:.1f} s"
                       + (f" by {', '.join(e.agents)}" if e.agents else "")
                       + (f" — escalation: {e.escalation}" if e.escalation else ""))
-    return 0 if all(e.state == "healed" for e in episodes) else 1
+    return 0 if all(e.state in ("healed", "transient") for e in episodes) else 1
 
 
 async def _send(ctx: Any, args: argparse.Namespace) -> int:

@@ -72,7 +72,7 @@ class Episode:
     peer: str
     reason: str
     started_at: float = field(default_factory=time.time)
-    state: str = "healing"  # healing | healed | escalated | deferred | stopped
+    state: str = "healing"  # healing | healed | escalated | deferred | transient | stopped
     broken: list[str] = field(default_factory=list)
     attempts: list[HealAttempt] = field(default_factory=list)
     ended_at: float = 0.0
@@ -122,7 +122,7 @@ class HealLoop:
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self._run_agent = run_agent or self._executor_run
+        self.run_agent = run_agent or self._executor_run
         self._listeners: list[Callable[[Event], None]] = [on_event] if on_event else []
         self.active: dict[str, asyncio.Task[Episode]] = {}
         self.episodes: dict[str, Episode] = {}
@@ -235,7 +235,7 @@ class HealLoop:
                          context=self._context(node, None, ep.reason),
                          timeout_s=self.ctx.fleet.agent_timeout_s, incident=self._incident(ep))
         try:
-            outcome = await self._run_agent(task)
+            outcome = await self.run_agent(task)
             found = probe_from_result(node.node_id, outcome.result)
             if found is not None:
                 return found
@@ -254,6 +254,11 @@ class HealLoop:
         rounds = f.max_heal_attempts * 6 + 4
         for _ in range(rounds):
             ep.last_probe = probe.to_dict()
+            if probe.ok and not ep.attempts:
+                # Broken when the sweep looked, fine when the diagnoser did: a blip.
+                ep.state, ep.ended_at = "transient", time.time()
+                self.emit("transient", ep.peer)
+                return
             if probe.ok:
                 ep.state, ep.ended_at = "healed", time.time()
                 self._count("healed")
@@ -344,7 +349,7 @@ class HealLoop:
         async def run() -> RunOutcome:
             start = time.monotonic()
             try:
-                outcome = await self._run_agent(task)
+                outcome = await self.run_agent(task)
             except Exception as exc:  # a task that cannot even start is a failed attempt
                 attempt.status, attempt.summary = "failed", str(exc)[:500]
                 raise

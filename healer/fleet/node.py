@@ -45,7 +45,8 @@ from healer.fleet.peers import FleetView, Heartbeats
 
 log = logging.getLogger(__name__)
 
-RELAY_CHANNELS = ("nats", "http", "tunnel")
+# Tunnel ports belong to the machine that runs healer, so the chief relays over these two.
+RELAY_CHANNELS = ("nats", "http")
 ACTIONS = ("notify", "reconnect_nats", "self_check")
 
 

@@ -56,7 +56,7 @@ class FleetService:
         self.healer = HealLoop(self.ctx, store, metrics=metrics)
         self.watchdog = Watchdog(settings.fleet)
         self.repairer = Repairer(self.ctx, store, stats=self.reliability,
-                                 run_agent=self.healer._run_agent,
+                                 run_agent=self.healer.run_agent,
                                  running=lambda p: p in self.healer.active,
                                  busy=self.healer.busy_peers)
         self.probes: dict[str, PeerProbe] = {}

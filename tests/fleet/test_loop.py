@@ -41,14 +41,53 @@ class TestLoopHeals:
 
             def shows_healed() -> dict[str, Any] | None:
                 view = httpx.get(f"{api}/api/v1/fleet", timeout=5, trust_env=False).json()
-                ep = view["peers"]["n2"]["episode"]
-                return view if ep and ep["state"] == "healed" else None
+                healed = [e for e in view["events"] if e["type"] == "healed"
+                          and e["peer"] == "n2"]
+                return view if healed else None
 
             view = wait_for(shows_healed, 30)
             assert view["status"] == "live" and set(view["peers"]) == {"n1", "n2", "n3"}
-            assert view["peers"]["n2"]["episode"]["agents"] == ["daemon-restarter"]
+            healed = [e for e in view["events"] if e["type"] == "healed" and e["peer"] == "n2"]
+            assert healed[0]["agents"] == ["daemon-restarter"]
             assert view["nats"]["connected"] is True
         finally:
             code = loop.stop()
         assert code == 0, loop.log()[-3000:]
         assert "Traceback" not in loop.log()
+
+
+class TestResultsBusWakesTheEpisode:
+    async def test_result_on_the_bus_ends_the_wait(self, fleet: Any, fleet_settings: Any,
+                                                   fctx: Any) -> None:
+        """An agent that published its result but whose run has not returned yet (a slow
+        process) does not hold the episode: the bus delivers the result, the episode
+        re-probes and is healed while the run is still going."""
+        import asyncio
+
+        from healer.agents.executors import PlaybookExecutor
+        from healer.core.bus import ResultsBus
+        from healer.core.store import FileStore
+        from healer.fleet.heal import HealLoop
+
+        async def slow_to_return(task: Any) -> Any:
+            outcome = await PlaybookExecutor(fleet_settings).run(task)
+            if task.agent == "tunnel-establisher":
+                await asyncio.sleep(60)  # the result is on the bus; the process lingers
+            return outcome
+
+        store = FileStore(fleet_settings.state_path)
+        loop = HealLoop(fctx, store, run_agent=slow_to_return)
+        bus = ResultsBus(fleet_settings.results_path, store, settle_s=0.2, rescan_s=0.5)
+        bus.subscribe(lambda r: loop.result_landed(r.kind, r.target))
+        await asyncio.to_thread(bus.start)
+        try:
+            fleet.kill_tunnel("n3")
+            ep = await loop.heal("n3", "bus test")
+        finally:
+            await asyncio.to_thread(bus.stop)
+            for task in asyncio.all_tasks():
+                if task.get_name().startswith("tunnel-establisher"):
+                    task.cancel()
+        assert ep.state == "healed" and ep.agents == ["tunnel-establisher"]
+        assert ep.attempts[0].status == "running"  # healed before the run returned
+        assert bus.stats.applied >= 2  # the diagnosis and the tunnel result
