@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -239,9 +238,3 @@ def update_address(path: str | Path, node: str, host: str, port: int) -> NodeEnt
     log.info("fleet config: %s moved %s → %s:%s", node, old, host, port)
     return replace(checked.nodes[node])
 
-
-def file_age(path: Path) -> float | None:
-    try:
-        return time.time() - os.stat(path).st_mtime
-    except OSError:
-        return None
