@@ -33,7 +33,6 @@ import socket
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from healer.agents.probes import probe_banner, probe_seed
@@ -41,8 +40,9 @@ from healer.config import NodeEntry, Settings
 from healer.core import seeds
 from healer.core.proc import run_async
 from healer.fleet import messages
-from healer.fleet.natslink import LinkDown, NatsLink, subject
-from healer.fleet.peers import FleetView, Heartbeats, nats_hostport
+from healer.fleet.context import FleetContext
+from healer.fleet.natslink import LinkDown, subject
+from healer.fleet.peers import nats_hostport
 from healer.fleet.ssh import run_remote
 
 
@@ -80,90 +80,6 @@ def reason(exc: BaseException) -> str:
             return "connection closed without an answer (nothing listens behind it?)"
         seen = seen.__cause__ or seen.__context__
     return f"{type(exc).__name__}: {exc}"[:300]
-
-
-class FleetContext:
-    """What channels work with: settings, the node list, this node, one NATS link, one HTTP
-    client, heartbeats. ``open()`` makes one for a command or a playbook; the loop's fleet
-    service owns a long-lived one."""
-
-    def __init__(self, settings: Settings, view: FleetView, *, nats: NatsLink | None = None,
-                 heartbeats: Heartbeats | None = None):
-        self.settings = settings
-        self.view = view
-        self.heartbeats = heartbeats or Heartbeats()
-        self._nats = nats
-        self._own_nats = nats is None
-        self._http: Any = None
-        self._git: tuple[float, bool] | None = None
-        self._git_lock = asyncio.Lock()
-
-    @classmethod
-    def open(cls, settings: Settings, **kw: Any) -> FleetContext:
-        return cls(settings, FleetView(settings), **kw)
-
-    @property
-    def self_id(self) -> str:
-        return self.view.self_id
-
-    @property
-    def fleet(self) -> Any:
-        return self.settings.fleet
-
-    @property
-    def fleet_dir(self) -> Path:
-        return self.settings.fleet_path
-
-    @property
-    def work_dir(self) -> Path:
-        """This healer's own fleet files (tunnel logs) under the state dir."""
-        return self.settings.state_path / "fleet"
-
-    def timeout(self, channel: str) -> float:
-        return float(self.fleet.timeouts.get(channel, 3.0))
-
-    def in_fleet(self, node: NodeEntry) -> bool:
-        return self.view.exists and node.node_id in self.view.nodes
-
-    def nats(self) -> NatsLink:
-        if self._nats is None:
-            self._nats = NatsLink(self.view.nats_url() if self.view.exists
-                                  else self.settings.store.nats_urls[0],
-                                  name=f"healer-{self.self_id}")
-        self._nats.start()
-        return self._nats
-
-    @property
-    def http(self) -> Any:
-        import httpx
-
-        if self._http is None:
-            # No keep-alive: a pooled connection to a daemon that was just restarted would
-            # fail the next probe for the wrong reason. Proxies never apply (loopback/LAN).
-            self._http = httpx.AsyncClient(trust_env=False, limits=httpx.Limits(
-                max_connections=None, max_keepalive_connections=0))
-        return self._http
-
-    def auth(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.fleet.token}"} if self.fleet.token else {}
-
-    async def git_repo(self) -> bool:
-        """Whether the fleet dir is in a git work tree (checked once a minute)."""
-        async with self._git_lock:  # one check for a whole fan-out, not one per peer
-            now = time.monotonic()
-            if self._git is None or now - self._git[0] > 60:
-                res = await run_async(["git", "-C", str(self.fleet_dir), "rev-parse",
-                                       "--is-inside-work-tree"], timeout=self.timeout("git"))
-                self._git = (now, res.ok and res.stdout.strip() == "true")
-            return self._git[1]
-
-    async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
-        if self._own_nats and self._nats is not None:
-            await self._nats.close()
-            self._nats = None
 
 
 class Channel(abc.ABC):
