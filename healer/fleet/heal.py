@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import secrets
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -34,6 +35,7 @@ from typing import Any
 from healer.agents.context import ChannelStatus
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import NodeEntry
+from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import UsageError
 from healer.fleet.channels import FleetContext, Outcome, PeerProbe, probe_peer
@@ -72,7 +74,9 @@ class Episode:
     peer: str
     reason: str
     started_at: float = field(default_factory=time.time)
-    state: str = "healing"  # healing | healed | escalated | deferred | transient | stopped
+    # healing | healed | escalated | deferred | transient | stopped | elsewhere (another node
+    # holds the lease on this peer and heals it)
+    state: str = "healing"
     broken: list[str] = field(default_factory=list)
     attempts: list[HealAttempt] = field(default_factory=list)
     ended_at: float = 0.0
@@ -130,6 +134,9 @@ class HealLoop:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sem: asyncio.Semaphore | None = None
         self.busy_peers: set[str] = set()  # peers a repair ladder is working on
+        # Lease owner: this node, and this loop instance (a restarted loop is someone else
+        # until the old lease expires, so two incarnations never heal at once).
+        self.owner = f"{ctx.settings.node}-{secrets.token_hex(3)}"
 
     # -- wiring --------------------------------------------------------------------------
 
@@ -214,21 +221,44 @@ class HealLoop:
     # -- one episode ---------------------------------------------------------------------
 
     async def heal(self, peer: str, reason: str, probe: PeerProbe | None = None) -> Episode:
-        """Heal ``peer`` until healthy or escalated; returns the episode."""
+        """Heal ``peer`` until healthy or escalated; returns the episode.
+
+        Several nodes may see the same broken peer: the one holding the lease ``heal-<peer>``
+        heals it, the others leave it alone. The lease is renewed while the episode runs, so
+        a node that dies mid-episode loses it within ``store.lease_ttl_s`` and another node's
+        next sweep takes over.
+        """
         self._loop = asyncio.get_running_loop()
         node = self.ctx.view.peer(peer)
         ep = Episode(peer, reason)
+        settings = self.ctx.settings
+        lease = Lease(self.store, f"heal-{peer}", self.owner, settings.store.lease_ttl_s,
+                      clock=self.clock)
+        if not await asyncio.to_thread(lease.acquire):
+            ep.state, ep.ended_at = "elsewhere", time.time()
+            self.emit("elsewhere", peer, holder=await asyncio.to_thread(lease.holder))
+            return ep
         self.episodes[peer] = ep
         self.emit("episode", peer, reason=reason)
+        renewer = asyncio.create_task(self._keep(lease))
         try:
             await self._run(ep, node, probe)
         except asyncio.CancelledError:
             ep.state = "stopped"
             raise
         finally:
+            renewer.cancel()
             ep.ended_at = ep.ended_at or time.time()
             self._save(ep)
+            await asyncio.to_thread(lease.release)
         return ep
+
+    async def _keep(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(max(0.5, lease.ttl_s / 3))
+            if not await asyncio.to_thread(lease.renew):
+                log.warning("fleet: lost the lease %s", lease.name)
+                return
 
     async def _diagnose(self, ep: Episode, node: NodeEntry) -> PeerProbe:
         task = AgentTask("channel-diagnoser", node.node_id, kind="diagnose",
