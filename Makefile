@@ -1,20 +1,28 @@
-# healer: `make run` runs the main job, `make test` runs the whole test suite.
-# Both set themselves up first (system packages if missing, .venv, Python deps).
+# healer: `make run` runs the main job (the healer loop on an embedded local fleet, faults
+# injected and healed live), `make test` runs the whole test suite. Both set themselves up
+# first (system packages if missing, .venv, Python deps). `make loop` runs the plain loop.
 
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: run test setup setup-test lint bench demo clean
+.PHONY: run loop test setup setup-demo setup-test lint bench clean
 
 setup:
 	@scripts/setup.sh
 
+setup-demo:
+	@scripts/setup.sh --demo
+
 setup-test:
 	@scripts/setup.sh --test
 
-## run the headless healer loop on the embedded defaults
-run: setup
+## the main job on the embedded defaults: the loop on a local fleet, faults healed live
+run: setup-demo
+	$(BIN)/python -m healer.loop --demo
+
+## the headless healer loop for your own fleet (Ctrl-C stops it)
+loop: setup
 	$(BIN)/python -m healer.loop
 
 ## lint, check generated schemas, run every test
@@ -27,7 +35,8 @@ lint: setup-test
 	$(BIN)/ruff check healer tests benchmarks
 
 ## run every benchmark and print the figures
-bench: setup-test
+bench:
+	@scripts/setup.sh --bench
 	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

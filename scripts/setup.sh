@@ -1,25 +1,39 @@
 #!/usr/bin/env bash
 # Set up everything healer and its tests need on a fresh Debian machine, idempotently:
 #   system packages (only those missing; needs root or sudo), a venv in .venv, healer + deps.
-# Usage: scripts/setup.sh [--test]   (--test adds what the test suite needs)
+# Usage: scripts/setup.sh [--demo|--test|--bench]
+#   --demo   adds what `healer loop --demo` needs (sshd, ssh; nats-server comes from PyPI)
+#   --test   adds what the test suite needs (the demo's needs, Alertmanager, test tools)
+#   --bench  adds the benchmarks' rivals and load generator (ripgrep, wrk)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+mode=${1:-}
 want_test=0
-[ "${1:-}" = "--test" ] && want_test=1
+want_demo=0
+[ "$mode" = "--test" ] && { want_test=1; want_demo=1; }
+[ "$mode" = "--demo" ] && want_demo=1
+want_bench=0
+[ "$mode" = "--bench" ] && { want_bench=1; want_test=1; want_demo=1; }
 
 PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
-# System packages: git always; for the tests also sshd (fleet SSH channel), Alertmanager
-# (webhook intake) and make. Installed only when missing.
+# System packages: git always; for the demo and the tests sshd and ssh (the fleet's SSH
+# channel); for the tests also Alertmanager (webhook intake). Installed only when missing.
 pkgs=()
 command -v git >/dev/null || pkgs+=(git)
 "$PY" -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
-if [ "$want_test" = 1 ]; then
+if [ "$want_demo" = 1 ]; then
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
   command -v ssh >/dev/null || pkgs+=(openssh-client)
+fi
+if [ "$want_test" = 1 ]; then
   command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
+fi
+if [ "$want_bench" = 1 ]; then
+  command -v rg >/dev/null || pkgs+=(ripgrep)
+  command -v wrk >/dev/null || pkgs+=(wrk)
 fi
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
@@ -38,6 +52,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   "$PY" -m venv "$VENV"
 fi
 extra="fast"
+[ "$want_demo" = 1 ] && extra="demo"
 [ "$want_test" = 1 ] && extra="dev"
 if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip

@@ -163,11 +163,14 @@ async def _demo(base: Settings) -> int:
             await _wait(lambda: ended() is not None, min(FAULT_TIMEOUT_S,
                                                          deadline - time.monotonic()))
             end = ended()
-            ep = svc.healer.episodes.get(fault.peer)
+            # The episode that ended this fault (a later one may already have begun).
+            agents = sorted({e["agent"] for e in events if e["peer"] == fault.peer and
+                             e["at"] >= mark and e["type"] == "dispatch" and
+                             (not end or e["at"] <= end["at"])})
             outcome = end["type"] if end else "timed out"
             rows.append({"fault": fault.title, "peer": fault.peer,
                          "channels": (end or {}).get("broken", []),
-                         "agents": ep.agents if ep and end else [],
+                         "agents": agents,
                          "seconds": time.monotonic() - t0 if end else None,
                          "outcome": outcome, "expected": "healed" if fault.heals else
                          "escalated", "escalation": (end or {}).get("seed_file", "")})
