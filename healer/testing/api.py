@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from typing import Any
 
 import httpx
+
+from healer.testing.wait import wait_for
 
 
 class ServeProcess:
@@ -28,13 +29,7 @@ class ServeProcess:
 
     def wait_for(self, fn: Any, timeout: float = 30.0) -> Any:
         """Poll ``fn`` until it returns something truthy; return that."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            value = fn()
-            if value:
-                return value
-            time.sleep(0.05)
-        raise AssertionError("condition not met in time")
+        return wait_for(fn, timeout)
 
     def close(self) -> None:
         self.http.close()

@@ -6,8 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -132,13 +130,3 @@ def edit(old: str, new: str, *, commit: str | None = "fix: empty basket", status
 
 def agent_command(plan_path: Path) -> list[str]:
     return [PY, str(AGENT_SCRIPT), str(plan_path)]
-
-
-def wait_for(fn: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = fn()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")

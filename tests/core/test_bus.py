@@ -6,7 +6,7 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +15,10 @@ import pytest
 from healer.core import seeds
 from healer.core.bus import LEDGER, AgentResult, ResultsBus
 from healer.testing.loop import drop_result
+from healer.testing.wait import wait_for
 
 VALID = {"kind": "diagnose", "target": "mac1", "status": "ok"}
 OLD = time.time() - 3600
-
-
-def wait_for(cond: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
 
 
 class Harness:

@@ -9,12 +9,12 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from healer.testing.loop import LoopProcess, drop_result
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -28,15 +28,6 @@ def ledger(state: Path) -> list[dict]:  # type: ignore[type-arg]
         with contextlib.suppress(OSError, ValueError):
             out.append(json.loads(p.read_text())["data"])
     return out
-
-
-def wait_for(cond, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError("condition not met in time")
 
 
 class TestLoop:

@@ -11,17 +11,9 @@ import pytest
 
 from healer.testing.loop import LoopProcess, drop_result, healer_env
 from healer.testing.nats import NatsServer, jetstream_store
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
-
-
-def wait_for(cond, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
 
 
 def node_env(root: Path, node: str, url: str, bucket: str) -> dict[str, str]:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,24 +24,3 @@ def human_seeds(settings: Any) -> list[Path]:
     return sorted(folder.glob("*.md")) if folder.is_dir() else []
 
 
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        time.sleep(every)
-    raise AssertionError(f"condition not met within {timeout} s")
-
-
-async def until(cond: Callable[[], Any], timeout: float = 30.0, every: float = 0.1) -> Any:
-    """``wait_for`` for async tests: the event loop keeps running while it waits."""
-    import asyncio
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = cond()
-        if value:
-            return value
-        await asyncio.sleep(every)
-    raise AssertionError(f"condition not met within {timeout} s")

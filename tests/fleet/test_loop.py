@@ -9,9 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet_helpers import wait_for
 
 from healer.testing.loop import LoopProcess
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

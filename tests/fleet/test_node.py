@@ -10,11 +10,11 @@ from typing import Any
 
 import httpx
 import pytest
-from fleet_helpers import wait_for
 
 from healer.core import seeds
 from healer.fleet import messages
 from healer.fleet.natslink import subject
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

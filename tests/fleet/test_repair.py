@@ -9,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet_helpers import until
 
 from healer.core.store import FileStore
 from healer.fleet.service import FleetService
+from healer.testing.wait import until
 
 pytestmark = pytest.mark.e2e
 
