@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import httpx
@@ -15,17 +17,26 @@ class ServeProcess:
     """A `healer serve --port 0` child process and an HTTP client bound to it."""
 
     def __init__(self, env: dict[str, str], *extra: str):
+        # The server's log goes to a file: a pipe nobody reads fills up after 64 KiB of log
+        # lines and then blocks the server mid-request.
+        self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
+            prefix="healer-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "healer", "serve", "--port", "0", *extra],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=self.log_file, text=True)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("healer API on "):
             self.proc.kill()
-            err = self.proc.stderr.read() if self.proc.stderr else ""
-            raise RuntimeError(f"healer serve did not start: {line!r}\n{err}")
+            self.proc.wait(5)
+            raise RuntimeError(f"healer serve did not start: {line!r}\n{self.log()}")
         self.url = line.split(" on ", 1)[1].strip()
         self.http = httpx.Client(base_url=self.url, timeout=10)
+
+    def log(self) -> str:
+        """What the server logged so far."""
+        with open(self.log_file.name, errors="replace") as fh:
+            return fh.read()
 
     def wait_for(self, fn: Any, timeout: float = 30.0) -> Any:
         """Poll ``fn`` until it returns something truthy; return that."""
@@ -39,3 +50,5 @@ class ServeProcess:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(5)
+        self.log_file.close()
+        os.unlink(self.log_file.name)

@@ -37,6 +37,7 @@ class NatsServer:
         self.port = port or free_port(host)
         self.jetstream = jetstream
         self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-"))
+        self.store_dir.mkdir(parents=True, exist_ok=True)
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -47,11 +48,14 @@ class NatsServer:
         argv = [nats_server_binary(), "-a", self.host, "-p", str(self.port)]
         if self.jetstream:
             argv += ["-js", "-sd", str(self.store_dir)]
-        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # A log file, not a pipe: an unread pipe fills up and blocks the server.
+        self.log_path = self.store_dir / "nats-server.log"
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                err = self.proc.stderr.read().decode() if self.proc.stderr else ""
+                err = self.log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"nats-server exited: {err}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
