@@ -100,6 +100,8 @@ class StoreSettings:
     bucket: str = setting("healer", "JetStream key-value bucket holding the records.")
     history: int = setting(5, "Revisions kept per record in the bucket.", minimum=1,
                            maximum=64)
+    replicas: int = setting(1, "Replicas of the bucket and the results stream when healer "
+                            "creates them (3 in a NATS cluster).", minimum=1, maximum=5)
     credentials: str = setting("", "NATS credentials file (.creds), passed to nats-py.")
     tls_ca: str = setting("", "CA bundle to verify the NATS servers (enables TLS).")
     tls_cert: str = setting("", "Client certificate for NATS mutual TLS.")

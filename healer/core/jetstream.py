@@ -99,7 +99,8 @@ class JetStreamStore(Store):
     """The Store interface over a JetStream key-value bucket."""
 
     def __init__(self, options: dict[str, Any], *, bucket: str = "healer", history: int = 5,
-                 clock: Callable[[], float] = time.time, timeout: float = 10.0):
+                 replicas: int = 1, clock: Callable[[], float] = time.time,
+                 timeout: float = 10.0):
         import nats
         from nats.js import errors as js_errors
 
@@ -107,6 +108,7 @@ class JetStreamStore(Store):
         self._clock = clock
         self._timeout = timeout
         self.bucket_name = bucket
+        self.replicas = replicas
         self._closed = False
         self._io = _LoopThread()
         # Reconnects retry forever (a NATS restart must not lose the store), so the first
@@ -129,13 +131,14 @@ class JetStreamStore(Store):
     @classmethod
     def connect(cls, settings: Any) -> JetStreamStore:
         return cls(connect_options(settings), bucket=settings.store.bucket,
-                   history=settings.store.history)
+                   history=settings.store.history, replicas=settings.store.replicas)
 
     async def _bucket(self, name: str, history: int) -> Any:
         try:
             return await self.js.key_value(name)
         except self._errors.BucketNotFoundError:
             return await self.js.create_key_value(bucket=name, history=history,
+                                                  replicas=self.replicas,
                                                   description="healer state")
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -287,7 +290,7 @@ class JetStreamResultsBus(ResultsBus):
         except errors.NotFoundError:
             await js.add_stream(api.StreamConfig(
                 name=self.stream, subjects=[f"{self.subject}.>"],
-                retention=api.RetentionPolicy.WORK_QUEUE,
+                retention=api.RetentionPolicy.WORK_QUEUE, num_replicas=self.js_store.replicas,
                 storage=api.StorageType.FILE, duplicate_window=600.0, max_age=7 * 86400.0))
 
     def dispatch(self, result: AgentResult) -> None:
