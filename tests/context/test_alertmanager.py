@@ -65,7 +65,7 @@ class TestRouting:
 
         am.fire({**LABELS, "instance": "web-2"}, NOTES)  # same group: both alerts resent
         both = srv.wait_for(lambda: len(i := incidents(srv)) == 2 and i, timeout=30)
-        assert both[key_a]["occurrences"] == 2
+        assert both[key_a]["occurrences"] >= 2  # Alertmanager may resend the group again
         (key_b,) = set(both) - {key_a}
 
         am.resolve(LABELS)
