@@ -46,8 +46,8 @@ class Probe:
                 "latency_ms": None if self.latency_ms is None else round(self.latency_ms, 1)}
 
 
-def _err(exc: BaseException) -> str:
-    """A short reason: the refused/timed-out cause behind a library's wrapper, if any."""
+def reason(exc: BaseException) -> str:
+    """A short cause: refused / timed out / the error, looking behind library wrappers."""
     seen: BaseException | None = exc
     for _ in range(8):
         if seen is None:
@@ -57,9 +57,10 @@ def _err(exc: BaseException) -> str:
             return "connection refused"
         if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
             return "timed out"
+        if type(seen).__name__ == "RemoteProtocolError":
+            return "connection closed without an answer (nothing listens behind it?)"
         seen = seen.__cause__ or seen.__context__
-    text = str(exc) or type(exc).__name__
-    return f"{type(exc).__name__}: {text}"
+    return f"{type(exc).__name__}: {exc or type(exc).__name__}"[:300]
 
 
 @functools.cache
@@ -77,7 +78,7 @@ async def probe_http(url: str, timeout: float = 3.0) -> Probe:
         async with httpx.AsyncClient(timeout=timeout, trust_env=False, verify=_tls()) as client:
             resp = await client.get(url)
     except Exception as exc:  # every failure is a finding, not a crash
-        return Probe(False, _err(exc))
+        return Probe(False, reason(exc))
     ms = (time.monotonic() - start) * 1000
     return Probe(200 <= resp.status_code < 300, f"HTTP {resp.status_code}", ms)
 
@@ -91,7 +92,7 @@ async def probe_banner(host: str, port: int, prefix: bytes, timeout: float) -> P
             reader, writer = await asyncio.open_connection(host, port)
             line = await reader.readline()
     except Exception as exc:
-        return Probe(False, _err(exc))
+        return Probe(False, reason(exc))
     finally:
         if writer is not None:
             writer.close()

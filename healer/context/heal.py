@@ -66,14 +66,6 @@ class HealOutcome:
                 "reason": self.reason, "seed_file": self.seed_file}
 
 
-def git_identity(worktree: Path) -> dict[str, str]:
-    """A committer identity for the agent when the repository has none (else git refuses)."""
-    if wt.git(worktree, "config", "--get", "user.email", check=False).stdout.strip():
-        return {}
-    return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
-            "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
-
-
 def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> bool:
     """Commit tracked changes the agent left uncommitted; untracked files are not the fix."""
     if not wt.git(tree.path, "status", "--porcelain", "--untracked-files=no").stdout.strip():
@@ -207,7 +199,7 @@ class ContextHealer:
         self.book.attempts.update(aid, branch=tree.branch, base=tree.base,
                                   base_sha=tree.base_sha, worktree=str(tree.path),
                                   repo=str(repo))
-        env = {**await asyncio.to_thread(git_identity, tree.path), "HEALER_HEALING_RUN": "1",
+        env = {**await asyncio.to_thread(wt.git_identity, tree.path), "HEALER_HEALING_RUN": "1",
                "HEALER_ATTEMPT_ID": aid}
         fc = layers.for_file(error.file)
         base_vars = context_vars(error, fc, max_blast_radius=cx.max_blast_radius)

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import errno
 import json
 import secrets
 import socket
@@ -35,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from healer.agents.probes import probe_banner, probe_seed
+from healer.agents.probes import probe_banner, probe_seed, reason
 from healer.config import NodeEntry, Settings
 from healer.core import seeds
 from healer.core.proc import run_async
@@ -63,23 +62,6 @@ class Outcome:
 
 def _ms(start: float) -> float:
     return (time.monotonic() - start) * 1000
-
-
-def reason(exc: BaseException) -> str:
-    """A short cause: refused / timed out / the error, looking behind library wrappers."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            break
-        if isinstance(seen, ConnectionRefusedError) or (
-                isinstance(seen, OSError) and seen.errno == errno.ECONNREFUSED):
-            return "connection refused"
-        if isinstance(seen, TimeoutError) or "Timeout" in type(seen).__name__:
-            return "timed out"
-        if type(seen).__name__ == "RemoteProtocolError":
-            return "connection closed without an answer (nothing listens behind it?)"
-        seen = seen.__cause__ or seen.__context__
-    return f"{type(exc).__name__}: {exc}"[:300]
 
 
 class Channel(abc.ABC):

@@ -166,7 +166,7 @@ class Dispatcher:
                                                "call_site", "context", "tool_name", "severity")}
         task = HealingTask(
             attempt_id=aid, fingerprint=fp, report=report, cwd=tree.path, branch=tree.branch,
-            timeout_s=sh.timeout_s, env=await asyncio.to_thread(_git_identity, tree.path),
+            timeout_s=sh.timeout_s, env=await asyncio.to_thread(wt.git_identity, tree.path),
             result_path=result_path_for(self.settings.results_path.resolve(), fp, self.clock()))
         self._check_prompt(task)
         assert self.runner is not None
@@ -217,14 +217,6 @@ class Dispatcher:
             meta={"attempt_id": att["attempt_id"], "fingerprint": att["fingerprint"]}))
         return st.PR_OPEN, {"pr_number": ref.number, "pr_url": ref.url, "head_sha": head,
                             "commits": len(commits), "pr_title": title}
-
-
-def _git_identity(worktree: Path) -> dict[str, str]:
-    """A committer identity for the agent when the repository has none (else git refuses)."""
-    if wt.git(worktree, "config", "--get", "user.email", check=False).stdout.strip():
-        return {}
-    return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
-            "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
 
 
 def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> list[str]:

@@ -41,6 +41,14 @@ def git_env() -> dict[str, str]:
     return env
 
 
+def git_identity(worktree: Path) -> dict[str, str]:
+    """A committer identity for the agent when the repository has none (else git refuses)."""
+    if git(worktree, "config", "--get", "user.email", check=False).stdout.strip():
+        return {}
+    return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
+            "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
+
+
 def git(repo: Path | str, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT_S,
         env: dict[str, str] | None = None) -> proc.ProcResult:
     """Run ``git -C repo args…`` (argv, timeout); ``GitError`` on failure when ``check``."""
