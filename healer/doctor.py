@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import os
 import shutil
@@ -13,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.config import Settings
+from healer.resources import optional
 
 # (module, what it is for, required)
 PYTHON_DEPS = [
@@ -124,11 +124,10 @@ def folders(settings: Settings) -> list[Check]:
 
 
 def executor_choice(settings: Settings) -> Check:
-    try:
-        executors = importlib.import_module("healer.agents.executors")
-    except ModuleNotFoundError:
+    explain_auto = optional("healer.agents.executors:explain_auto")
+    if explain_auto is None:
         return Check("executor", True, "playbook (agent runtime not installed)", False)
-    choice, reason = executors.explain_auto(settings)
+    choice, reason = explain_auto(settings)
     configured = settings.executor.default
     detail = f"{configured} → {choice}: {reason}" if configured == "auto" else configured
     return Check("executor", True, detail, False)
@@ -149,12 +148,5 @@ def run_all(settings: Settings) -> list[Check]:
 
 def _extra_checks() -> list[Any]:
     """Capability-specific checks (e.g. JetStream) register as ``module:function``."""
-    found = []
-    for spec in ("healer.core.jetstream:doctor_checks",):
-        module_name, _, func = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError:
-            continue
-        found.append(getattr(module, func))
-    return found
+    specs = ("healer.core.jetstream:doctor_checks",)
+    return [fn for fn in map(optional, specs) if fn is not None]

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import logging
 import os
 import signal
@@ -34,6 +33,7 @@ from healer.core.files import atomic_write_json
 from healer.core.seeds import Seed
 from healer.core.store import Store, open_store
 from healer.errors import UsageError
+from healer.resources import optional
 
 log = logging.getLogger("healer.loop")
 
@@ -120,17 +120,9 @@ def build(settings: Settings) -> Healer:
     bus.subscribe(_log_result)
     bus.subscribe_seeds(_log_seed)
     for spec in SERVICE_FACTORIES:
-        module_name, _, func = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that capability is not part of this installation
-            raise
-        factory = getattr(module, func, None)
+        factory = optional(spec)
         if factory is None:
-            log.debug("%s has no %s: not a loop service", module_name, func)
-            continue
+            continue  # that capability is not part of this installation
         service = factory(healer)
         if service is not None:
             healer.services.append(service)
@@ -280,12 +272,11 @@ def main(argv: list[str] | None = None) -> int:
     def body() -> int:
         settings = settings_from(args)
         if args.demo:
-            try:
-                demo = importlib.import_module("healer.fleet.demo")
-            except ModuleNotFoundError:
+            run_demo = optional("healer.fleet.demo:run_demo")
+            if run_demo is None:
                 print("healer: the fleet demo is not part of this installation", file=sys.stderr)
                 return 3
-            return int(demo.run_demo(settings))
+            return int(run_demo(settings))
         return asyncio.run(run(settings, once=args.once, duration=args.duration))
 
     return run_command(body)

@@ -9,7 +9,6 @@ when a token is configured, except webhooks, which carry their own signatures.
 from __future__ import annotations
 
 import hmac
-import importlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -28,6 +27,7 @@ from healer.api.http import HTTPError, error_response, ok, route
 from healer.api.metrics import Metrics
 from healer.config import Settings
 from healer.core.store import Store
+from healer.resources import optional
 
 log = logging.getLogger(__name__)
 
@@ -141,15 +141,9 @@ def collect_routes(ctx: ApiContext) -> list[BaseRoute]:
         route("/openapi.json", _openapi, summary="This description"),
     ]
     for spec in ROUTE_PROVIDERS:
-        module_name, _, func = spec.partition(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue
-            raise
-        provider = getattr(module, func)
-        routes.extend(provider(ctx) if callable(provider) else provider)
+        provider = optional(spec)
+        if provider is not None:
+            routes.extend(provider(ctx) if callable(provider) else provider)
     return routes
 
 
