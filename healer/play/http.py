@@ -78,16 +78,19 @@ async def list_sessions(request: Request) -> Response:
     return ok({"status": "ok", "count": len(page), "total": total, "sessions": page})
 
 
-_ACTIVE_BODY: tuple[int, bytes] = (0, b"")
+# The encoded answer for the registry's current list object (list_active returns the same
+# object until a session changes). Holding the list itself, not its id, rules out a new list
+# that happens to reuse a freed one's id.
+_ACTIVE_BODY: tuple[list[dict[str, Any]] | None, bytes] = (None, b"")
 
 
 async def list_active(request: Request) -> Response:
     global _ACTIVE_BODY
     sessions = _registry(request).list_active()
-    if _ACTIVE_BODY[0] != id(sessions):
+    if _ACTIVE_BODY[0] is not sessions:
         body = json.dumps({"status": "ok", "count": len(sessions), "sessions": sessions},
                           separators=(",", ":")).encode()
-        _ACTIVE_BODY = (id(sessions), body)
+        _ACTIVE_BODY = (sessions, body)
     return Response(_ACTIVE_BODY[1], media_type="application/json")
 
 
