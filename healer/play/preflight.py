@@ -115,14 +115,19 @@ def check_inventory(session: dict[str, Any], report: dict[str, Any]) -> Verdict:
     return v
 
 
+def item_for(alert: Any) -> str | None:
+    """The checklist item a log alert decides (None for runtime alerts)."""
+    if alert.code == "A12":
+        return ("tools_server_reachable" if "tools-server" in alert.line.lower()
+                else "local_servers_initialized")
+    return CODE_ITEM.get(alert.code)
+
+
 def check_alerts(agent: str, alerts: Iterable[Any]) -> Verdict:
     """Judge the checklist items that log lines (priority-1 and lifecycle alerts) decide."""
     v = Verdict(agent)
     for a in alerts:
-        item = CODE_ITEM.get(a.code)
-        if a.code == "A12":
-            item = ("tools_server_reachable" if "tools-server" in a.line.lower()
-                    else "local_servers_initialized")
+        item = item_for(a)
         if item is None:
             continue
         v.set(item, False, a.line)

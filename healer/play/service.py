@@ -176,23 +176,22 @@ class PlayService:
                                          source=f"{play_id}/{agent}", start_time=start)
         verdict = preflight.check_alerts(agent, alerts)
         issues: list[dict[str, Any]] = []
-        by_item: dict[str, list[str]] = {}
+        by_item: dict[str, list[Any]] = {}
         for a in alerts:
             if a.priority in (1, 3):
-                item = preflight.CODE_ITEM.get(a.code, "local_servers_initialized")
-                if a.code == "A12" and "tools-server" in a.line.lower():
-                    item = "tools_server_reachable"
-                by_item.setdefault(item, []).append(a.line)
-        for item, evidence in by_item.items():
-            code = next(a.code for a in alerts if a.line == evidence[0])
-            issue_type = evaluate.issue_type_for_alert(code, 1)
-            sev = next(a.severity for a in alerts if a.line == evidence[0])
+                by_item.setdefault(preflight.item_for(a) or "local_servers_initialized",
+                                   []).append(a)
+        for item, hits in by_item.items():
+            first = hits[0]
+            issue_type = evaluate.issue_type_for_alert(first.code, 1)
             if issue_type == "tool_mismatch" and verdict.missing_tools:
                 desc = f"{agent} is missing declared tools: {', '.join(verdict.missing_tools)}"
             else:
-                desc = f"{agent}: {verdict.items.get(item, {}).get('detail', evidence[0])}"[:300]
-            issues.append(self._issue(issue_type, "critical" if sev == "critical" else "warning",
-                                      agent, desc, code=code, evidence=evidence[:MAX_EVIDENCE],
+                desc = f"{agent}: {verdict.items.get(item, {}).get('detail', first.line)}"[:300]
+            severity = "critical" if first.severity == "critical" else "warning"
+            evidence = [a.line for a in hits[:MAX_EVIDENCE]]
+            issues.append(self._issue(issue_type, severity, agent, desc, code=first.code,
+                                      evidence=evidence,
                                       missing_tools=verdict.missing_tools
                                       if issue_type == "tool_mismatch" else [],
                                       task_id=task_id))
