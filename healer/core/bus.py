@@ -18,11 +18,14 @@ A crash before 2 leaves the file to be seen again; a crash after 2 finds the led
 the file is only moved; a crash during 3 leaves the marker, and start-up delivers the ledger
 record to the subscribers again.
 
-Files that are not JSON, fail ``schemas/agent-result.schema.json``, are too big, too deep, not
-UTF-8, symlinks, not regular files, or oddly named move to ``rejected/`` with a ``.reason``
-file beside them. A file that does not parse yet may still be being written: it gets
-``bus.settle_s`` to become whole before it is rejected. Dot-files and ``*.tmp``/``*.part``
-files are writes in progress and are left alone (until they are abandoned for 10 minutes).
+Files that are not strict JSON (no NaN/Infinity, no 1e400, no lone surrogates, no integers
+past Python's digit limit), fail ``schemas/agent-result.schema.json``, are too big, too deep,
+not UTF-8, symlinks, hard links, not regular files, or oddly named move to ``rejected/`` with a
+``.reason`` file beside them (checks in ``healer.core.bus_validate``). A file that ends before
+its document does may still be being written: it is waited for while it changes or its writer
+holds it open, up to ``bus.max_wait_s``, and rejected as incomplete once its writer closed it
+and it stayed unchanged for ``bus.settle_s``. Dot-files and ``*.tmp``/``*.part`` files are
+writes in progress and are left alone (until they are abandoned for 10 minutes).
 """
 
 from __future__ import annotations
@@ -30,11 +33,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import heapq
-import json
 import logging
 import os
 import re
-import stat
 import threading
 import time
 from collections.abc import Callable
@@ -46,8 +47,9 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from healer.core import seeds
+from healer.core.bus_validate import RESULT_NAME as RESULT_NAME
+from healer.core.bus_validate import Incomplete, LinkInProgress, PartialFiles, check_file
 from healer.core.files import atomic_write_bytes
-from healer.core.schemas import errors as schema_errors
 from healer.core.store import Store
 from healer.errors import ConflictError, RejectedFile
 
@@ -69,10 +71,6 @@ def _no_move_pairing_delay() -> None:
         return
     InotifyMoveEventGrouper.delay = 0.0
 
-RESULT_NAME = re.compile(
-    r"heal-(?P<kind>[a-z0-9_]{1,32})-(?P<target>[A-Za-z0-9][A-Za-z0-9._-]{0,127})"
-    r"-(?P<epoch>\d{9,13})\.json"
-)
 # Writes in progress: dot-files, *.tmp/*.part/*.swp, editor backups, and Claude Code's
 # Write tool, which writes "<name>.tmp.<pid>.<hex>" and renames it into place.
 _IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
@@ -114,34 +112,8 @@ class BusStats:
     rejected: int = 0
     subscriber_errors: int = 0
     seeds: int = 0
+    waits: int = 0  # looks at an incomplete file that left it waiting for its writer
     last_rejections: list[tuple[str, str]] = field(default_factory=list)
-
-
-def _depth_ok(text: str, limit: int) -> bool:
-    """Cheap nesting check before json.loads (which would recurse as deep as the input)."""
-    depth = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            if esc:
-                esc = False
-            elif ch == "\\":
-                esc = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return False
-        elif ch in "]}":
-            depth -= 1
-    return True
-
-
-class _Retry(Exception):
-    """The file may still be being written; look again later."""
 
 
 class ResultsBus:
@@ -154,6 +126,7 @@ class ResultsBus:
         *,
         max_file_bytes: int = 1 << 20,
         settle_s: float = 2.0,
+        max_wait_s: float = 60.0,
         rescan_s: float = 5.0,
         max_json_depth: int = 64,
         fleet_dir: Path | str | None = None,
@@ -164,11 +137,13 @@ class ResultsBus:
         self.store = store
         self.max_file_bytes = max_file_bytes
         self.settle_s = settle_s
+        self.max_wait_s = max(max_wait_s, settle_s)
         self.rescan_s = rescan_s
         self.max_json_depth = max_json_depth
         self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else None
         self.node = node
         self._clock = clock
+        self.partials = PartialFiles(settle_s=settle_s, max_wait_s=max_wait_s, clock=clock)
         self._subs: list[tuple[str | None, Subscriber]] = []
         self._seed_subs: list[SeedSubscriber] = []
         self.stats = BusStats()
@@ -319,13 +294,32 @@ class ResultsBus:
             return
         try:
             result = self._load(path)
-        except _Retry:
-            self.enqueue(path, delay=min(0.05, self.settle_s))
+        except FileNotFoundError:
+            self.partials.forget(path)
+            return
+        except LinkInProgress:
+            self.enqueue(path, delay=self._poll_s)
+            return
+        except Incomplete as inc:
+            why = self.partials.verdict(path, inc)
+            if why is None:
+                self.stats.waits += 1
+                self.enqueue(path, delay=self._poll_s)
+                return
+            self.partials.forget(path)
+            self._reject(path, why)
             return
         except RejectedFile as exc:
+            self.partials.forget(path)
             self._reject(path, exc.reason)
             return
+        self.partials.forget(path)
         self._apply(path, result)
+
+    @property
+    def _poll_s(self) -> float:
+        """How soon a file still being written is looked at again (events also wake it)."""
+        return min(0.25, max(0.02, self.settle_s / 4))
 
     def _maybe_abandoned(self, path: Path) -> None:
         try:
@@ -336,59 +330,11 @@ class ResultsBus:
             self._reject(path, f"partial write abandoned for {int(age)} s")
 
     def _load(self, path: Path) -> AgentResult:
-        m = RESULT_NAME.fullmatch(path.name)
-        if not m:
-            raise RejectedFile("name is not heal-<kind>-<target>-<epoch>.json")
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except FileNotFoundError:
-            raise
-        except OSError as exc:
-            if os.path.islink(path):
-                raise RejectedFile("is a symlink") from exc
-            raise RejectedFile(f"cannot open: {exc.strerror}") from exc
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise RejectedFile("not a regular file")
-            if st.st_size > self.max_file_bytes:
-                raise RejectedFile(f"larger than {self.max_file_bytes} bytes ({st.st_size})")
-            raw = b""
-            while chunk := os.read(fd, self.max_file_bytes + 1 - len(raw)):
-                raw += chunk
-                if len(raw) > self.max_file_bytes:
-                    raise RejectedFile(f"larger than {self.max_file_bytes} bytes")
-        finally:
-            os.close(fd)
-        young = self._clock() - st.st_mtime < self.settle_s
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise RejectedFile(f"not UTF-8 (byte {exc.start})") from exc
-        if not text.strip():
-            if young:
-                raise _Retry
-            raise RejectedFile("empty file")
-        if not _depth_ok(text, self.max_json_depth):
-            raise RejectedFile(f"JSON nested deeper than {self.max_json_depth}")
-        try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
-            if young:
-                raise _Retry from exc
-            raise RejectedFile(f"not valid JSON: {exc}") from exc
-        problems = schema_errors("agent-result", data)
-        if problems:
-            key, message = problems[0]
-            raise RejectedFile(f"schema: {key + ': ' if key else ''}{message}"[:2000])
-        if data["kind"] != m["kind"] or data["target"] != m["target"]:
-            raise RejectedFile(
-                f"name says {m['kind']}/{m['target']} but content says "
-                f"{data['kind']}/{data['target']}"
-            )
-        digest = hashlib.sha256(path.name.encode() + b"\0" + raw).hexdigest()[:32]
-        return AgentResult(id=digest, name=path.name, kind=m["kind"], target=m["target"],
-                           epoch=int(m["epoch"]), data=data, received_at=self._clock())
+        c = check_file(path, max_file_bytes=self.max_file_bytes,
+                       max_json_depth=self.max_json_depth, settle_s=self.settle_s,
+                       clock=self._clock)
+        return AgentResult(id=c.id, name=path.name, kind=c.kind, target=c.target,
+                           epoch=c.epoch, data=c.data, received_at=self._clock())
 
     def _apply(self, path: Path, result: AgentResult) -> None:
         self.dispatch(result)
@@ -496,4 +442,6 @@ class _Handler(FileSystemEventHandler):
             target = os.fsdecode(target)
         path = Path(target)
         if path.parent in (self.bus.results_dir, self.bus.inbox_dir):
+            if event.event_type == "closed" and RESULT_NAME.fullmatch(path.name):
+                self.bus.partials.closed(path)  # written in place: its writer is done
             self.bus.enqueue(path)

@@ -32,9 +32,11 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from healer.core.bus import AgentResult, ResultsBus
-from healer.core.names import safe_name
+from healer.core.bus import RESULT_NAME, AgentResult, ResultsBus
+from healer.core.names import is_safe_name, safe_name
+from healer.core.schemas import errors as schema_errors
 from healer.core.store import Record, Store
+from healer.core.strict_json import loads_strict
 from healer.errors import ConflictError, StoreError, UnavailableError
 
 log = logging.getLogger(__name__)
@@ -333,12 +335,39 @@ class JetStreamResultsBus(ResultsBus):
                 await asyncio.sleep(0.5)
                 continue
             for msg in msgs:
-                d = json.loads(msg.data)
-                result = AgentResult(id=d["id"], name=d["name"], kind=d["kind"],
-                                     target=d["target"], epoch=d["epoch"], data=d["data"],
-                                     received_at=d["received_at"])
+                try:
+                    result = self.parse_message(msg.data)
+                except ValueError as exc:
+                    # Not from a healer bus (or damaged): never applied, never redelivered.
+                    log.warning("bus: dropped a message on %s: %s", msg.subject, exc)
+                    await msg.term()
+                    continue
                 await asyncio.to_thread(self.apply_result, result)
                 await msg.ack()
+
+    def parse_message(self, raw: bytes) -> AgentResult:
+        """A published result, checked as strictly as the file it came from (``ValueError``
+        saying why otherwise): strict JSON, the envelope's fields, the result schema."""
+        d = loads_strict(raw, self.max_json_depth + 1)  # the envelope adds one level
+        if not isinstance(d, dict):
+            raise ValueError("message is not a JSON object")
+        name = d.get("name")
+        m = RESULT_NAME.fullmatch(name) if isinstance(name, str) else None
+        if m is None or not is_safe_name(d.get("id")):
+            raise ValueError("message has no valid result name and id")
+        data, epoch, received = d.get("data"), d.get("epoch"), d.get("received_at")
+        if (isinstance(epoch, bool) or not isinstance(epoch, int)
+                or isinstance(received, bool) or not isinstance(received, int | float)):
+            raise ValueError("message epoch/received_at are not numbers")
+        problem = schema_errors("agent-result", data)
+        if problem:
+            key, message = problem[0]
+            raise ValueError(f"schema: {key + ': ' if key else ''}{message}"[:500])
+        named = (m["kind"], m["target"])
+        if (d.get("kind"), d.get("target")) != named or (data["kind"], data["target"]) != named:
+            raise ValueError("message kind/target disagree with its result name")
+        return AgentResult(id=d["id"], name=name, kind=m["kind"], target=m["target"],
+                           epoch=epoch, data=data, received_at=float(received))
 
 
 def open_jetstream(settings: Any) -> JetStreamStore:
