@@ -78,8 +78,14 @@ class BusSettings:
     max_file_bytes: int = setting(1 << 20, "Result files larger than this are rejected.",
                                   minimum=1)
     settle_s: float = setting(
-        2.0, "How long an unparsable result file may still be being written before it is "
-        "rejected (slow writers).", minimum=0,
+        2.0, "How long a result file that ends before its JSON does must stay unchanged, after "
+        "its writer closed it, before it is rejected as incomplete; also how long a fresh hard "
+        "link may take to drop back to one name (link-then-unlink writers).", minimum=0,
+    )
+    max_wait_s: float = setting(
+        60.0, "Longest wait for an incomplete result file whose writer keeps it open or keeps "
+        "changing it (a writer pausing mid-file); then it is rejected, saying whether it was "
+        "still being written. At least `bus.settle_s`.", minimum=0,
     )
     rescan_s: float = setting(
         5.0, "Interval of the safety rescan of the results dir, in case an event was missed.",
