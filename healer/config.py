@@ -29,7 +29,14 @@ from typing import Any, Literal
 
 import yaml
 
-from healer.core.names import safe_host, safe_name, safe_port, safe_user
+from healer.core.names import (
+    MIN_TOKEN_CHARS,
+    is_loopback_host,
+    safe_host,
+    safe_name,
+    safe_port,
+    safe_user,
+)
 from healer.core.schemas import errors as schema_errors
 from healer.errors import ConfigError, UnsafeNameError
 
@@ -66,11 +73,43 @@ class ApiSettings:
     port: int = setting(8083, "TCP port of the HTTP API (0 picks a free one).",
                         env="HEALER_PORT", minimum=0, maximum=65535)
     token: str = setting(
-        "", "Bearer token required on mutating routes; empty disables the check on loopback.",
+        "", "Bearer token every route needs when set (webhooks carry their own signatures; "
+        "see `public_health` and `public_metrics`). Empty disables the check, which is allowed "
+        "on loopback only; off loopback it must be at least 16 characters.",
         env="HEALER_TOKEN", secret=True,
     )
     max_body_bytes: int = setting(1 << 20, "Largest request body accepted (bytes).", minimum=1024)
     enabled: bool = setting(True, "Whether `healer loop` serves the HTTP API.")
+    allowed_hosts: list[str] = setting(
+        [], "Host header values accepted besides loopback names and addresses and the bound "
+        "address (DNS-rebinding protection): `healer.example.com`, `.example.com` for a domain "
+        "and its subdomains, `*` for any.", items={"type": "string", "minLength": 1},
+    )
+    allowed_origins: list[str] = setting(
+        [], "Browser origins (`https://ops.example.com`) allowed to call the API besides "
+        "healer's own; a request with any other `Origin` gets 403.",
+        items={"type": "string", "pattern": "^https?://[^/]+$"},
+    )
+    public_health: bool = setting(
+        True, "Whether `GET /health` answers without the token (liveness probes rarely carry "
+        "one).")
+    public_metrics: bool = setting(
+        False, "Whether `GET /metrics` answers without the token (for scrapers that cannot "
+        "send `Authorization`).")
+    header_timeout_s: float = setting(
+        10.0, "A client must send a request's complete headers within this long of connecting "
+        "(or of its previous response); slower ones are disconnected.", minimum=0.1)
+    body_timeout_s: float = setting(
+        30.0, "A request's whole body must arrive within this long; slower ones get 408.",
+        minimum=0.1)
+    keepalive_s: float = setting(
+        5.0, "Idle keep-alive connections are closed after this long (uvicorn "
+        "`timeout_keep_alive`).", minimum=0.1)
+    max_json_depth: int = setting(32, "Deepest JSON nesting accepted in a request body.",
+                                  minimum=4, maximum=512)
+    max_connections: int = setting(
+        2048, "Open connections and requests in flight at most (uvicorn `limit_concurrency`); "
+        "past it new requests get 503.", minimum=16)
 
 
 @dataclass
@@ -740,11 +779,16 @@ def _check_semantics(s: Settings) -> None:
         except UnsafeNameError as exc:
             raise ConfigError(exc.reason, file="settings", key="node_id",
                               expected="a safe name") from exc
-    if s.api.host not in ("127.0.0.1", "::1", "localhost") and not s.api.token:
+    if not is_loopback_host(s.api.host) and len(s.api.token.strip()) < MIN_TOKEN_CHARS:
         raise ConfigError(
-            "a token is required when the API binds to a non-loopback address",
-            file="settings", key="api.token", expected="a non-empty bearer token",
+            f"a token of at least {MIN_TOKEN_CHARS} characters is required when the API binds "
+            f"to a non-loopback address ({s.api.host})",
+            file="settings", key="api.token",
+            expected=f"a bearer token of {MIN_TOKEN_CHARS}+ characters (HEALER_TOKEN)",
         )
+    if s.api.token and s.api.token != s.api.token.strip():
+        raise ConfigError("the token has leading or trailing white space", file="settings",
+                          key="api.token", expected="a token without surrounding white space")
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

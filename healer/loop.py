@@ -32,7 +32,7 @@ from healer.core.bus import AgentResult, ResultsBus
 from healer.core.files import atomic_write_json
 from healer.core.seeds import Seed
 from healer.core.store import Store, open_store
-from healer.errors import UsageError
+from healer.errors import UnavailableError, UsageError
 from healer.resources import optional
 
 log = logging.getLogger("healer.loop")
@@ -199,7 +199,11 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> i
     try:
         await asyncio.to_thread(healer.bus.start)
         for svc in healer.services:
-            await svc.start()
+            try:
+                await svc.start()
+            except OSError as exc:  # a taken port, an unreadable socket path: one clear line
+                raise UnavailableError(f"could not start the {svc.name} service: "
+                                       f"{exc.strerror or exc}") from None
             started.append(svc)
         log.info("healer loop running (node %s, results %s, state %s, services: %s)",
                  healer.settings.node, healer.settings.results_path,
@@ -257,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         "loop",
         "Run healer headless: watch results and seed files, serve the API, heal what breaks.\n"
         "Stops cleanly on SIGINT/SIGTERM.",
-        "exit codes: 0 stopped cleanly, 2 bad settings or another loop owns the state dir",
+        "exit codes: 0 stopped cleanly, 2 bad settings or another loop owns the state dir,\n"
+        "3 a service could not start (e.g. the API port is taken)",
     )
     p.add_argument("--once", action="store_true",
                    help="recover, process what is pending, run each periodic job once, exit")

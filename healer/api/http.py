@@ -6,7 +6,6 @@ from the same JSON Schemas that validate its requests.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,7 +14,17 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from healer.core.schemas import errors as schema_errors
+from healer.core.strict_json import loads_strict
 from healer.errors import UnsafeNameError
+
+# Deeper than any request healer defines; a bomb of brackets is refused before it is parsed.
+MAX_JSON_DEPTH = 32
+
+
+def json_depth(request: Request) -> int:
+    """``api.max_json_depth`` of the app serving ``request``."""
+    ctx = getattr(request.app.state, "ctx", None)
+    return ctx.settings.api.max_json_depth if ctx is not None else MAX_JSON_DEPTH
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -30,31 +39,39 @@ class HTTPError(Exception):
         super().__init__(reason)
 
 
-def error_response(code: int, reason: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"status": "error", "error": reason, **extra}, status_code=code)
+def error_response(code: int, reason: str, *, headers: dict[str, str] | None = None,
+                   **extra: Any) -> JSONResponse:
+    return JSONResponse({"status": "error", "error": reason, **extra}, status_code=code,
+                        headers=headers)
 
 
 def ok(data: Any, code: int = 200) -> JSONResponse:
     return JSONResponse(data, status_code=code)
 
 
-async def json_body(request: Request, schema: str | None = None) -> Any:
-    """The request body as JSON, validated against ``schemas/<schema>.schema.json``."""
-    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip()
-    if ctype not in ("application/json", "") and not ctype.endswith("+json"):
-        raise HTTPError(415, f"expected a JSON body (Content-Type: application/json), got {ctype}")
-    raw = await request.body()
+def parse_json(raw: bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``raw`` as strict JSON, or HTTPError 400 with the reason.
+
+    Strict means what a Python ``json.loads`` lets through and healer must not store: invalid
+    UTF-8, lone surrogates, NaN/Infinity and numbers that overflow, integers past Python's
+    digit limit, nesting deeper than ``max_depth``.
+    """
     if not raw.strip():
         raise HTTPError(400, "empty body: expected a JSON object")
     try:
-        data = json.loads(raw)
-    except UnicodeDecodeError as exc:
-        raise HTTPError(400, "body is not UTF-8") from exc
-    except json.JSONDecodeError as exc:
-        raise HTTPError(400, f"body is not valid JSON: {exc.msg} at line {exc.lineno} "
-                             f"column {exc.colno}") from exc
-    except RecursionError as exc:
-        raise HTTPError(400, "body is nested too deeply") from exc
+        return loads_strict(raw, max_depth=max_depth)
+    except ValueError as exc:
+        raise HTTPError(400, f"body is not acceptable JSON: {exc}") from exc
+
+
+async def json_body(request: Request, schema: str | None = None) -> Any:
+    """The request body as strict JSON, validated against ``schemas/<schema>.schema.json``.
+
+    The guard has already refused non-JSON content types on mutating routes."""
+    ctype = request.headers.get("content-type", "application/json").split(";")[0].strip().lower()
+    if ctype != "application/json" and not ctype.endswith("+json"):
+        raise HTTPError(415, f"expected a JSON body (Content-Type: application/json), got {ctype}")
+    data = parse_json(await request.body(), max_depth=json_depth(request))
     if schema:
         problems = schema_errors(schema, data)
         if problems:

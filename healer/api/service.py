@@ -4,17 +4,46 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import socket
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
 from healer.api.app import ApiContext, create_app
+from healer.api.protocol import protocol_class
 from healer.config import Settings
 from healer.core.store import Store
 
 log = logging.getLogger(__name__)
+BACKLOG = 2048
+
+
+class PortInUseError(OSError):
+    """The API's address is taken (another healer, or another program)."""
+
+
+def bind(host: str, port: int, *, backlog: int) -> socket.socket:
+    """A listening socket, bound here so a taken port is one clear error, not uvicorn's
+    traceback and ``sys.exit``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUseError(
+                exc.errno, f"{where} is already in use: stop the other process (another "
+                f"healer?) or choose another port with --port or api.port") from None
+        raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
 
 
 class _Server(uvicorn.Server):
@@ -44,17 +73,20 @@ class ApiService:
 
     async def start(self) -> None:
         s = self.ctx.settings.api
-        config = uvicorn.Config(self.app, host=s.host, port=s.port, log_level="warning",
-                                lifespan="off", access_log=False, server_header=False,
-                                timeout_graceful_shutdown=5)
+        sock = bind(s.host, s.port, backlog=BACKLOG)
+        config = uvicorn.Config(self.app, log_level="warning", lifespan="off", access_log=False,
+                                server_header=False, timeout_graceful_shutdown=5,
+                                http=protocol_class(s.header_timeout_s),
+                                timeout_keep_alive=s.keepalive_s,  # type: ignore[arg-type]
+                                limit_concurrency=s.max_connections, backlog=BACKLOG)
         self._server = _Server(config)
-        self._task = asyncio.create_task(self._server.serve())
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._task.done():
                 exc = self._task.exception()
+                sock.close()
                 raise OSError(f"HTTP API could not start on {s.host}:{s.port}: {exc}")
             await asyncio.sleep(0.01)
-        sock = self._server.servers[0].sockets[0]
         host, port = sock.getsockname()[:2]
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
         log.info("HTTP API on %s", self.url)

@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
             try:
                 await svc.start()
             except OSError as exc:
-                raise UnavailableError(str(exc)) from exc
+                raise UnavailableError(exc.strerror or str(exc)) from None
             print(f"healer API on {svc.url}", flush=True)
             stop = asyncio.Event()
             loop = asyncio.get_running_loop()

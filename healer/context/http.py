@@ -16,7 +16,6 @@ each signal — and heal in the background. Every delivery is counted in
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any
 from urllib.parse import parse_qs
@@ -25,7 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
-from healer.api.http import HTTPError, ok, path_name, route
+from healer.api.http import HTTPError, json_depth, ok, parse_json, path_name, route
 from healer.context import ingest
 from healer.context.incidents import STATUSES
 from healer.context.sentry import RESOURCES, from_sentry
@@ -46,10 +45,10 @@ def _count(request: Request, source: str, result: str) -> None:
 
 def _json(raw: bytes, source: str, request: Request) -> Any:
     try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        return parse_json(raw, max_depth=json_depth(request))
+    except HTTPError:
         _count(request, source, "invalid")
-        raise HTTPError(400, "body is not valid JSON") from exc
+        raise
 
 
 def _accepted(request: Request, source: str, receipts: list[Any]) -> Response:

@@ -280,15 +280,18 @@ class IncidentBook:
         base = receipt or Receipt(key, "retry", inc["status"] if inc else "")
         if inc is None or inc.get("status") != OPEN:
             return base
-        reason, message, attempt_id = self._decide(inc)
-        if reason == gates.ACCEPTED:
-            err = inc["error"]
+        err = inc["error"]
+
+        def record(attempt_id: str) -> None:
             self.attempts.create(attempt_id, {
                 "fingerprint": inc["fingerprint"], "error_type": inc["error_type"],
                 "call_site": inc["call_site"] or err.get("file", ""),
                 "error_message": err["message"], "traceback": err.get("stackTrace", ""),
                 "severity": err.get("severity", "high"), "normalised": "",
                 "tool_name": f"living-context:{inc['source']}", "incident": key})
+
+        reason, message, attempt_id = self._decide(inc, record)
+        if reason == gates.ACCEPTED:
 
             def claim(cur: dict[str, Any] | None) -> dict[str, Any] | None:
                 if cur is None:
@@ -308,7 +311,8 @@ class IncidentBook:
         return replace(base, status=HEALING if accepted else OPEN, heal=accepted,
                        attempt_id=attempt_id, decision=reason, message=message)
 
-    def _decide(self, inc: dict[str, Any]) -> tuple[str, str, str]:
+    def _decide(self, inc: dict[str, Any], record: Callable[[str], None]
+                ) -> tuple[str, str, str]:
         sh, cx = self.settings.selfheal, self.settings.context
         err = inc["error"]
         if os.environ.get("HEALER_HEALING_RUN", "") not in ("", "0"):
@@ -324,7 +328,7 @@ class IncidentBook:
                     "(context.heal_without_file)", "")
         now = self.clock()
         d = gates.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
-                        self.limits, self.model_available, self._admission)
+                        self.limits, self.model_available, self._admission, record=record)
         return d.reason, d.message, d.attempt_id
 
     def retry_held(self) -> list[Receipt]:

@@ -74,3 +74,18 @@ def safe_port(port: object, what: str = "port") -> int:
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise UnsafeNameError(str(port), what, "must be an integer 1-65535")
     return port
+
+
+MIN_TOKEN_CHARS = 16
+"""Shortest bearer token accepted for a service reachable from other machines."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """``localhost``, a ``*.localhost`` name (RFC 6761) or an address in 127.0.0.0/8 or ::1."""
+    name = host.strip().strip("[]").rstrip(".").lower()
+    if name == "localhost" or name.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False

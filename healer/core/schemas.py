@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -22,11 +23,52 @@ def schema(name: str) -> dict[str, Any]:
 
 @cache
 def validator(name: str) -> Draft202012Validator:
-    from jsonschema import Draft202012Validator
-
     s = schema(name)
-    Draft202012Validator.check_schema(s)
-    return Draft202012Validator(s, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    cls = _validator_class()
+    cls.check_schema(s)
+    return cls(s, format_checker=cls.FORMAT_CHECKER)  # type: ignore[no-any-return]
+
+
+@cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with ECMA-262 ``pattern`` semantics.
+
+    JSON Schema patterns are ECMA-262 regexes, where ``$`` matches only at the very end;
+    Python's ``$`` also matches before a final newline, so ``"play-1\n"`` would pass
+    ``^[a-z0-9-]+$`` and reach a file name or a log line."""
+    from jsonschema import Draft202012Validator, validators
+    from jsonschema.exceptions import ValidationError
+
+    def pattern(validator: Any, patrn: str, instance: Any, schema: Any) -> Any:
+        if isinstance(instance, str) and not ecma_regex(patrn).search(instance):
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+    return validators.extend(Draft202012Validator, {"pattern": pattern})
+
+
+@cache
+def ecma_regex(pattern: str) -> re.Pattern[str]:
+    """``pattern`` compiled with every unescaped ``$`` outside a class meaning end of text."""
+    out: list[str] = []
+    in_class = escaped = False
+    for ch in pattern:
+        if escaped:
+            out.append(ch)
+            escaped = False
+        elif ch == "\\":
+            out.append(ch)
+            escaped = True
+        elif in_class:
+            out.append(ch)
+            in_class = ch != "]"
+        elif ch == "[":
+            out.append(ch)
+            in_class = True
+        elif ch == "$":
+            out.append(r"\Z")
+        else:
+            out.append(ch)
+    return re.compile("".join(out))
 
 
 def dotted(path: Any) -> str:

@@ -184,10 +184,14 @@ class AdmissionReader:
 
 
 def admit(store: Store, fingerprint: str, new_id: Callable[[], str], now: float, limits: Limits,
-          model_available: Callable[[], bool], reader: AdmissionReader | None = None
-          ) -> Decision:
+          model_available: Callable[[], bool], reader: AdmissionReader | None = None, *,
+          record: Callable[[str], object]) -> Decision:
     """Run gates 4–8 and, if they pass, claim the fingerprint and a slot in one atomic write
-    for a new attempt (``new_id()`` names it; only called then)."""
+    for a new attempt (``new_id()`` names it; only called then), then ``record(attempt_id)``.
+
+    Claiming and recording are one step: if ``record`` raises, the slot and the fingerprint
+    are released before the error propagates, so a write that fails can never leave a slot
+    taken (two such failures would otherwise jam the cap for everyone)."""
     outcome: dict[str, Decision] = {}
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -210,4 +214,23 @@ def admit(store: Store, fingerprint: str, new_id: Callable[[], str], now: float,
     attempt_id = new_id()
     store.update(ADMISSION, GATE_KEY, fn)  # decides again on the latest revision, atomically
     d = outcome["d"]
-    return Decision(d.reason, d.message, attempt_id) if d.accepted else d
+    if not d.accepted:
+        return d
+    try:
+        record(attempt_id)
+    except BaseException:
+        _release(store, fingerprint, attempt_id)
+        raise
+    return Decision(d.reason, d.message, attempt_id)
+
+
+def _release(store: Store, fingerprint: str, attempt_id: str) -> None:
+    """Undo a claim whose attempt was never recorded (no cooldown, nothing for the breaker)."""
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        if cur is None or cur["active"].get(fingerprint, {}).get("attempt_id") != attempt_id:
+            return None
+        del cur["active"][fingerprint]
+        return cur
+
+    store.update(ADMISSION, GATE_KEY, fn)

@@ -9,22 +9,21 @@
 
 The routes find the service at ``request.app.state.selfheal`` (a ``SelfHealService``), or in
 healer's API app at ``app.state.ctx.services["selfheal"]`` (the loop registers it; ``healer
-serve`` alone makes one on first use). ``POST`` needs ``Authorization: Bearer <api.token>``
-when a token is configured. A body may carry ``"healing_run": true`` (a healing agent
-reporting): it is refused by the recursion gate. Response bodies are exactly what the MCP
-tools return.
+serve`` alone makes one on first use). The API's guard has checked the token, the content
+type and the body size before a handler runs. A body may carry ``"healing_run": true`` (a
+healing agent reporting): it is refused by the recursion gate. Response bodies are exactly
+what the MCP tools return.
 """
 
 from __future__ import annotations
 
-import hmac
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from healer.api.http import HTTPError, json_depth, parse_json
 from healer.errors import UsageError
 
 
@@ -52,33 +51,12 @@ def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
 
 
-def _authorised(request: Request, token: str) -> bool:
-    if not token:
-        return True
-    given = request.headers.get("authorization", "")
-    scheme, _, value = given.partition(" ")
-    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(),
-                                                              token.encode())
-
-
 async def report_error(request: Request) -> JSONResponse:
     service = _service(request)
-    if not _authorised(request, service.settings.api.token):
-        return JSONResponse({"error": "missing or wrong bearer token"}, status_code=401,
-                            headers={"WWW-Authenticate": "Bearer"})
-    limit = service.settings.api.max_body_bytes
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        return _error(413, f"body larger than {limit} bytes")
-    raw = b""
-    async for chunk in request.stream():
-        raw += chunk
-        if len(raw) > limit:
-            return _error(413, f"body larger than {limit} bytes")
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return _error(400, "body is not JSON")
+        body = parse_json(await request.body(), max_depth=json_depth(request))
+    except HTTPError as exc:
+        return _error(exc.code, exc.reason)
     try:
         result = service.report(body)
     except UsageError as exc:
@@ -109,10 +87,11 @@ async def healing_one(request: Request) -> JSONResponse:
 
 
 def _route(path: str, endpoint: Any, method: str, name: str, summary: str,
-           responses: dict[int, str], query: dict[str, Any] | None = None) -> Route:
+           responses: dict[int, str], query: dict[str, Any] | None = None,
+           schema: str | None = None) -> Route:
     r = Route(path, endpoint, methods=[method], name=name)
     # Read by healer's /openapi.json (healer.api.openapi); plain Starlette ignores it.
-    r.openapi = {"summary": summary, "request_schema": None, "responses": responses,  # type: ignore[attr-defined]
+    r.openapi = {"summary": summary, "request_schema": schema, "responses": responses,  # type: ignore[attr-defined]
                  "query": query or {}, "tag": "self-healing"}
     return r
 
@@ -123,7 +102,8 @@ routes = [
     _route("/api/v1/errors", report_error, "POST", "report_error",
            "report_error: gate a reported error and dispatch a healing agent",
            {202: "accepted", 200: "joined an attempt or refused by a gate", 400: "bad report",
-            401: "token required", 413: "body too large"}),
+            401: "token required", 413: "body too large", 415: "not JSON"},
+           schema="report-error"),
     _route("/api/v1/healing", healing_list, "GET", "healing_list",
            "get_healing_status: the latest attempts", {200: "attempts", 400: "bad limit"},
            _LIMIT),

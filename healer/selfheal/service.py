@@ -112,6 +112,8 @@ class ReportInput:
                     raise UsageError("healing_run must be true or false")
             elif not isinstance(value, str):
                 raise UsageError(f"{name} must be a string")
+            elif not _encodable(value):
+                raise UsageError(f"{name} is not valid Unicode (a lone surrogate)")
             values[name] = value
         for required in ("error_type", "error_message"):
             if required not in values:
@@ -122,6 +124,15 @@ class ReportInput:
         if hint and hint not in gates.SEVERITIES:
             raise UsageError("severity_hint must be one of " + ", ".join(gates.SEVERITIES))
         return cls(**values)
+
+
+def _encodable(text: str) -> bool:
+    """False for text with lone surrogates, which no file or prompt can hold."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _REPORT_FIELDS = frozenset(f.name for f in dataclasses.fields(ReportInput))
@@ -185,10 +196,18 @@ class SelfHealService:
             return reject(gates.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
                           "below the investigation threshold. Continue normally.")
 
-        # 4–8 and the claim: one compare-and-set.
+        # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
         now = self.clock()
+        attempt = {
+            "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
+            "error_message": message, "traceback": traceback,
+            "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
+            "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
+            "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
+        }
         decision = gates.admit(self.store, fp, lambda: new_attempt_id(now), now, self.limits,
-                               self.model_available, self._admission)
+                               self.model_available, self._admission,
+                               record=lambda aid: self.attempts.create(aid, attempt))
         if decision.reason == gates.ALREADY_INVESTIGATING:
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
                     "attempt_id": decision.attempt_id, "message": decision.message}
@@ -196,13 +215,6 @@ class SelfHealService:
             return reject(decision.reason, decision.message)
 
         attempt_id = decision.attempt_id
-        self.attempts.create(attempt_id, {
-            "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
-            "error_message": message, "traceback": traceback,
-            "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
-            "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
-            "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
-        })
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}

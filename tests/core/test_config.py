@@ -107,9 +107,14 @@ class TestErrors:
             load_settings(env={}, overrides=["api.nope=1"])
 
     def test_token_required_off_loopback(self) -> None:
-        """Binding the API off loopback without a token is refused."""
-        with pytest.raises(ConfigError, match="token is required"):
-            load_settings(env={"HEALER_HOST": "0.0.0.0"})
+        """Binding the API off loopback without a token, or with a short or blank one, is
+        refused; 16 characters are enough, and loopback names need none."""
+        for token in ("", "short-token", " " * 20):
+            with pytest.raises(ConfigError, match="at least 16 characters is required"):
+                load_settings(env={"HEALER_HOST": "0.0.0.0", "HEALER_TOKEN": token})
+        load_settings(env={"HEALER_HOST": "0.0.0.0", "HEALER_TOKEN": "x" * 16})
+        for host in ("127.0.0.2", "::1", "localhost"):
+            load_settings(env={"HEALER_HOST": host})
 
     def test_bad_cto_config(self, tmp_path: Path) -> None:
         (tmp_path / "cto-config.json").write_text(

@@ -134,8 +134,8 @@ class TestBadInput:
 
 
 class TestAuth:
-    def test_token_on_mutating_routes(self, serve) -> None:  # type: ignore[no-untyped-def]
-        """With a token set, POSTs need it; GETs do not."""
+    def test_token_on_every_route(self, serve) -> None:  # type: ignore[no-untyped-def]
+        """With a token set, POSTs and reads need it; /health stays open for probes."""
         s = serve(HEALER_TOKEN="s3cret-token")
         assert s.http.post("/api/v1/session/start", json=start_body()).status_code == 401
         r = s.http.post("/api/v1/session/start", json=start_body(),
@@ -144,7 +144,10 @@ class TestAuth:
         r = s.http.post("/api/v1/session/start", json=start_body(),
                         headers={"Authorization": "Bearer s3cret-token"})
         assert r.status_code == 200
-        assert s.http.get("/api/v1/sessions/active").status_code == 200
+        assert s.http.get("/api/v1/sessions/active").status_code == 401
+        assert s.http.get("/api/v1/sessions/active", headers={
+            "Authorization": "BEARER s3cret-token"}).status_code == 200
+        assert s.http.get("/health").status_code == 200
 
 
 class TestPreflight:

@@ -11,10 +11,9 @@ import httpx
 import pytest
 import uvicorn
 from selfheal_helpers import SEED_REPORT
-from starlette.applications import Starlette
 
+from healer.api.app import ApiContext, create_app
 from healer.core.store import FileStore
-from healer.selfheal.http import routes
 from healer.selfheal.service import SelfHealService
 
 pytestmark = pytest.mark.e2e
@@ -22,9 +21,9 @@ pytestmark = pytest.mark.e2e
 
 @asynccontextmanager
 async def serve(service: SelfHealService) -> AsyncIterator[httpx.AsyncClient]:
-    """The routes in an app of their own, on a free loopback port, with a client for it."""
-    app = Starlette(routes=routes)
-    app.state.selfheal = service
+    """healer's API app holding this service, on a free loopback port, with a client for it."""
+    app = create_app(ApiContext(settings=service.settings, store=service.store,
+                                services={"selfheal": service}))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
                                            lifespan="off"))
     task = asyncio.create_task(server.serve())
@@ -73,7 +72,10 @@ class TestRoutes:
     async def test_bad_requests(self, http_service: Any) -> None:
         """Not JSON, missing fields, bad limits and bad fingerprints are 400; big bodies 413."""
         async with serve(http_service()) as c:
-            assert (await c.post("/api/v1/errors", content=b"{nope")).status_code == 400
+            json_type = {"content-type": "application/json"}
+            assert (await c.post("/api/v1/errors", content=b"{nope",
+                                 headers=json_type)).status_code == 400
+            assert (await c.post("/api/v1/errors", content=b"{}")).status_code == 415
             missing = await c.post("/api/v1/errors", json={"error_type": "KeyError"})
             assert missing.status_code == 400 and "error_message" in missing.json()["error"]
             assert (await c.post("/api/v1/errors", json=[1])).status_code == 400
@@ -84,7 +86,7 @@ class TestRoutes:
             assert (await c.get("/api/v1/healing/" + "a" * 64)).status_code == 404
 
     async def test_token_is_required_when_set(self, http_service: Any) -> None:
-        """With api.token set, POST needs the bearer token; GETs stay open."""
+        """With api.token set, POST and GET need the bearer token (scheme in any case)."""
         async with serve(http_service(token="s3cret-token")) as c:
             denied = await c.post("/api/v1/errors", json=SEED_REPORT)
             assert denied.status_code == 401
@@ -94,7 +96,9 @@ class TestRoutes:
             ok = await c.post("/api/v1/errors", json=SEED_REPORT,
                               headers={"Authorization": "Bearer s3cret-token"})
             assert ok.status_code == 202
-            assert (await c.get("/api/v1/healing")).status_code == 200
+            assert (await c.get("/api/v1/healing")).status_code == 401
+            assert (await c.get("/api/v1/healing", headers={
+                "Authorization": "bearer s3cret-token"})).status_code == 200
 
     async def test_healing_run_flag_is_refused(self, http_service: Any) -> None:
         """A body marked as coming from a healing run gets the recursion refusal."""
@@ -106,13 +110,9 @@ class TestRoutes:
 class TestMounting:
     async def test_routes_find_the_service_in_the_api_context(self, make_settings: Any) -> None:
         """In healer's API app the service comes from ctx.services, made on first use."""
-        from types import SimpleNamespace
-
         settings = make_settings("fix")
-        ctx = SimpleNamespace(settings=settings, store=FileStore(settings.state_path),
-                              services={})
-        app = Starlette(routes=routes)
-        app.state.ctx = ctx
+        ctx = ApiContext(settings=settings, store=FileStore(settings.state_path))
+        app = create_app(ctx)
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
                                                log_level="warning", lifespan="off"))
         task = asyncio.create_task(server.serve())
