@@ -13,9 +13,10 @@ before its document does — a writer may still be adding to it.
   inotify's close-after-write), it is waited for — at most ``max_wait_s`` in all;
 - once the writer has closed it and it has not changed for ``settle_s``, it is rejected
   ("incomplete: the writer stopped after N bytes for S s");
-- a file that has not changed for ``max_wait_s`` (a writer that hangs with the file open, or a
-  partial file left from before a restart) is rejected the same way, and one still changing
-  after ``max_wait_s`` is rejected as "still being written after D s".
+- after ``max_wait_s`` (since the bus first saw it, or since its last change: a partial file
+  left from before a restart goes at once) it is rejected either way — as incomplete when it
+  has not changed for ``settle_s`` (a writer that hangs with the file open), otherwise as
+  "still being written after D s".
 
 Where no close events arrive (no inotify, or a file found by a rescan), an incomplete file is
 waited for until it has been unchanged for ``max_wait_s``.
@@ -184,11 +185,12 @@ class PartialFiles:
             closed_ns = self._closed.get(path)
         idle, waited = now - w.changed_at, now - w.first_seen
         writer_done = closed_ns is not None and closed_ns >= inc.mtime_ns
-        if (writer_done and idle >= self.settle_s) or idle >= self.max_wait_s:
+        overdue = max(idle, waited) >= self.max_wait_s
+        if idle >= self.settle_s and (writer_done or overdue):
             how = "closed it" if writer_done else "left it"
             return (f"incomplete: the writer stopped after {inc.size} bytes for {idle:.1f} s "
                     f"({how} unfinished: {inc.detail})")
-        if waited >= self.max_wait_s:
+        if overdue:
             return (f"still being written after {waited:.1f} s ({inc.size} bytes so far; "
                     f"bus.max_wait_s is {self.max_wait_s:g}): {inc.detail}")
         return None

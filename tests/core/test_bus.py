@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ import pytest
 
 from healer.core import seeds
 from healer.core.bus import LEDGER, AgentResult, ResultsBus
+from healer.core.files import atomic_create_bytes, atomic_write_bytes
 from healer.testing.loop import drop_result
 from healer.testing.wait import wait_for
 
@@ -22,7 +25,9 @@ OLD = time.time() - 3600
 
 
 class Harness:
-    def __init__(self, root: Path, backend: tuple[str, Any], *, settle_s: float = 0.3):
+    def __init__(self, root: Path, backend: tuple[str, Any], *, settle_s: float = 0.3,
+                 max_wait_s: float = 20.0):
+        self.backend = backend[0]
         self.results = root / "results"
         self.fleet = root / "fleet"
         self.store = backend[1]()
@@ -35,7 +40,8 @@ class Harness:
 
             bus_class = JetStreamResultsBus
         self.bus = bus_class(self.results, self.store, settle_s=settle_s, rescan_s=0.5,
-                             max_file_bytes=64 * 1024, fleet_dir=self.fleet, node="me")
+                             max_wait_s=max_wait_s, max_file_bytes=64 * 1024,
+                             fleet_dir=self.fleet, node="me")
         self.bus.subscribe(self._on)
         self.bus.subscribe_seeds(self.seeds.append)
 
@@ -50,13 +56,32 @@ class Harness:
     def reason(self, name: str) -> str:
         return (self.results / "rejected" / f"{name}.reason").read_text()
 
+    def wait_rejected(self, name: str, timeout: float = 30.0) -> str:
+        """Wait until ``name`` is in rejected/ with its .reason (written after the move)."""
+        reason = self.results / "rejected" / f"{name}.reason"
+        wait_for(reason.exists, timeout=timeout)
+        return reason.read_text()
+
 
 @pytest.fixture
-def h(tmp_path: Path, backend) -> Iterator[Harness]:  # type: ignore[no-untyped-def]
-    harness = Harness(tmp_path, backend)
-    harness.results.mkdir()
-    yield harness
-    harness.bus.stop()
+def make(tmp_path: Path, backend) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """make(**bus options) → a Harness (one per test), stopped afterwards."""
+    made: list[Harness] = []
+
+    def _make(**kw: float) -> Harness:
+        harness = Harness(tmp_path, backend, **kw)
+        harness.results.mkdir()
+        made.append(harness)
+        return harness
+
+    yield _make
+    for harness in made:
+        harness.bus.stop()
+
+
+@pytest.fixture
+def h(make: Any) -> Harness:
+    return make()
 
 
 class TestApplied:
@@ -229,6 +254,192 @@ class TestRejected:
         drop_result(h.results, "diagnose", "mac1")
         wait_for(lambda: len(h.got) == 1)
         assert [p for p in h.results.iterdir() if p.name not in ("applied", "rejected")] == []
+
+
+NAME = "heal-diagnose-mac1-1700000000.json"
+
+# A writer as a separate process: writes the first part, says "half", then waits for a line on
+# stdin — "finish" writes the rest and closes the file; "die" (or EOF) exits without it.
+WRITER = r"""
+import os, sys
+path, first, rest = sys.argv[1:4]
+fh = open(path, "w")
+fh.write(first)
+fh.flush()
+print("half", flush=True)
+if sys.stdin.readline().strip() == "finish":
+    fh.write(rest)
+    fh.close()
+else:
+    os._exit(1)
+"""
+
+
+class Writer:
+    """A writer process holding a result file open half-written until told what to do."""
+
+    def __init__(self, path: Path, first: str, rest: str):
+        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), first, rest],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None and self.proc.stdout.readline() == "half\n"
+
+    def tell(self, what: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(what + "\n")
+        self.proc.stdin.close()
+        assert self.proc.wait(30) == (0 if what == "finish" else 1)
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None and not pipe.closed:
+                pipe.close()
+
+
+class TestSlowWriters:
+    def test_pause_longer_than_settle_s(self, make: Any) -> None:
+        """A writer that pauses mid-file for longer than bus.settle_s, holding the file open,
+        is waited for: its result is applied once it finishes, nothing is rejected."""
+        h = make(settle_s=0.3, max_wait_s=30.0)
+        h.bus.start()
+        text = json.dumps(VALID)
+        with Writer(h.results / NAME, text[:20], text[20:]) as w:
+            seen = wait_for(lambda: h.bus.stats.waits)
+            paused = time.monotonic()
+            # The pause: several settle_s long, while the bus keeps looking at the half file.
+            wait_for(lambda: time.monotonic() - paused > 4 * h.bus.settle_s
+                     and h.bus.stats.waits >= seen + 4)
+            assert h.rejected() == [] and h.got == []
+            assert NAME in h.bus.partials.waiting()
+            w.tell("finish")
+        wait_for(lambda: len(h.got) == 1)
+        assert h.got[0].data == VALID and h.rejected() == []
+        assert (h.results / "applied" / NAME).exists()
+        assert h.bus.partials.waiting() == {}
+
+    def test_writer_that_never_finishes(self, make: Any) -> None:
+        """A writer that stops forever with the file open is rejected as incomplete once
+        bus.max_wait_s has passed (not after settle_s), and nothing is applied."""
+        h = make(settle_s=0.3, max_wait_s=2.0)
+        h.bus.start()
+        text = json.dumps(VALID)
+        started = time.monotonic()
+        with Writer(h.results / NAME, text[:20], text[20:]):
+            reason = h.wait_rejected(NAME)
+            waited = time.monotonic() - started
+        assert "incomplete: the writer stopped after 20 bytes for" in reason, reason
+        assert "left it unfinished" in reason
+        assert waited >= 2.0 - 0.2, waited  # max_wait_s, give or take the mtime's granularity
+        assert h.got == [] and h.store.keys(LEDGER) == []
+
+    def test_writer_that_dies_mid_file(self, make: Any) -> None:
+        """A writer that dies (closing the file) half-way is rejected as incomplete after
+        settle_s, without waiting for max_wait_s."""
+        h = make(settle_s=0.3, max_wait_s=60.0)
+        h.bus.start()
+        text = json.dumps(VALID)
+        started = time.monotonic()
+        with Writer(h.results / NAME, text[:20], text[20:]) as w:
+            w.tell("die")
+            reason = h.wait_rejected(NAME)
+        assert time.monotonic() - started < 30
+        assert "incomplete: the writer stopped after 20 bytes" in reason, reason
+        assert "closed it unfinished" in reason and "not valid JSON" in reason
+        assert h.got == []
+
+    def test_file_still_changing_at_the_deadline(self, make: Any) -> None:
+        """A file that keeps changing but never becomes whole is rejected after max_wait_s
+        as still being written."""
+        h = make(settle_s=0.3, max_wait_s=1.5)
+        h.bus.start()
+        stop = threading.Event()
+
+        def trickle() -> None:
+            with open(h.results / NAME, "w") as fh:
+                fh.write('{"kind": ')
+                while not stop.wait(0.05):
+                    fh.write(" ")
+                    fh.flush()
+
+        t = threading.Thread(target=trickle, daemon=True)
+        t.start()
+        try:
+            reason = h.wait_rejected(NAME)
+        finally:
+            stop.set()
+            t.join(10)
+        assert "still being written after" in reason, reason
+        assert h.got == []
+
+
+class TestLinks:
+    def test_hard_link_to_outside_file(self, h: Harness, tmp_path: Path) -> None:
+        """A hard link to a file outside the results dir is rejected like a symlink, and the
+        file it shares is left as it was."""
+        outside = tmp_path / "outside.json"
+        outside.write_text(json.dumps(VALID))
+        h.bus.start()
+        os.link(outside, h.results / NAME)
+        reason = h.wait_rejected(NAME)
+        assert "hard link" in reason, reason
+        assert h.got == [] and h.store.keys(LEDGER) == []
+        assert json.loads(outside.read_text()) == VALID and outside.stat().st_nlink == 2
+
+    def test_link_then_unlink_writer_is_applied(self, h: Harness) -> None:
+        """A create-only writer (temp file, link(2), unlink: healer's atomic_create_bytes)
+        passes through two names and is applied; applied/ holds a file of its own."""
+        h.bus.start()
+        assert atomic_create_bytes(h.results / NAME, json.dumps(VALID).encode())
+        wait_for(lambda: len(h.got) == 1)
+        assert h.rejected() == []
+        assert (h.results / "applied" / NAME).stat().st_nlink == 1
+
+
+class TestStrictJSON:
+    def test_non_strict_json_rejected(self, h: Harness) -> None:
+        """NaN, Infinity, 1e400, integers past the digit limit and lone surrogates are
+        rejected with a reason naming them — never applied."""
+        base = '{"kind": "diagnose", "target": "mac1", "status": "ok", "data": {%s}}'
+        files = {
+            "heal-diagnose-mac1-1700000101.json": ('"x": NaN', "NaN"),
+            "heal-diagnose-mac1-1700000102.json": ('"x": Infinity', "Infinity"),
+            "heal-diagnose-mac1-1700000103.json": ('"x": -Infinity', "-Infinity"),
+            "heal-diagnose-mac1-1700000104.json": ('"x": 1e400', "1e400"),
+            "heal-diagnose-mac1-1700000105.json": ('"x": -1e400', "out of range"),
+            "heal-diagnose-mac1-1700000106.json": ('"x": ' + "7" * 5000, "5000 digits"),
+            "heal-diagnose-mac1-1700000107.json": ('"x": "\\ud800"', "lone surrogate"),
+            "heal-diagnose-mac1-1700000108.json": ('"\\udfff": 1', "lone surrogate"),
+        }
+        h.bus.start()
+        for name, (inner, _) in files.items():
+            atomic_write_bytes(h.results / name, (base % inner).encode())
+        wait_for(lambda: h.bus.stats.rejected == len(files))
+        for name, (_, fragment) in files.items():
+            assert fragment in h.reason(name), (name, h.reason(name))
+        assert h.got == [] and h.store.keys(LEDGER) == []
+        drop_result(h.results, "diagnose", "mac1", data={"x": 1e300})  # still fine
+        wait_for(lambda: len(h.got) == 1)
+
+    def test_jetstream_message_parsed_strictly(self, h: Harness) -> None:
+        """On the JetStream bus a published message that is not strict JSON (NaN) is dropped
+        and never applied; the consumer keeps applying the next results."""
+        if h.backend != "jetstream":
+            pytest.skip("JetStream bus only")
+        h.bus.start()
+        envelope = {"id": "0123abcd", "name": NAME, "kind": "diagnose", "target": "mac1",
+                    "epoch": 1700000000, "received_at": 1.0,
+                    "data": {**VALID, "data": {"x": "@nan@"}}}
+        bad = json.dumps(envelope).replace('"@nan@"', "NaN").encode()
+        js = h.bus.js_store
+        js._io.run(js.js.publish(f"{h.bus.subject}.diagnose", bad))
+        drop_result(h.results, "diagnose", "mac2", epoch=1700000001)
+        wait_for(lambda: len(h.got) == 1)
+        assert h.got[0].target == "mac2" and h.store.get(LEDGER, "0123abcd") is None
 
 
 class TestSeeds:
