@@ -10,7 +10,9 @@ HELP = "fleet channels: status (nodes x channels), probe PEER, heal [PEER], send
 
 EPILOG = """\
 The nodes come from the fleet config (.multifleet/config.json; setting fleet.config); this
-machine is the node named by --set node_id=… / HEALER_NODE_ID (default: the hostname).
+machine is the node named by --set node_id=… / HEALER_NODE_ID (default: the hostname). A node
+whose entry is invalid (bad name, host, port …) is disabled with a warning naming it; the
+others keep working, and `status` lists it under "skipped" (--json) or below the table.
 
 examples:
   healer fleet status                      # probe every channel of every peer, once
@@ -22,7 +24,8 @@ examples:
   healer fleet send mac2 "deploy done" --subject deploy
 
 exit codes: 0 everything works (status/probe), healed (heal), delivered (send) · 1 something
-is broken / escalated / not delivered · 2 usage error, unknown peer, bad fleet config"""
+is broken (status: also a node disabled by its config entry) / escalated / not delivered ·
+2 usage error, unknown or disabled peer, bad fleet config (no valid node)"""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -95,6 +98,20 @@ def _console() -> Any:
     return Console(highlight=False)
 
 
+def _print_skipped(ctx: Any) -> None:
+    """One line per node the fleet config disables, below the table."""
+    from rich.markup import escape
+
+    con = _console()
+    for node, why in ctx.view.skipped.items():
+        con.print(f"[yellow]{escape(node)}: disabled, its config entry is invalid — "
+                  f"{escape(why)}[/]")
+
+
+def _status_code(ctx: Any, probes: dict[str, Any]) -> int:
+    return 0 if all(p.ok for p in probes.values()) and not ctx.view.skipped else 1
+
+
 def _extra(ctx: Any, probes: dict[str, Any]) -> dict[str, dict[str, str]]:
     """What the loop knows (heartbeats, healing), from its last recorded status."""
     from healer.core.store import open_store
@@ -127,6 +144,7 @@ async def _status(ctx: Any, args: argparse.Namespace) -> int:
         from rich.live import Live
 
         shown = 0
+        _print_skipped(ctx)
         probes = await probe_fleet(ctx, ctx.view.peers)
         with Live(fleet_table(probes, names, _extra(ctx, probes)), console=_console(),
                   refresh_per_second=4) as live:
@@ -138,20 +156,22 @@ async def _status(ctx: Any, args: argparse.Namespace) -> int:
                 ctx.view.load()
                 probes = await probe_fleet(ctx, ctx.view.peers)
                 live.update(fleet_table(probes, names, _extra(ctx, probes)))
-        return 0 if all(p.ok for p in probes.values()) else 1
+        return _status_code(ctx, probes)
     shown = 0
     while True:
         probes = await probe_fleet(ctx, ctx.view.peers)
         if args.json:
-            print(json.dumps({"node": ctx.self_id, "peers": {k: v.to_dict()
-                                                            for k, v in probes.items()}},
-                             indent=2, sort_keys=True), flush=True)
+            print(json.dumps({"node": ctx.self_id,
+                              "peers": {k: v.to_dict() for k, v in probes.items()},
+                              "skipped": ctx.view.skipped}, indent=2, sort_keys=True),
+                  flush=True)
         else:
             _console().print(fleet_table(probes, names, _extra(ctx, probes),
                                          title=f"fleet seen from {ctx.self_id}"))
+            _print_skipped(ctx)
         shown += 1
         if not args.watch or (args.count and shown >= args.count):
-            return 0 if all(p.ok for p in probes.values()) else 1
+            return _status_code(ctx, probes)
         await asyncio.sleep(args.interval)
 
 
@@ -220,6 +240,8 @@ async def _heal(ctx: Any, args: argparse.Namespace) -> int:
     else:
         if not episodes:
             con.print("[green]every channel to every peer works[/]")
+        if args.peer is None:
+            _print_skipped(ctx)
         for e in episodes:
             colour = "green" if e.state == "healed" else "red"
             con.print(f"[{colour}]{e.peer}: {e.state}[/] in {e.duration_s:.1f} s"

@@ -2,8 +2,10 @@
 
 ``FleetView`` reads the node list (validated by ``healer.config.load_multifleet``: hostile
 names, hosts and users never get past it), knows which node is this one and which is the chief,
-and re-reads the file when it changes. ``Heartbeats`` remembers what each peer last announced
-(its address, its NATS server, whether a person's interactive session is active there).
+and re-reads the file when it changes. A node whose entry is invalid is disabled — left out,
+logged with the reason, and listed in ``skipped`` — while the other nodes keep working.
+``Heartbeats`` remembers what each peer last announced (its address, its NATS server, whether
+a person's interactive session is active there).
 ``update_address`` is the one way the fleet config is rewritten: atomically, one node's
 address fields only, under a lock.
 """
@@ -58,13 +60,22 @@ class FleetView:
                                   expected="a .multifleet/config.json with a `nodes` map")
             return self._config
         try:
-            self._config = load_multifleet(self.path)
+            config = load_multifleet(self.path)
         except ConfigError:
             if self._config is None:
                 raise
             log.exception("fleet config %s is invalid; keeping the last good one", self.path)
+        else:
+            for node_id, why in config.skipped.items():
+                log.warning("fleet config %s: node %r is disabled: %s", self.path, node_id, why)
+            self._config = config
         self._stamp = stamp
         return self._config
+
+    @property
+    def skipped(self) -> dict[str, str]:
+        """Nodes disabled because their entry is invalid: node id → why."""
+        return dict(self.load().skipped)
 
     @property
     def exists(self) -> bool:
@@ -97,11 +108,14 @@ class FleetView:
             safe_name(name, "peer name")
         except UnsafeNameError as exc:
             raise UsageError(str(exc)) from exc
-        nodes = self.load().nodes
-        if name not in nodes:
-            known = ", ".join(sorted(nodes)) or "none"
+        cfg = self.load()
+        if name in cfg.skipped:
+            raise UsageError(f"peer {name!r} is disabled: its entry in {self.path} is invalid "
+                             f"({cfg.skipped[name]})")
+        if name not in cfg.nodes:
+            known = ", ".join(sorted(cfg.nodes)) or "none"
             raise UsageError(f"unknown peer {name!r} (nodes in {self.path}: {known})")
-        return nodes[name]
+        return cfg.nodes[name]
 
     def nats_url(self) -> str:
         """The NATS server this node talks to: configured, its own, the chief's, the default."""
@@ -234,6 +248,9 @@ def update_address(path: str | Path, node: str, host: str, port: int) -> NodeEnt
             checked = load_multifleet(tmp)  # validate before it replaces the real file
         finally:
             tmp.unlink(missing_ok=True)
+        if node in checked.skipped:
+            raise ConfigError(checked.skipped[node], file=str(p), key=f"nodes.{node}",
+                              expected="a valid node entry")
         atomic_write_bytes(p, text.encode(), mode=mode)
     log.info("fleet config: %s moved %s → %s:%s", node, old, host, port)
     return replace(checked.nodes[node])

@@ -65,6 +65,28 @@ class TestStatusAndProbe:
         r = fleet_cli(env, *args)
         assert r.returncode == 2 and message in r.stderr and "Traceback" not in r.stderr
 
+    def test_one_bad_node_disables_only_that_node(self, fleet: Any, env: dict[str, str],
+                                                  tmp_path: Path) -> None:
+        """A fleet config with one invalid node: status --json still probes every real peer
+        (all ok) and lists the bad node under "skipped" with why; a warning names it; probe
+        and send to the good peers work."""
+        doc = json.loads(Path(fleet.config_path).read_text())
+        doc["nodes"]["n9"] = {"host": "127.0.0.9", "port": "not-a-port"}
+        cfg = tmp_path / "fleet-with-a-bad-node.json"
+        cfg.write_text(json.dumps(doc))
+        env = {**env, "HEALER__FLEET__CONFIG": str(cfg)}
+        r = fleet_cli(env, "status", "--json")
+        data = json.loads(r.stdout)
+        assert set(data["peers"]) == {"n1", "n2", "n3"}
+        assert all(p["ok"] for p in data["peers"].values()), data["peers"]
+        assert data["skipped"] == {"n9": "nodes.n9.port: expected integer, got 'not-a-port'"}
+        assert r.returncode == 1 and "node 'n9' is disabled" in r.stderr
+        assert fleet_cli(env, "probe", "n2").returncode == 0
+        sent = fleet_cli(env, "send", "n3", "still here", "--json")
+        assert sent.returncode == 0 and json.loads(sent.stdout)["delivered"] is True
+        r = fleet_cli(env, "probe", "n9")
+        assert r.returncode == 2 and "peer 'n9' is disabled" in r.stderr
+
     def test_missing_config_exits_2(self, env: dict[str, str], tmp_path: Path) -> None:
         """Without a fleet config the command says where it looked."""
         r = fleet_cli({**env, "HEALER__FLEET__CONFIG": str(tmp_path / "nope.json")}, "status")
