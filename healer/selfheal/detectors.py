@@ -30,6 +30,11 @@ Hit = tuple[int, int, str]  # start, end, replacement
 Replacer = Callable[[re.Match[str]], str | None]
 
 _FOLD = bytes.maketrans(b"123456789", b"000000000")
+# Every upper-case letter as "A", lower-case as "a", digit as "0": shapes become substrings
+# (an IBAN starts with "AA00").
+_SHAPE = bytes.maketrans(
+    (string.ascii_uppercase + string.ascii_lowercase + "123456789").encode(),
+    (b"A" * 26 + b"a" * 26 + b"0" * 9))
 _ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
 
 
@@ -44,12 +49,13 @@ def has_mark(value: str) -> bool:
 class View:
     """One text and the derived forms the locators share (computed on first use)."""
 
-    __slots__ = ("_folded", "_low", "_pos", "text")
+    __slots__ = ("_folded", "_low", "_pos", "_shape", "text")
 
     def __init__(self, text: str):
         self.text = text
         self._low: str | None = None
         self._folded: bytes | bool | None = False
+        self._shape: bytes | bool | None = False
         self._pos: dict[tuple[str, bool], list[int]] = {}
 
     @property
@@ -68,6 +74,13 @@ class View:
         if self._folded is False:
             self._folded = self.text.encode().translate(_FOLD) if self.text.isascii() else None
         return self._folded  # type: ignore[return-value]
+
+    @property
+    def shape(self) -> bytes | None:
+        """The text with letters as ``A``/``a`` and digits as ``0`` (ASCII texts only)."""
+        if self._shape is False:
+            self._shape = self.text.encode().translate(_SHAPE) if self.text.isascii() else None
+        return self._shape  # type: ignore[return-value]
 
     def positions(self, needle: str, lower: bool = False) -> list[int]:
         key = (needle, lower)
@@ -166,7 +179,9 @@ class Detector:
     """One kind of secret: where to look, what it looks like, what replaces it.
 
     ``census``: regexes (Hyperscan syntax, ASCII) of which one matches whenever the locator
-    would find anything — the one-pass pre-filter (see ``Census``).
+    would find anything — the one-pass pre-filter (see ``Census``). ``gate``: literals of which
+    one occurs whenever it would (the pre-filter without Hyperscan); by default the census
+    itself when it is all plain literals.
     """
 
     kind: str
@@ -175,6 +190,7 @@ class Detector:
     locate: Locator = everywhere
     lower: bool = False  # the pattern is written for the lower-cased text
     census: tuple[str, ...] = ()
+    gate: tuple[str, ...] = ()
 
     def find(self, v: View) -> list[Hit]:
         """(start, end, replacement) of every hit, in order, not overlapping."""
@@ -211,33 +227,89 @@ class CustomDetector:
     finder: Callable[[View], list[Hit]]
     census: tuple[str, ...] = ()
     lower: bool = False
+    gate: tuple[str, ...] = ()
 
     def find(self, v: View) -> list[Hit]:
         return self.finder(v)
+
+
+_META = frozenset(".^$*+?{}[]|()")
+
+
+def plain_literal(expr: str) -> str | None:
+    """The text a regex matches if it is a plain literal (``\\.`` escapes allowed), else None."""
+    out: list[str] = []
+    i = 0
+    while i < len(expr):
+        c = expr[i]
+        if c == "\\":
+            if i + 1 >= len(expr) or expr[i + 1].isalnum():
+                return None  # \d, \b …: a class or an anchor
+            out.append(expr[i + 1])
+            i += 2
+            continue
+        if c in _META:
+            return None
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def gate_of(det: Detector | CustomDetector) -> tuple[str, ...] | None:
+    """The literals that gate ``det`` without Hyperscan (None: it must always run)."""
+    if det.gate:
+        return det.gate
+    lits = [plain_literal(e) for e in det.census]
+    if not lits or any(lit is None for lit in lits):
+        return None
+    return tuple(lit for lit in lits if lit is not None)
 
 
 _DATABASES: dict[Any, Any] = {}
 
 
 class Census:
-    """Which detectors may find something in a text, in one Hyperscan pass.
+    """Which detectors may find something in a text, decided before any of them runs.
 
-    Every detector states regexes that must match for it to find anything; Hyperscan scans
-    for all of them at once (each reported at most once) and only those detectors run. Without
-    Hyperscan (an optional dependency) every detector runs: same results, slower.
+    Every detector states what must occur for it to find anything. With Hyperscan (an
+    optional dependency) one pass scans for all of their census regexes at once (each reported
+    at most once). Without it, the ``literal`` engine checks each detector's gate literals
+    with ``in`` (a C-speed substring test); detectors gated by a regex always run. Either way
+    only the detectors let through run: same results as running them all, faster.
+
+    ``engine``: ``"auto"`` (Hyperscan if installed, else literal), ``"hyperscan"``,
+    ``"literal"``; an empty detector list means no pre-filter.
     """
 
-    def __init__(self, detectors: list[Detector | CustomDetector]):
+    def __init__(self, detectors: list[Detector | CustomDetector], engine: str = "auto"):
         self._db: object | None = None
+        self._gates: list[tuple[int, tuple[str, ...], bool]] | None = None
+        self._always: frozenset[int] = frozenset()
         self._local = threading.local()
+        self.engine = ""
         if not detectors:
             return
+        if engine in ("auto", "hyperscan") and self._compile(detectors):
+            self.engine = "hyperscan"
+            return
+        gates, always = [], set()
+        for i, det in enumerate(detectors):
+            lits = gate_of(det)
+            if lits is None:
+                always.add(i)
+            else:
+                gates.append((i, tuple(x.lower() for x in lits) if det.lower else lits,
+                              det.lower))
+        self._gates, self._always = gates, frozenset(always)
+        self.engine = "literal"
+
+    def _compile(self, detectors: list[Detector | CustomDetector]) -> bool:
         try:
             import hyperscan as hs
         except ImportError:
-            return
+            return False
         if any(not det.census for det in detectors):
-            return  # a detector that must always run: no pre-filter possible
+            return False  # a detector that must always run: no pre-filter possible
         key = tuple((det.census, det.lower) for det in detectors)
         db = _DATABASES.get(key)
         if db is None:
@@ -253,13 +325,16 @@ class Census:
             _DATABASES[key] = db  # compiling takes tens of ms: once per process
         self._hs = hs
         self._db = db
+        return True
 
     @property
     def active(self) -> bool:
-        return self._db is not None
+        return bool(self.engine)
 
     def __call__(self, text: str) -> set[int] | None:
         """The indexes of the detectors worth running (None: all of them)."""
+        if self._gates is not None:
+            return self._literal(text)
         if self._db is None:
             return None
         scratch = getattr(self._local, "scratch", None)
@@ -269,6 +344,22 @@ class Census:
         add = found.add
         self._db.scan(text.encode("utf-8", "surrogatepass"),  # type: ignore[attr-defined]
                       match_event_handler=lambda i, _f, _t, _fl, _c: add(i), scratch=scratch)
+        return found
+
+    def _literal(self, text: str) -> set[int]:
+        found = set(self._always)
+        low: str | None = None
+        for i, lits, lower in self._gates or ():
+            if lower:
+                if low is None:
+                    low = text.lower()
+                hay = low
+            else:
+                hay = text
+            for lit in lits:
+                if lit in hay:
+                    found.add(i)
+                    break
         return found
 
 
@@ -295,7 +386,7 @@ def expand(text: str, i: int, j: int, chars: frozenset[str]) -> tuple[int, int]:
 
 # --- predicates -------------------------------------------------------------------------------
 
-_SECRETISH_VALUE = re.compile(r"[A-Za-z0-9+/=_~!@#$%^*.-]{4,}")
+_SECRETISH_VALUE = re.compile(r"[A-Za-z0-9+/=_~!@#$%^*.:-]{4,}")
 _DOTTED_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
 PLACEHOLDERS = frozenset({"", "none", "null", "nil", "true", "false", "***", "xxx", "changeme",
                           "redacted", "secret", "password", "token", "<redacted>", "..."})

@@ -24,6 +24,7 @@ Hyperscan installed, one pass over the text (the census) skips every detector th
 
 from __future__ import annotations
 
+import heapq
 import ipaddress
 import re
 import string
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from healer.errors import HealerError
+from healer.selfheal import entropy, pii_rules, secret_rules
 from healer.selfheal.detectors import (
     PLACEHOLDERS,
     Census,
@@ -47,7 +49,6 @@ from healer.selfheal.detectors import (
     hints,
     keep_ip,
     long_tokens,
-    looks_secret,
     luhn,
     marker,
     needles,
@@ -72,7 +73,6 @@ _WEAK_TLDS = (
 _LABEL = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 _CODE_WORDS = frozenset({"self", "cls", "this", "super", "os", "sys"})
 _EMAIL_ALLOWED = re.compile(r"^(?:no-?reply@|.*@users\.noreply\.github\.com$)", re.I)
-_SECRET_WORDS = ("pass", "secret", "token", "key", "credential", "session", "cookie", "auth")
 
 
 class AnonymizationError(HealerError):
@@ -105,10 +105,13 @@ class Finding:
 class Sanitizer:
     """Scrubs and validates text. ``root``: the repository whose paths become relative;
     ``allowed_hosts``: extra host names (and their subdomains) that may stay; ``prefilter``:
-    use the one-pass Hyperscan census when Hyperscan is installed (same results, faster)."""
+    decide which detectors can match before running any — ``True`` with the one-pass
+    Hyperscan census when Hyperscan is installed, else with literal gates; ``"literal"`` /
+    ``"hyperscan"`` to choose; ``False`` runs every detector (the reference: same results,
+    slower)."""
 
     def __init__(self, *, root: Path | str | None = None, allowed_hosts: Iterable[str] = (),
-                 prefilter: bool = True):
+                 prefilter: bool | str = True):
         self.root = str(Path(root).resolve()) if root else ""
         # The root as a whole path component: "/srv/app/x" → "x", "/srv/app" → ".", but
         # "/srv/application" stays.
@@ -117,7 +120,9 @@ class Sanitizer:
         self._allowed = frozenset(hosts)
         self._allowed_suffixes = tuple("." + h for h in hosts) + _RESERVED_SUFFIXES
         self._detectors = self._build()
-        self._census = Census(self._detectors if prefilter else [])
+        engine = prefilter if isinstance(prefilter, str) else "auto"
+        self._census = Census(self._detectors if prefilter else [], engine)
+        self._brought_cache: dict[str, frozenset[int]] = {}
 
     # --- public -------------------------------------------------------------------------------
 
@@ -129,30 +134,56 @@ class Sanitizer:
             text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
         view = View(text)
         census = self._census(text)
-        for i, det in enumerate(self._detectors):
-            if census is not None and i not in census:
+        # Only the detectors the census let through, in list order; with no census, all.
+        todo = list(range(len(self._detectors))) if census is None else sorted(census)
+        heapq.heapify(todo)
+        done = -1
+        while todo:
+            i = heapq.heappop(todo)
+            if i <= done:
                 continue
-            hits = det.find(view)
+            done = i
+            hits = self._detectors[i].find(view)
             if hits:
                 # Later detectors see the markers, not the secrets (an e-mail's domain is not
                 # reported again as a host name). What the markers themselves bring in
                 # (``…CREDENTIALS]@host``) joins the census.
                 view = View(apply(view.text, hits))
-                brought = self._census(" ".join({rep for _s, _e, rep in hits}))
-                if census is not None and brought is not None:
-                    census |= brought
+                if census is not None:
+                    for j in self._brought(hits):
+                        if j > i:
+                            heapq.heappush(todo, j)
         return view.text
 
-    def findings(self, text: str) -> list[Finding]:
-        """Every hit in ``text`` (empty when it is safe to publish)."""
+    def _brought(self, hits: list[Hit]) -> frozenset[int]:
+        """The detectors the replacement texts of ``hits`` may wake (cached: they are mostly
+        the same few markers)."""
+        key = " ".join(sorted({rep for _s, _e, rep in hits}))
+        found = self._brought_cache.get(key)
+        if found is None:
+            found = frozenset(self._census(key) or ())
+            if len(self._brought_cache) < 512:
+                self._brought_cache[key] = found
+        return found
+
+    def findings(self, text: str, *, entropy_census: bool = True) -> list[Finding]:
+        """Every hit in ``text`` (empty when it is safe to publish): the rules' hits, then the
+        entropy census's (``HIGH-ENTROPY``: random tokens no rule knows; see ``entropy``).
+
+        ``entropy_census=False``: the rules only — what ``scrub`` guarantees to leave clean.
+        """
         if not text:
             return []
         view = View(text)
         census = self._census(text)
-        return [Finding(det.kind, start, end, _mask(text[start:end]))
-                for i, det in enumerate(self._detectors)
-                if census is None or i in census
-                for start, end, _rep in det.find(view)]
+        found = [Finding(det.kind, start, end, _mask(text[start:end]))
+                 for i, det in enumerate(self._detectors)
+                 if census is None or i in census
+                 for start, end, _rep in det.find(view)]
+        if entropy_census:
+            found += [Finding(entropy.KIND, start, end, _mask(text[start:end]))
+                      for start, end in entropy.census(text)]
+        return found
 
     def ensure_publishable(self, text: str, what: str) -> str:
         """Return ``text`` unchanged, or raise ``AnonymizationError`` if anything is found."""
@@ -174,10 +205,19 @@ class Sanitizer:
                                r"(?:-----END[A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----|\Z)", re.S),
               _const("PRIVATE-KEY"), needles("PRIVATE KEY", back=40, fwd=32),
               census=("PRIVATE KEY",)),
+            d("PRIVATE-KEY", c(r"PuTTY-User-Key-File-[0-9]+:.*?(?:Private-MAC:[ \t]*[0-9a-fA-F]+"
+                               r"|\Z)", re.S),
+              _const("PRIVATE-KEY"), needles("PuTTY-User-Key-File", back=1, fwd=32),
+              census=("PuTTY-User-Key-File",)),
+            # Before every single-line rule: a key cut in two must be seen whole.
+            CustomDetector("SECRET", secret_rules.wrapped_hits, census=_WRAPPED_CENSUS,
+                           gate=("\n",)),
+            # With userinfo only: without it a database URL names a host (the host rules
+            # decide) and a port, which help the reader (``redis://localhost:6379``).
             d("DB-URL", c(r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|"
                           r"mssql|sqlserver|oracle|cockroachdb|clickhouse|couchdb|neo4j|"
-                          r"cassandra)(?:\+[a-z0-9]+)?://[^\s'\"<>`]+"),
-              _const("DB-URL"), needles("://", back=24, fwd=1), lower=True, census=("://",)),
+                          r"cassandra)(?:\+[a-z0-9]+)?://[^\s/@'\"<>`]*@[^\s'\"<>`]+"),
+              _const("DB-URL"), needles("://", back=24, fwd=200), lower=True, census=("://",)),
             d("WEBHOOK-URL", c(r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
                                r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks|"
                                r"[a-z0-9-]+\.webhook\.office\.com)/[^\s'\"<>`]+"),
@@ -188,27 +228,22 @@ class Sanitizer:
             d("JWT", c(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),
               lambda m: marker("JWT") if boundary_ok(m, _KEY_CHARS, "") else None,
               _gate("eyJ"), census=("eyJ",)),
-            d("API-KEY", c(
-                r"(?:sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}"
-                r"|(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}"
-                r"|(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}"
-                r"|gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{22,}"
-                r"|xox[abposre]-[A-Za-z0-9-]{10,}|xapp-\d-[A-Za-z0-9-]{10,}"
-                r"|AIza[0-9A-Za-z_-]{35}|glpat-[A-Za-z0-9_-]{20,}|npm_[A-Za-z0-9]{36}"
-                r"|hf_[A-Za-z0-9]{30,})"),
-              lambda m: marker("API-KEY") if boundary_ok(m, _KEY_CHARS, "") else None,
-              hints(*_API_HINTS, back=4, fwd=64), census=_API_HINTS),
+            *secret_rules.provider_detectors(),
             d("TOKEN", c(r"\b(authorization[\"']?\s*[:=]\s*[\"']?)((?:\w+\s+)?)([^\s\"',;]+)"),
               self._auth_header, needles("authorization", back=1, fwd=64, lower=True),
               lower=True, census=("authorization",)),
             d("TOKEN", c(r"\b(bearer|basic)(\s+)([a-z0-9._~+/-]{8,}=*)"),
               self._auth_scheme, needles("bearer", "basic", back=1, fwd=24, lower=True),
               lower=True, census=("bearer", "basic")),
-            CustomDetector("SECRET", self._assignments, census=_SECRET_WORDS, lower=True),
+            *secret_rules.cli_detectors(),
+            CustomDetector("SECRET", secret_rules.keyword_hits,
+                           census=secret_rules.NAME_WORDS, lower=True),
             CustomDetector("EMAIL", self._emails, census=("@",)),
             d("UUID", c(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                         r"[0-9a-fA-F]{12}\b"),
-              _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,)),
+              _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,),
+              gate=("-",)),
+            CustomDetector("IBAN", pii_rules.iban_hits, census=pii_rules.IBAN_CENSUS),
             d("CARD", c(r"[3456][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}"), self._card,
               folded(rb"0000[ -]?0000[ -]?0000", back=8, fwd=16, fallback=_CARD_HINT),
               census=(_CARD_HINT,)),
@@ -216,10 +251,13 @@ class Sanitizer:
               lambda m: marker("SSN") if boundary_ok(m, _DIGITS + "-", _DIGITS + "-") else None,
               folded(rb"000-00-0000", back=1, fwd=1, fallback=r"-[0-9]{2}-[0-9]{4}"),
               census=("[0-9]{3}-[0-9]{2}-[0-9]{4}",)),
+            d("IMEI", pii_rules.IMEI, pii_rules.imei_replace,
+              needles("imei", back=1, fwd=48, lower=True), lower=True, census=("imei",)),
+            CustomDetector("MAC", pii_rules.mac_hits, census=pii_rules.MAC_CENSUS, gate=(":",)),
             d("IP", c(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
                       r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
-              hints(*_IP6_HINTS, back=48, fwd=48), census=_IP6_HINTS),
+              hints(*_IP6_HINTS, back=48, fwd=48), census=_IP6_HINTS, gate=(":",)),
             d("IP", c(r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}"
                       r"(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w]|\.[0-9])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
@@ -239,10 +277,13 @@ class Sanitizer:
               census=tuple(e(w) for w in _HOME_WORDS)),
             CustomDetector("HOST", self._hosts, census=(_TLD_HINT.pattern,)),
             CustomDetector("HOST", self._url_hosts, census=("://", r"\]@")),
-            d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{32,}={0,2}"
+            # Any name, a random value: after the kinds above have taken theirs.
+            CustomDetector("SECRET", secret_rules.generic_hits, census=_GENERIC_CENSUS,
+                           gate=("=", ":")),
+            d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{24,}={0,2}"
                           r"(?![A-Za-z0-9+/_=-])"),
               lambda m: marker("SECRET") if random_looking(m.group(0)) else None,
-              long_tokens(32), census=_ENTROPY_CENSUS),
+              long_tokens(24), census=_ENTROPY_CENSUS),
         ]
 
     # --- custom finders -----------------------------------------------------------------------
@@ -288,35 +329,6 @@ class Sanitizer:
             if m and (rep := self._host_marker(m.group(0))):
                 out.append((start, end, rep))
                 last = end
-        return out
-
-    def _assignments(self, v: View) -> list[Hit]:
-        """``password=…``, ``"api_key": "…"``, ``client_secret: '…'`` — the value goes."""
-        text, low = v.text, v.low
-        names: set[tuple[int, int]] = set()
-        for word in _SECRET_WORDS:
-            for i in v.positions(word, lower=True):
-                names.add(expand(low, i, i + len(word), _IDENT_CHARS))
-        out: list[Hit] = []
-        last = 0
-        for start, end in sorted(names):
-            if start < last or not _SECRET_NAME.fullmatch(low, start, end):
-                continue
-            m = _ASSIGNED.match(text, end)
-            if not m:
-                continue
-            sep, quote, quoted, bare = m.group(1), m.group(2), m.group(3), m.group(4)
-            if quote:
-                if (has_mark(quoted) or quoted.strip().lower() in PLACEHOLDERS or len(quoted) < 3
-                        or quoted.startswith(("<", "${", "{{", "%("))):
-                    continue  # empty, a placeholder or a template: not a value
-                rep = f"{sep}{quote}{marker('SECRET')}{quote}"
-            elif looks_secret(bare):
-                rep = f"{sep}{marker('SECRET')}"
-            else:
-                continue
-            out.append((end, m.end(), rep))
-            last = m.end()
         return out
 
     # --- replacement callbacks ----------------------------------------------------------------
@@ -374,11 +386,6 @@ _HOST_BEFORE = frozenset(string.ascii_letters + string.digits + "_./-@")
 _TLD_HINT = re.compile(rf"\.(?:{_STRONG_TLDS}|{_WEAK_TLDS})\b")
 _HOST = re.compile(rf"(?:{_LABEL}\.)+(?:{_STRONG_TLDS})|(?:{_LABEL}\.){{2,}}(?:{_WEAK_TLDS})")
 _DOT_LABEL = re.compile(r"\.[a-z0-9]")
-_IDENT_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-")
-_SECRET_NAME = re.compile(
-    r"(?:[a-z0-9]+[_-])*(?:password|passwd|passphrase|secret|token|api[_-]?key|apikey|"
-    r"access[_-]?key|private[_-]?key|credentials?|session[_-]?id|cookie|auth)")
-_ASSIGNED = re.compile(r"([\"']?[ \t]*[:=][ \t]*)(?:([\"'])([^\"'\n]*)\2|([^\s\"',;&}\])]+))")
 _URL_HOST = re.compile(rf"(?:{_LABEL}\.)+{_LABEL}", re.I)
 _URL_HOST_CHARS = frozenset(string.ascii_letters + string.digits + ".-")
 _URL_HOST_END = frozenset(":/ \t\n\"'>?#")
@@ -393,9 +400,13 @@ _IP6_HINTS = (r"::", r"(?:[0-9A-Fa-f]{1,4}:){6}")
 _ENTROPY_CENSUS = (r"[A-Za-z0-9]{20}",)
 _CARD_HINT = r"[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}"
 _IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
-_API_HINTS = (r"sk-", r"k_live_", r"k_test_", r"AKIA", r"ASIA", r"A[GIRNP][DPOVI]A", r"AIza",
-              r"gh[pousr]_", r"github_pat_", r"glpat-", r"xox[abposre]-", r"xapp-", r"npm_",
-              r"hf_")
+# A key cut at a line end: key characters, maybe a closing quote and a continuation mark,
+# the line break, indentation, maybe an opening quote, key characters again.
+_WRAPPED_CENSUS = (r"[A-Za-z0-9+/=_-]{8}[\"']?[ \t]*[+\\]?[ \t]*\r?\n[ \t>|]*[\"']?"
+                   r"[A-Za-z0-9+/_-]{6}",)
+# An assignment of something at least twelve key characters long.
+_GENERIC_CENSUS = (r"[=:][ \t]*(\\{0,3}[\"'`])?[A-Za-z0-9+_~!@#$%^*-]"
+                   r"[A-Za-z0-9+/=_~!@#$%^*.-]{11}",)
 
 
 def _gate(needle: str) -> Callable[[View], list[tuple[int, int]] | None]:

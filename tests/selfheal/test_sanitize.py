@@ -102,10 +102,13 @@ class TestProperties:
     @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(st.text(alphabet=string.printable, max_size=300))
     def test_scrub_is_idempotent_and_clean(self, text: str) -> None:
-        """Scrubbing twice changes nothing more, and the result always validates clean."""
+        """Scrubbing twice changes nothing more, and no rule finds anything in the result.
+
+        (The validator's entropy census is stricter than the scrubber on purpose — it blocks
+        what the rules missed — so a random run of letters in noise may still trip it.)"""
         once = FAST.scrub(text)
         assert FAST.scrub(once) == once
-        assert FAST.findings(once) == []
+        assert FAST.findings(once, entropy_census=False) == []
 
     @settings(max_examples=150, deadline=None)
     @given(st.text(max_size=200))

@@ -1,0 +1,415 @@
+"""What secrets look like to the scrubber: the categories, as tables and small finders.
+
+The categories follow what the best scrubbers cover (Sentry Relay's PII rules, gitleaks' rules,
+detect-secrets' plugins); the code is healer's own:
+
+* **provider keys** — a vendor's prefix and a body of known shape (``PROVIDERS``: AI APIs,
+  payments, clouds, code hosting, messaging …), one detector each so the one-pass census
+  runs only the few whose prefix occurs;
+* **keyword assignments** — a value under a name that says secret (``password``, ``api_key``,
+  ``AccountKey``, ``X-Amz-Signature``, ``--api-token`` …) in any syntax a report quotes:
+  ``=``, ``:``, ``=>``, ``:=``, JSON (also JSON-escaped, ``\\"password\\": \\"…\\"``), YAML,
+  headers, query strings, command-line flags, ``.netrc`` lines;
+* **generic assignments** — a random value under *any* name (``x=…``, ``ENCRYPTION_SEED:``);
+* **command lines** — passwords glued to tools' flags (``mysql -pSECRET``, ``sshpass -p``,
+  ``curl -u user:SECRET``, ``docker login -p``, ``redis-cli -a``);
+* **wrapped tokens** — a key a logger or a string literal broke onto the next line.
+
+Personal data (IBAN, MAC, IMEI) is in ``pii_rules``.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import string
+from collections import Counter
+from dataclasses import dataclass
+
+from healer.selfheal.detectors import (
+    PLACEHOLDERS,
+    Detector,
+    Hit,
+    Locator,
+    View,
+    boundary_ok,
+    expand,
+    has_mark,
+    hints,
+    looks_secret,
+    marker,
+    needles,
+)
+
+KEY_CHARS = string.ascii_letters + string.digits + "_-"
+_KEY_RUN = frozenset(KEY_CHARS + "+/=")
+
+
+# --- provider keys ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Provider:
+    """One vendor's key: ``pattern`` (anchored nowhere; a key character just before it means
+    it is part of a longer word, unless ``bounded`` is off), found near ``find`` (literals)
+    or ``hint`` (a literal-first regex) — which also feed the census."""
+
+    name: str
+    pattern: str
+    find: tuple[str, ...] = ()
+    hint: str = ""
+    back: int = 4
+    bounded: bool = True
+    gate: tuple[str, ...] = ()  # literals for the pre-filter without Hyperscan (see Census)
+
+
+PROVIDERS: tuple[Provider, ...] = (
+    # AI services
+    Provider("anthropic/openai", r"sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_-]{20,}",
+             ("sk-",)),
+    Provider("groq", r"gsk_[A-Za-z0-9]{40,}", ("gsk_",)),
+    Provider("xai", r"xai-[A-Za-z0-9]{40,}", ("xai-",)),
+    Provider("perplexity", r"pplx-[A-Za-z0-9]{40,}", ("pplx-",)),
+    Provider("replicate", r"r8_[A-Za-z0-9]{30,}", ("r8_",)),
+    Provider("huggingface", r"hf_[A-Za-z0-9]{30,}", ("hf_",)),
+    # payments
+    Provider("stripe", r"(?:sk|pk|rk)_(?:live|test)_[A-Za-z0-9]{16,}", ("k_live_", "k_test_")),
+    Provider("stripe-webhook", r"whsec_[A-Za-z0-9+/]{24,}", ("whsec_",)),
+    Provider("square", r"sq0(?:atp|csp|idp)-[A-Za-z0-9_-]{22,}", ("sq0",)),
+    Provider("square-prod", r"EAAA[A-Za-z0-9_-]{40,}", ("EAAA",)),
+    # clouds and platforms
+    Provider("aws", r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}",
+             ("AKIA", "ASIA", "AGPA", "AIDA", "AROA", "ANPA", "ANVA", "AIPA")),
+    Provider("google-api", r"AIza[0-9A-Za-z_-]{35}", ("AIza",)),
+    Provider("google-oauth-secret", r"GOCSPX-[A-Za-z0-9_-]{24,}", ("GOCSPX-",)),
+    Provider("google-oauth-token", r"ya29\.[A-Za-z0-9_-]{20,}", ("ya29.",)),
+    Provider("azure-ad-secret", r"[A-Za-z0-9_~.-]{3}[0-9]Q~[A-Za-z0-9_~.-]{31,34}", ("Q~",),
+             back=6),
+    Provider("digitalocean", r"do[opr]_v1_[a-f0-9]{64}", ("dop_v1_", "doo_v1_", "dor_v1_")),
+    Provider("heroku", r"HRKU-[A-Za-z0-9_-]{40,}", ("HRKU-",)),
+    Provider("terraform-cloud", r"[A-Za-z0-9]{14}\.atlasv1\.[A-Za-z0-9_=-]{60,}",
+             (".atlasv1.",), back=16),
+    Provider("supabase", r"sbp_[a-f0-9]{40}", ("sbp_",)),
+    Provider("pulumi", r"pul-[a-f0-9]{40}", ("pul-",)),
+    Provider("databricks", r"dapi[a-f0-9]{32}(?:-[0-9])?", ("dapi",)),
+    Provider("vault", r"hv[sbr]\.[A-Za-z0-9_-]{24,}", ("hvs.", "hvb.", "hvr.")),
+    Provider("doppler", r"dp\.(?:pt|st|sa|ct|scim|audit)\.[A-Za-z0-9]{40,}", ("dp.",)),
+    Provider("newrelic", r"NR(?:AK|AA|II|JS)-[A-Za-z0-9]{19,}", ("NRAK-", "NRAA-", "NRII-",
+                                                                   "NRJS-")),
+    Provider("sentry", r"sntry[su]_[A-Za-z0-9+/=_-]{30,}", ("sntry",)),
+    # code hosting, packages, CI
+    Provider("github", r"gh[pousr]_[A-Za-z0-9]{30,}", ("ghp_", "gho_", "ghu_", "ghs_", "ghr_")),
+    Provider("github-fine", r"github_pat_[A-Za-z0-9_]{22,}", ("github_pat_",)),
+    Provider("gitlab", r"gl(?:pat|dt|rt|ptt|ft|soat|cbt|imt)-[A-Za-z0-9_-]{20,}",
+             ("glpat-", "gldt-", "glrt-", "glptt-", "glft-", "glsoat-", "glcbt-", "glimt-")),
+    Provider("grafana-service", r"glsa_[A-Za-z0-9]{32}_[A-Fa-f0-9]{8}", ("glsa_",)),
+    Provider("grafana-cloud", r"glc_[A-Za-z0-9+/]{32,}={0,2}", ("glc_",)),
+    Provider("npm", r"npm_[A-Za-z0-9]{36}", ("npm_",)),
+    Provider("pypi", r"pypi-Ag[A-Za-z0-9_-]{50,}", ("pypi-Ag",)),
+    Provider("dockerhub", r"dckr_pat_[A-Za-z0-9_-]{20,}", ("dckr_pat_",)),
+    Provider("artifactory", r"AKCp[A-Za-z0-9]{60,}", ("AKCp",)),
+    Provider("atlassian", r"ATATT[A-Za-z0-9_=-]{40,}", ("ATATT",)),
+    Provider("postman", r"PMAK-[a-f0-9]{24}-[a-f0-9]{34}", ("PMAK-",)),
+    Provider("linear", r"lin_api_[A-Za-z0-9]{40}", ("lin_api_",)),
+    Provider("shopify", r"shp(?:at|ss|ca|pa)_[a-fA-F0-9]{32}", ("shpat_", "shpss_", "shpca_",
+                                                                  "shppa_")),
+    Provider("age", r"AGE-SECRET-KEY-1[0-9A-Z]{58}", ("AGE-SECRET-KEY-1",)),
+    # messaging and e-mail
+    Provider("slack", r"xox[abposre]-[A-Za-z0-9_-]{10,}",
+             ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-")),
+    Provider("slack-app", r"xapp-[0-9]-[A-Za-z0-9_-]{10,}", ("xapp-",)),
+    Provider("telegram-bot", r"(?:(?<=bot)|(?<![A-Za-z0-9_-]))[0-9]{8,10}:AA[A-Za-z0-9_-]{33}",
+             (":AA",), back=12, bounded=False),
+    Provider("discord-bot", r"[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
+             hint=r"\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27}", back=27),
+    Provider("sendgrid", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", ("SG.",)),
+    Provider("twilio", r"(?:SK|AC)[0-9a-f]{32}", hint=r"(?:SK|AC)[0-9a-f]{8}",
+             gate=("SK", "AC")),
+    Provider("mailgun", r"(?:pub)?key-[0-9a-zA-Z]{32}", ("key-",), back=7),
+    Provider("mailchimp", r"[0-9a-f]{32}-us[0-9]{1,2}", hint=r"-us[0-9]", back=33,
+             gate=("-us",)),
+)
+
+
+def provider_detectors() -> list[Detector]:
+    """One ``API-KEY`` detector per provider. A match runs on to the end of the key's
+    characters, so a body longer than the shape says never leaves a tail behind."""
+    out = []
+    for p in PROVIDERS:
+        pattern = re.compile(f"(?:{p.pattern})[A-Za-z0-9_-]*")
+        locate: Locator = (needles(*p.find, back=p.back, fwd=64) if p.find
+                           else hints(p.hint, back=p.back, fwd=64))
+        census = tuple(re.escape(f) for f in p.find) if p.find else (p.hint,)
+        out.append(Detector("API-KEY", pattern, _bounded if p.bounded else _always,
+                            locate, census=census, gate=p.gate))
+    return out
+
+
+def _bounded(m: re.Match[str]) -> str | None:
+    return marker("API-KEY") if boundary_ok(m, KEY_CHARS, "") else None
+
+
+def _always(_m: re.Match[str]) -> str:
+    return marker("API-KEY")
+
+
+def provider_at(text: str) -> re.Match[str] | None:
+    """The first provider key in a short text (for wrapped tokens)."""
+    best: re.Match[str] | None = None
+    for p in _PROVIDER_SEARCH:
+        m = p.search(text)
+        if m and (best is None or m.start() < best.start()):
+            best = m
+    return best
+
+
+_PROVIDER_SEARCH = [re.compile(f"(?:{p.pattern})[A-Za-z0-9_-]*") for p in PROVIDERS]
+
+
+# --- keyword assignments ----------------------------------------------------------------------
+
+# Substrings that locate candidate names (in the lower-cased text); ``secret_name`` decides.
+NAME_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "session", "cookie",
+              "auth", "sig")
+_NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-")
+# The name without separators ends in one of these (``PGPASSWORD``, ``clientSecret``,
+# ``x-api-key``, ``AccountKey``, ``private_key_id``); ``cache_key`` or ``max_tokens`` do not.
+_SECRET_END = re.compile(
+    r"(?:password|passwd|passphrase|passcode|secret|token|credentials?|cookie|session|auth|"
+    r"signature|privkey|sessionid|sharedaccesssignature|"
+    r"(?:api|access|account|private|secret|signing|encryption|master|client|app|auth|service|"
+    r"session|license|shared|sharedaccess|consumer|webhook|hmac|jwt|ssh|deploy|root|db|"
+    r"database|storage|subscription|admin|write|read|ingest|sas|primary|secondary)key)"
+    r"(?:id|value|hex|b64|base64|str|string)?$")
+# Short words count only as a whole name or a name's last part (``db_pass``, ``sig``; not
+# ``bypass``).
+_SHORT_END = re.compile(r"(?:^|[_.-])(?:pass|pwd|pw|sig)$")
+_SEP = re.compile(r"(\\{0,3}[\"'])?[ \t]*(=>|:=|(?<![=!<>:])=(?!=)|:(?![:/]))[ \t]*")
+_FLAG_SEP = re.compile(r"[\"']?,?[ \t]+(?=[\"']?[^\s\"'-])")
+_WORD_SEP = re.compile(r"[ \t]+(?=\S)")
+_PREFIX = re.compile(r"[rbuf]{1,2}(?=[\"'])|@(?=[\"'])")
+_QUOTED = re.compile(r"(\\{0,3}[\"'`])([^\n]*?)\1")
+_BARE = re.compile(r"[^\s\"'`,;&}\])<>|\\]+")
+_NETRC_LOGIN = re.compile(r"\b(?:login|machine|default)[ \t]+\S+[ \t]+$")
+
+
+def secret_name(name: str) -> bool:
+    """Whether an identifier (lower case, any separators) names a secret."""
+    squashed = name.replace("_", "").replace("-", "").replace(".", "")
+    return bool(_SECRET_END.search(squashed) or _SHORT_END.search(name))
+
+
+def keyword_hits(v: View) -> list[Hit]:
+    """``password=…``, ``"api_key": "…"``, ``AccountKey=…;``, ``--token X``, netrc's
+    ``password X`` — the value goes, the name and the syntax stay."""
+    text, low = v.text, v.low
+    names: set[tuple[int, int]] = set()
+    for word in NAME_WORDS:  # plain finds: no other detector shares these positions
+        i = low.find(word)
+        while i != -1:
+            names.add(expand(low, i, i + len(word), _NAME_CHARS))
+            i = low.find(word, i + len(word))
+    out: list[Hit] = []
+    last = 0
+    for start, end in sorted(names):
+        if start < last or (start > 0 and text[start - 1] == "["):
+            continue  # inside a value already taken, or a redaction marker
+        name = low[start:end]
+        if not secret_name(name.strip("-")):
+            continue
+        hit = _assigned(text, start, end, name)
+        if hit is not None:
+            out.append(hit)
+            last = hit[1]
+    return out
+
+
+def _assigned(text: str, start: int, end: int, name: str) -> Hit | None:
+    """The value assigned to the name at ``[start, end)``, as a hit, if it is one."""
+    m = _SEP.match(text, end)
+    loose = False  # a separator that is only whitespace: flags and netrc lines
+    if m is None:
+        if name.startswith("-"):
+            m = _FLAG_SEP.match(text, end)
+        elif name == "password":
+            line = text[text.rfind("\n", 0, start) + 1:start]
+            if not line.strip() or _NETRC_LOGIN.search(line):
+                m = _WORD_SEP.match(text, end)
+        if m is None:
+            return None
+        loose = True
+    pos = m.end()
+    if (p := _PREFIX.match(text, pos)) is not None:
+        pos = p.end()
+    q = _QUOTED.match(text, pos)
+    if q is not None:
+        value = q.group(2)
+        if (has_mark(value) or value.strip().lower() in PLACEHOLDERS or len(value) < 3
+                or value.startswith(("<", "${", "{{", "%(", "$("))):
+            return None  # empty, a placeholder or a template: not a value
+        return (q.start(2), q.end(2), marker("SECRET"))
+    b = _BARE.match(text, pos)
+    if b is None:
+        return None
+    value = b.group(0)
+    if not looks_secret(value) and not (loose and name == "password" and len(value) >= 6
+                                        and not value.isalpha()):
+        return None
+    return (b.start(), b.end(), marker("SECRET"))
+
+
+# --- generic assignments ----------------------------------------------------------------------
+
+_GEN_VALUE = re.compile(r"[ \t]*(\\{0,3}[\"'`])?([A-Za-z0-9+_~!@#$%^*-][A-Za-z0-9+/=_~!@#$%^*.-]"
+                        r"{11,255})")
+_ID_NAME = re.compile(r"(?:^|[_.-])(?:id|ids|sha\d*|hash|digest|commit|rev|revision|etag|"
+                      r"checksum|fingerprint|fp|trace|span|request|req|event|object|oid|md5|"
+                      r"crc\d*|uuid|guid|build|run|ref|head|base|parent|tree|blob|version)$"
+                      r"|(?:id|sha|hash)$")
+_NAME_BEFORE = frozenset(string.ascii_letters + string.digits + "_.-")
+_CAMEL_WORD = re.compile(r"[A-Z][a-z]{2,}|[a-z]{3,}")
+
+
+def generic_hits(v: View) -> list[Hit]:
+    """A random value under any name: ``x=Zk3p…``, ``"nonce_seed": "…"``, ``hmac: …``."""
+    text = v.text
+    out: list[Hit] = []
+    last = 0
+    for i in sorted(v.positions("=") + v.positions(":")):
+        if i < last:
+            continue
+        after = i + 1
+        if text.startswith(("=>", ":="), i):
+            after += 1
+        elif text.startswith(("==", "://", "::"), i) or (i > 0 and text[i - 1] in "=!<>:"):
+            continue
+        m = _GEN_VALUE.match(text, after)
+        if m is None:
+            continue
+        quote, value = m.group(1), m.group(2)
+        if quote and not text.startswith(quote, m.end()):
+            continue  # the quoted text goes on: prose, not a token
+        j = i
+        while j > 0 and text[j - 1] in " \t\"'\\":
+            j -= 1
+        k, _ = expand(text, j, j, _NAME_BEFORE)
+        name = text[k:j].lower()
+        if not name or not (name[0].isalpha() or name[0] == "_") or has_mark(value):
+            continue
+        if random_value(name, value):
+            out.append((m.start(2), m.end(2), marker("SECRET")))
+            last = m.end(2)
+    return out
+
+
+def _entropy(s: str) -> float:
+    n = len(s)
+    return -sum(c / n * math.log2(c / n) for c in Counter(s).values())
+
+
+def random_value(name: str, value: str) -> bool:
+    """Whether an assigned value was generated (a key) rather than written (a word, a number,
+    a path, a version, a digest under a digest's name)."""
+    v = value.rstrip("=.")
+    n = len(v)
+    if n < 12 or v.lower() in PLACEHOLDERS:
+        return False
+    digits = sum(c.isdigit() for c in v)
+    letters = sum(c.isalpha() for c in v)
+    if not digits or not letters:
+        return False
+    if all(c in string.hexdigits for c in v):
+        if _ID_NAME.search(name) or n < 16 or (n in (40, 64) and not secret_name(name)):
+            return False
+        return len(set(v)) >= 10
+    if letters < 0.4 * n or "/" in v[:1]:
+        return False
+    worded = sum(len(w) for w in _CAMEL_WORD.findall(v))
+    if worded > 0.6 * letters:
+        return False  # identifiers, dotted names, file names
+    return _entropy(v) >= min(3.6, math.log2(n) - 0.5)
+
+
+# --- command lines ----------------------------------------------------------------------------
+
+_VALUE = r"(?P<v>(?P<q>[\"'])[^\n]*?(?P=q)|[^\s\"'-][^\s\"']*)"
+CLI_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    (("mysql", "mariadb"),
+     r"\b(?:mysql(?:dump|admin|import|check|sh)?|mariadb(?:-dump|-admin)?)\b[^\n|;&]*?"
+     r"[ \t]-p" + _VALUE),
+    (("sshpass",), r"\bsshpass\b[^\n]*?[ \t]-p[ \t]*" + _VALUE),
+    (("redis-cli",), r"\bredis-cli\b[^\n]*?[ \t](?:-a|--pass)[ \t]+" + _VALUE),
+    (("curl",), r"\bcurl\b[^\n]*?[ \t](?:-u|--user|-U|--proxy-user)[ \t]*[\"']?[^\s:\"'@]+:"
+                r"(?P<v>[^\s\"']+)"),
+    (("login",), r"\b(?:docker|podman|buildah|skopeo|nerdctl|helm)\b[^\n]*?\blogin\b[^\n]*?"
+                 r"[ \t](?:-p|--password)(?:[ \t]+|=)" + _VALUE),
+)
+
+
+def cli_detectors() -> list[Detector]:
+    out = []
+    for words, pattern in CLI_RULES:
+        out.append(Detector("SECRET", re.compile(pattern), _only_value,
+                            needles(*words, back=1, fwd=400),
+                            census=tuple(re.escape(w) for w in words)))
+    return out
+
+
+def _only_value(m: re.Match[str]) -> str | None:
+    value = m.group("v")
+    if has_mark(value) or value.strip("\"'").lower() in PLACEHOLDERS or value.startswith("$"):
+        return None
+    s, e = m.span("v")
+    return m.group(0)[:s - m.start()] + marker("SECRET") + m.group(0)[e - m.start():]
+
+
+# --- tokens wrapped onto the next line --------------------------------------------------------
+
+_CONTINUED = re.compile(r"\n[ \t>|]*[\"']?([A-Za-z0-9+/_-]{6,}={0,2})")
+_WORDISH = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[a-z_]+")
+
+
+def wrapped_hits(v: View) -> list[Hit]:
+    """A key cut by a line break (a logger's wrap, ``"abc"\\n "def"``, a ``\\`` continuation):
+    both halves go when the joined token is a provider key or random."""
+    text = v.text
+    out: list[Hit] = []
+    last = 0
+    for m in _CONTINUED.finditer(text):
+        right = m.group(1)
+        if _WORDISH.fullmatch(right):
+            continue  # the next line starts with a word: indentation, not a cut
+        k = m.start()
+        if k > 0 and text[k - 1] == "\r":
+            k -= 1
+        while k > 0 and text[k - 1] in " \t":
+            k -= 1
+        if k > 0 and text[k - 1] in "\\+":
+            k -= 1
+            while k > 0 and text[k - 1] in " \t":
+                k -= 1
+        if k > 0 and text[k - 1] in "\"'":
+            k -= 1
+        if k < 8 or text[k - 1] not in _KEY_RUN:
+            continue
+        a, _ = expand(text, k, k, _KEY_RUN)
+        left = text[a:k]
+        if a < last or len(left) < 8:
+            continue
+        kind = _cut_key(left, right)
+        if kind is None:
+            continue
+        out.append((a, k, marker(kind)))
+        out.append((m.start(1), m.end(1), marker(kind)))
+        last = m.end(1)
+    return out
+
+
+def _cut_key(left: str, right: str) -> str | None:
+    """The kind of key ``left`` + ``right`` is, if the cut went through one."""
+    joined = left + right
+    found = provider_at(joined)
+    if found is not None and found.start() < len(left) < found.end():
+        return "API-KEY"
+    if random_value("", joined) and random_value("", left[-12:] + right[:12]):
+        return "SECRET"
+    return None
