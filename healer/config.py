@@ -239,6 +239,10 @@ class PlaySettings:
         "`{missing_tools}`, `{task_id}`, `{repository}`, `{namespace}` are substituted.",
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
+    tools_server_hosts: list[str] = setting(
+        [], "Hosts the pre-flight may connect to when a session names a `tools_server` "
+        "(`tools.cto.svc`, `.svc` for a domain and its subdomains); empty allows any.",
+        items={"type": "string", "minLength": 1})
     stuck_after_s: float = setting(600.0, "An active agent silent this long (no logs, no "
                                    "inventory) is stuck (alert A9).", minimum=1)
 

@@ -103,6 +103,8 @@ def create_app(ctx: ApiContext) -> Starlette:
                             Exception: _unexpected},
     )
     app.state.ctx = ctx
-    app.state.openapi = openapi.build(routes, bearer=bool(ctx.settings.api.token))
-    app.add_middleware(GuardMiddleware, policy=GuardPolicy.from_settings(ctx.settings.api))
+    policy = GuardPolicy.from_settings(ctx.settings.api)
+    app.state.openapi = openapi.build(routes, bearer=bool(ctx.settings.api.token),
+                                      public=policy.public)
+    app.add_middleware(GuardMiddleware, policy=policy)
     return app

@@ -98,15 +98,20 @@ def route(
     request_schema: str | None = None,
     responses: dict[int, str] | None = None,
     query: dict[str, dict[str, Any]] | None = None,
+    params: dict[str, dict[str, Any]] | None = None,
+    body_required: bool = True,
     tag: str = "healer",
 ) -> Route:
-    """A Starlette route carrying its OpenAPI description."""
+    """A Starlette route carrying its OpenAPI description. ``params``: schemas of path
+    parameters (default: a safe name); ``body_required``: whether the body may be left out."""
     r = Route(path, handler, methods=list(methods))
     r.openapi = {  # type: ignore[attr-defined]
         "summary": summary,
         "request_schema": request_schema,
         "responses": responses or {200: "OK"},
         "query": query or {},
+        "params": params or {},
+        "body_required": body_required,
         "tag": tag,
     }
     return r

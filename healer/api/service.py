@@ -40,7 +40,7 @@ def bind(host: str, port: int, *, backlog: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise PortInUseError(
                 exc.errno, f"{where} is already in use: stop the other process (another "
-                f"healer?) or choose another port with --port or api.port") from None
+                f"healer?) or choose another port (--port, HEALER_PORT or api.port)") from None
         raise OSError(exc.errno, f"cannot listen on {where}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock

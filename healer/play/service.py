@@ -11,6 +11,7 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
@@ -81,12 +82,16 @@ class PlayService:
             return None
         import httpx
 
-        try:
-            async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
-                resp = await client.get(url)
-            ok, detail = resp.status_code < 500, f"HTTP {resp.status_code}"
-        except httpx.HTTPError as exc:
-            ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
+        refused = _host_refused(url, self.settings.play.tools_server_hosts)
+        if refused:
+            ok, detail = False, refused
+        else:
+            try:
+                async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
+                    resp = await client.get(url)
+                ok, detail = resp.status_code < 500, f"HTTP {resp.status_code}"
+            except (httpx.HTTPError, ValueError) as exc:
+                ok, detail = False, f"{type(exc).__name__}: {exc}"[:300]
         item = {"ok": ok, "detail": f"{url}: {detail}"}
 
         def fn(d: dict[str, Any]) -> None:
@@ -333,3 +338,21 @@ def create_service(healer: Any) -> PlayLoopService:
     healer.every("play-evaluate", healer.settings.play.evaluate_interval_s,
                  play.evaluate_sessions)
     return PlayLoopService(play)
+
+
+def _host_refused(url: str, allowed: list[str]) -> str:
+    """Why ``url`` may not be probed (empty when it may): with ``play.tools_server_hosts``
+    set, healer connects only to those hosts (``.example.com``: a domain and its subdomains),
+    so a session start cannot point healer at an arbitrary address."""
+    if not allowed:
+        return ""
+    try:
+        host = (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return "not probed: the URL has no valid host"
+    for entry in allowed:
+        entry = entry.lower()
+        if host == entry or (entry.startswith(".") and (host.endswith(entry)
+                                                        or host == entry[1:])):
+            return ""
+    return f"not probed: host {host or '(none)'} is not in play.tools_server_hosts"

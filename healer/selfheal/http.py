@@ -23,7 +23,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from healer.api.http import HTTPError, json_depth, parse_json
+from healer.api.http import HTTPError, json_depth, parse_json, route
 from healer.errors import UsageError
 
 
@@ -48,7 +48,7 @@ def _service(request: Request) -> Any:
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+    return JSONResponse({"status": "error", "error": message}, status_code=status)
 
 
 async def report_error(request: Request) -> JSONResponse:
@@ -83,19 +83,22 @@ async def healing_one(request: Request) -> JSONResponse:
         data = _service(request).status(request.path_params["fingerprint"], _limit(request))
     except UsageError as exc:
         return _error(400, str(exc))
-    return JSONResponse(data, status_code=200 if data["attempts"] else 404)
+    if not data["attempts"]:
+        return JSONResponse({"status": "error", "error": "no healing attempts for this "
+                             "fingerprint", **data}, status_code=404)
+    return JSONResponse(data)
 
 
 def _route(path: str, endpoint: Any, method: str, name: str, summary: str,
            responses: dict[int, str], query: dict[str, Any] | None = None,
            schema: str | None = None) -> Route:
-    r = Route(path, endpoint, methods=[method], name=name)
-    # Read by healer's /openapi.json (healer.api.openapi); plain Starlette ignores it.
-    r.openapi = {"summary": summary, "request_schema": schema, "responses": responses,  # type: ignore[attr-defined]
-                 "query": query or {}, "tag": "self-healing"}
+    r = route(path, endpoint, methods=(method,), summary=summary, request_schema=schema,
+              responses=responses, query=query, params=_PARAMS, tag="self-healing")
+    r.name = name
     return r
 
 
+_PARAMS = {"fingerprint": {"type": "string", "pattern": "^[0-9A-Fa-f]{4,64}$"}}
 _LIMIT = {"limit": {"type": "integer", "minimum": 1, "maximum": 200}}
 
 routes = [

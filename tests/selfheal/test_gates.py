@@ -222,3 +222,30 @@ class TestDecide:
         """None values count as absent (MCP and JSON send nulls)."""
         r = ReportInput.from_mapping({"error_type": "E", "error_message": "m", "traceback": None})
         assert r.traceback == ""
+
+
+class TestClaimAndRecord:
+    def test_a_failed_write_after_admission_frees_its_slot(self, service: Any) -> None:
+        """Two reports whose attempt record cannot be written (the disk, a bug) must not jam
+        the concurrency cap: the next report is still admitted."""
+        service = service()
+        assert service.settings.selfheal.max_concurrent == 2
+        real_create = service.attempts.create
+        failing = [True, True]
+
+        def create(attempt_id: str, data: dict[str, Any]) -> dict[str, Any]:
+            if failing:
+                failing.pop()
+                raise OSError(28, "No space left on device")
+            return real_create(attempt_id, data)
+
+        service.attempts.create = create
+        for n in (1, 2):
+            with pytest.raises(OSError):
+                service.report(report(n))
+        assert service.attempts.admission()["active"] == {}
+        out = service.report(report(3))
+        assert out["accepted"] is True, out
+        assert list(service.attempts.admission()["active"]) == [out["fingerprint"]]
+        # The failed ones start no cooldown either: the same error may be reported again.
+        assert service.report(report(1))["accepted"] is True
