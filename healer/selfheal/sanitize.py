@@ -244,6 +244,9 @@ class Sanitizer:
               _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,),
               gate=("-",)),
             CustomDetector("IBAN", pii_rules.iban_hits, census=pii_rules.IBAN_CENSUS),
+            # Before cards: an IMEI is fifteen digits that pass Luhn too.
+            d("IMEI", pii_rules.IMEI, pii_rules.imei_replace,
+              needles("imei", back=1, fwd=48, lower=True), lower=True, census=("imei",)),
             d("CARD", c(r"[3456][0-9]{3}(?:[ -]?[0-9]{4}){2}[ -]?[0-9]{1,7}"), self._card,
               folded(rb"0000[ -]?0000[ -]?0000", back=8, fwd=16, fallback=_CARD_HINT),
               census=(_CARD_HINT,)),
@@ -251,8 +254,6 @@ class Sanitizer:
               lambda m: marker("SSN") if boundary_ok(m, _DIGITS + "-", _DIGITS + "-") else None,
               folded(rb"000-00-0000", back=1, fwd=1, fallback=r"-[0-9]{2}-[0-9]{4}"),
               census=("[0-9]{3}-[0-9]{2}-[0-9]{4}",)),
-            d("IMEI", pii_rules.IMEI, pii_rules.imei_replace,
-              needles("imei", back=1, fwd=48, lower=True), lower=True, census=("imei",)),
             CustomDetector("MAC", pii_rules.mac_hits, census=pii_rules.MAC_CENSUS, gate=(":",)),
             d("IP", c(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
                       r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),

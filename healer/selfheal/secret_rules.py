@@ -136,8 +136,10 @@ def provider_detectors() -> list[Detector]:
     out = []
     for p in PROVIDERS:
         pattern = re.compile(f"(?:{p.pattern})[A-Za-z0-9_-]*")
-        locate: Locator = (needles(*p.find, back=p.back, fwd=64) if p.find
-                           else hints(p.hint, back=p.back, fwd=64))
+        # The window must hold the longest fixed part of a key: a match cut short by the
+        # window's end is matched again, but a pattern that cannot match at all is not.
+        locate: Locator = (needles(*p.find, back=p.back, fwd=256) if p.find
+                           else hints(p.hint, back=p.back, fwd=256))
         census = tuple(re.escape(f) for f in p.find) if p.find else (p.hint,)
         out.append(Detector("API-KEY", pattern, _bounded if p.bounded else _always,
                             locate, census=census, gate=p.gate))
@@ -251,6 +253,8 @@ def _assigned(text: str, start: int, end: int, name: str) -> Hit | None:
     if b is None:
         return None
     value = b.group(0)
+    if has_mark(value):
+        return None
     if not looks_secret(value) and not (loose and name == "password" and len(value) >= 6
                                         and not value.isalpha()):
         return None

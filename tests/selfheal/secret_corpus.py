@@ -35,6 +35,7 @@ _HEXL = "0123456789abcdef"
 _URL = _ALNUM + "-_"
 _B64 = _ALNUM + "+/"
 _UPPER = string.ascii_uppercase + string.digits
+_LOWER = string.ascii_lowercase + string.digits
 
 
 def _r(n: int, alphabet: str = _ALNUM) -> str:
@@ -138,7 +139,7 @@ FORMS: list[Form] = [
          + (s := _v(36)) + '", Timeout:30}', s),
     form("kw-php-arrow", "keyword", "SECRET",
          "PDOException: SQLSTATE[HY000] [1045] Access denied; config ['db_host' => 'db', "
-         "'db_password' => '" + (s := "pa55-" + _v(11)) + "']", s, census=False),
+         "'db_password' => '" + (s := "pa55-" + _v(11)) + "']", s),
     form("kw-toml", "keyword", "SECRET",
          "tomllib.TOMLDecodeError: Invalid value (at line 12, column 14)\n[app]\nsecret_key = \""
          + (s := _v(26)) + '"', s),
@@ -146,8 +147,8 @@ FORMS: list[Form] = [
          "docker: Error response from daemon: Conflict. Command: docker run -e "
          "MYSQL_ROOT_PASSWORD=" + (s := _v(20)) + " -p 3306:3306 mysql:8", s),
     form("kw-session-id", "keyword", "SECRET",
-         "werkzeug.exceptions.BadRequest: stale session_id=" + (s := _r(32, string.ascii_lowercase + string.digits))
-         + " for /account", s, census=True),
+         "werkzeug.exceptions.BadRequest: stale session_id=" + (s := _v(32, _LOWER))
+         + " for /account", s),
     form("kw-passphrase", "keyword", "SECRET",
          'ssh: could not load key with passphrase: "' + (s := "correct-battery-" + _v(6))
          + '"', s, census=False),
@@ -246,7 +247,7 @@ FORMS: list[Form] = [
          "sentry-cli error: API request failed with token " + (s := "sntrys_" + _v(60)), s),
     form("age-secret-key", "provider", "API-KEY",
          "age: error: failed to parse identity file: " + (s := "AGE-SECRET-KEY-1" + _v(
-             58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L")), s, census=False),
+             58, "QPZRY9X8GF2TVDW0S3JN54KHCE6MUA7L")), s),
     form("azure-ad-client-secret", "provider", "API-KEY",
          "msal.ClientApplication: AADSTS7000215: Invalid client secret provided: "
          + (s := _v(3) + "8Q~" + _v(31, _URL + "~.")), s),
@@ -330,26 +331,24 @@ FORMS: list[Form] = [
          + (s := "ci" + _v(14)) + "\n", s, census=False),
     form("curl-user", "cli", "SECRET",
          "subprocess.CalledProcessError: Command 'curl -fsS -u admin:" + (s := "adm1n" + _v(11))
-         + " https://ci.example.com/api/json' returned non-zero exit status 22.", s,
-         census=False),
+         + " https://ci.example.com/api/json' returned non-zero exit status 22.", s),
     form("sshpass", "cli", "SECRET",
          "FileNotFoundError: [Errno 2] No such file or directory: sshpass -p '"
          + (s := "ssh" + _v(13)) + "' ssh deploy@127.0.0.1", s, census=False),
     form("docker-login", "cli", "SECRET",
          "Error: docker login -u ci -p " + (s := _v(36)) + " registry.example.com failed", s),
     form("redis-cli", "cli", "SECRET",
-         "redis-cli -h 127.0.0.1 -a " + (s := "r3dis" + _v(15)) + " ping: NOAUTH", s,
-         census=False),
+         "redis-cli -h 127.0.0.1 -a " + (s := "r3dis" + _v(15)) + " ping: NOAUTH", s),
     form("openssl-passin", "cli", "SECRET",
          "OSError: openssl pkcs12 -in cert.p12 -passin pass:" + (s := "p12" + _v(13))
-         + " -nodes: mac verify failure", s, census=False),
+         + " -nodes: mac verify failure", s),
     # --- header: HTTP credentials -------------------------------------------------------------
     form("x-api-key-header", "header", "SECRET",
          "httpx.HTTPStatusError: 403 with headers {'X-Api-Key': '" + (s := _v(32))
          + "', 'Accept': 'application/json'}", s),
     form("cookie-header", "header", "SECRET",
          "aiohttp.ClientResponseError: 401, request headers: Cookie: sessionid="
-         + (s := _r(32, string.ascii_lowercase + string.digits)) + "; theme=dark", s),
+         + (s := _v(32, _LOWER)) + "; theme=dark", s),
     form("set-cookie-header", "header", "SECRET",
          "AssertionError: Set-Cookie: auth_session=" + (s := _v(40, _URL))
          + "; Path=/; HttpOnly; Secure", s),
