@@ -148,17 +148,19 @@ class Sanitizer:
                 # Later detectors see the markers, not the secrets (an e-mail's domain is not
                 # reported again as a host name). What the markers themselves bring in
                 # (``…CREDENTIALS]@host``) joins the census.
-                view = View(apply(view.text, hits))
+                before = view.text
+                view = View(apply(before, hits))
                 if census is not None:
-                    for j in self._brought(hits):
+                    for j in self._brought(before, hits):
                         if j > i:
                             heapq.heappush(todo, j)
         return view.text
 
-    def _brought(self, hits: list[Hit]) -> frozenset[int]:
-        """The detectors the replacement texts of ``hits`` may wake (cached: they are mostly
-        the same few markers)."""
-        key = " ".join(sorted({rep for _s, _e, rep in hits}))
+    def _brought(self, text: str, hits: list[Hit]) -> frozenset[int]:
+        """The detectors the replacements of ``hits`` may wake, with a character of context
+        each side (``…]@host`` once a key before an ``@`` became a marker). Cached: they are
+        mostly the same few markers in the same few places."""
+        key = " ".join(sorted({text[s - 1:s] + rep + text[e:e + 1] for s, e, rep in hits}))
         found = self._brought_cache.get(key)
         if found is None:
             found = frozenset(self._census(key) or ())
@@ -210,8 +212,8 @@ class Sanitizer:
               _const("PRIVATE-KEY"), needles("PuTTY-User-Key-File", back=1, fwd=32),
               census=("PuTTY-User-Key-File",)),
             # Before every single-line rule: a key cut in two must be seen whole.
-            CustomDetector("SECRET", secret_rules.wrapped_hits, census=_WRAPPED_CENSUS,
-                           gate=("\n",)),
+            CustomDetector("SECRET", secret_rules.wrapped_hits,
+                           census=secret_rules.WRAPPED_CENSUS, gate=("\n",)),
             # With userinfo only: without it a database URL names a host (the host rules
             # decide) and a port, which help the reader (``redis://localhost:6379``).
             d("DB-URL", c(r"\b(?:postgres(?:ql)?|mysql|mariadb|mongodb(?:\+srv)?|rediss?|amqps?|"
@@ -305,7 +307,10 @@ class Sanitizer:
     def _url_hosts(self, v: View) -> list[Hit]:
         """The host of every URL (``scheme://host``, ``…CREDENTIALS]@host``), whatever its TLD."""
         text, out = v.text, []
-        starts = [i + 3 for i in v.positions("://")] + [i + 2 for i in v.positions("]@")]
+        # "]@" only after the credentials marker: a URL's userinfo, not any marker before "@".
+        cred = marker("CREDENTIALS")
+        starts = [i + 3 for i in v.positions("://")] + [
+            i + 2 for i in v.positions("]@") if text.endswith(cred, 0, i + 1)]
         for start in sorted(starts):
             _, end = expand(text, start, start, _URL_HOST_CHARS)
             if end == start or (end < len(text) and text[end] not in _URL_HOST_END):
@@ -386,7 +391,9 @@ _HOST_CHARS = frozenset(string.ascii_lowercase + string.digits + ".-")
 _HOST_BEFORE = frozenset(string.ascii_letters + string.digits + "_./-@")
 _TLD_HINT = re.compile(rf"\.(?:{_STRONG_TLDS}|{_WEAK_TLDS})\b")
 _HOST = re.compile(rf"(?:{_LABEL}\.)+(?:{_STRONG_TLDS})|(?:{_LABEL}\.){{2,}}(?:{_WEAK_TLDS})")
-_DOT_LABEL = re.compile(r"\.[a-z0-9]")
+# The name goes on after the dot — also when what follows was already redacted, so that
+# scrubbing twice finds no new host in ``svc.internal.[REDACTED-SECRET]``.
+_DOT_LABEL = re.compile(r"\.(?:[a-z0-9]|\[REDACTED-)")
 _URL_HOST = re.compile(rf"(?:{_LABEL}\.)+{_LABEL}", re.I)
 _URL_HOST_CHARS = frozenset(string.ascii_letters + string.digits + ".-")
 _URL_HOST_END = frozenset(":/ \t\n\"'>?#")
@@ -401,13 +408,9 @@ _IP6_HINTS = (r"::", r"(?:[0-9A-Fa-f]{1,4}:){6}")
 _ENTROPY_CENSUS = (r"[A-Za-z0-9]{20}",)
 _CARD_HINT = r"[0-9]{4}[ -]?[0-9]{4}[ -]?[0-9]{4}"
 _IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
-# A key cut at a line end: key characters, maybe a closing quote and a continuation mark,
-# the line break, indentation, maybe an opening quote, key characters again.
-_WRAPPED_CENSUS = (r"[A-Za-z0-9+/=_-]{8}[\"']?[ \t]*[+\\]?[ \t]*\r?\n[ \t>|]*[\"']?"
-                   r"[A-Za-z0-9+/_-]{6}",)
 # An assignment of something at least twelve key characters long.
-_GENERIC_CENSUS = (r"[=:][ \t]*(\\{0,3}[\"'`])?[A-Za-z0-9+_~!@#$%^*-]"
-                   r"[A-Za-z0-9+/=_~!@#$%^*.-]{11}",)
+_GENERIC_CENSUS = (r"[=:][>=]?[ \t]*(\\{0,3}[\"'`])?[A-Za-z0-9+_~!@#$%^*-]"
+                   r"[A-Za-z0-9+/=_~!@#$%^*-]{11}",)
 
 
 def _gate(needle: str) -> Callable[[View], list[tuple[int, int]] | None]:

@@ -263,7 +263,8 @@ def _assigned(text: str, start: int, end: int, name: str) -> Hit | None:
 
 # --- generic assignments ----------------------------------------------------------------------
 
-_GEN_VALUE = re.compile(r"[ \t]*(\\{0,3}[\"'`])?([A-Za-z0-9+_~!@#$%^*-][A-Za-z0-9+/=_~!@#$%^*.-]"
+# No "." in a value: dotted values are names, hosts, versions (and a JWT has its own rule).
+_GEN_VALUE = re.compile(r"[ \t]*(\\{0,3}[\"'`])?([A-Za-z0-9+_~!@#$%^*-][A-Za-z0-9+/=_~!@#$%^*-]"
                         r"{11,255})")
 _ID_NAME = re.compile(r"(?:^|[_.-])(?:id|ids|sha\d*|hash|digest|commit|rev|revision|etag|"
                       r"checksum|fingerprint|fp|trace|span|request|req|event|object|oid|md5|"
@@ -313,7 +314,7 @@ def _entropy(s: str) -> float:
 def random_value(name: str, value: str) -> bool:
     """Whether an assigned value was generated (a key) rather than written (a word, a number,
     a path, a version, a digest under a digest's name)."""
-    v = value.rstrip("=.")
+    v = value.rstrip("=")
     n = len(v)
     if n < 12 or v.lower() in PLACEHOLDERS:
         return False
@@ -368,36 +369,43 @@ def _only_value(m: re.Match[str]) -> str | None:
 
 # --- tokens wrapped onto the next line --------------------------------------------------------
 
-_CONTINUED = re.compile(r"\n[ \t>|]*[\"']?([A-Za-z0-9+/_-]{6,}={0,2})")
+# What may stand between the cut and the line break: a closing quote, a continuation mark
+# (``\``, ``+``), a carriage return. ``WRAPPED_CENSUS`` says the same for the pre-filter.
+_LINE_END = re.compile(r"(?:[\"']? ?[+\\] ?|[\"'\\])?\r?\n$")
+# (Two expressions, not one alternation: Hyperscan scans them at half the cost.)
+WRAPPED_CENSUS = (r"[A-Za-z0-9+/=_-]{8}[\"'\\]?\r?\n",
+                  r"[A-Za-z0-9+/=_-]{8}[\"']? ?[+\\] ?\r?\n")
+_CONTINUED = re.compile(r"[ \t>|]*[\"']?([A-Za-z0-9+/_-]{6,}={0,2})")
 _WORDISH = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[a-z_]+")
+_TAIL_CHARS = frozenset("\"'\\+ \r")
 
 
 def wrapped_hits(v: View) -> list[Hit]:
     """A key cut by a line break (a logger's wrap, ``"abc"\\n "def"``, a ``\\`` continuation):
-    both halves go when the joined token is a provider key or random."""
+    both halves go when the joined token is a provider key or random. Driven by line ends
+    (few lines of a traceback end in eight key characters), not by line starts."""
     text = v.text
     out: list[Hit] = []
     last = 0
-    for m in _CONTINUED.finditer(text):
-        right = m.group(1)
-        if _WORDISH.fullmatch(right):
-            continue  # the next line starts with a word: indentation, not a cut
-        k = m.start()
-        if k > 0 and text[k - 1] == "\r":
-            k -= 1
-        while k > 0 and text[k - 1] in " \t":
-            k -= 1
-        if k > 0 and text[k - 1] in "\\+":
-            k -= 1
-            while k > 0 and text[k - 1] in " \t":
-                k -= 1
-        if k > 0 and text[k - 1] in "\"'":
-            k -= 1
-        if k < 8 or text[k - 1] not in _KEY_RUN:
+    nl = text.find("\n", 8)
+    while nl != -1:
+        here, nl = nl, text.find("\n", nl + 1)
+        end = text[here - 1]
+        if end in _KEY_RUN:
+            k = here  # the common case, no regex: the line ends in a key character
+        elif end in _TAIL_CHARS:
+            tail = _LINE_END.search(text, max(0, here - 6), here + 1)
+            k = tail.start() if tail else here
+        else:
             continue
+        if k < 8 or not _KEY_RUN.issuperset(text[k - 8:k]):
+            continue  # fewer than eight key characters before the break
+        m = _CONTINUED.match(text, here + 1)
+        if m is None or _WORDISH.fullmatch(m.group(1)):
+            continue  # the next line starts with a word: indentation, not a cut
         a, _ = expand(text, k, k, _KEY_RUN)
-        left = text[a:k]
-        if a < last or len(left) < 8:
+        left, right = text[a:k], m.group(1)
+        if a < last:
             continue
         kind = _cut_key(left, right)
         if kind is None:
