@@ -1,25 +1,32 @@
 """Scrubbing secrets and personal data, and the validator that guards everything outbound.
 
-Two public halves share one list of detectors:
+Two halves, which work differently on purpose:
 
-* ``Sanitizer.scrub(text)`` replaces each hit with a readable marker (``[REDACTED-EMAIL]``,
-  ``[REDACTED-API-KEY]`` …), turns paths inside the repository into repo-relative ones and
-  home directories into ``~``. It runs on every report before anything is stored, fingerprinted
-  or rendered into a prompt.
+* ``Sanitizer.scrub(text)`` replaces each hit of its rules with a readable marker
+  (``[REDACTED-EMAIL]``, ``[REDACTED-API-KEY]`` …), turns paths inside the repository into
+  repo-relative ones and home directories into ``~``. It runs on every report before anything
+  is stored, fingerprinted or rendered into a prompt.
 * ``validate(text)`` / ``ensure_publishable(text, what)`` re-scan text that is about to leave
-  the machine (PR title/body/diff, forge issues, seed files, prompts) and block it on any hit.
-  Other parts of healer call these before they publish anything.
+  the machine (PR title/body/diff, forge issues, seed files, prompts) and block it on any hit:
+  the same rules, then an entropy census (``entropy``) that knows no shapes and no names and
+  flags any token random enough to be a key. What the first pass has no rule for, the second
+  still blocks (``HIGH-ENTROPY``). Other parts of healer call these before they publish.
 
-What is detected (REFERENCE.md, "Scrubbing"): JWTs; API keys (Anthropic, OpenAI, AWS, GitHub,
-Slack, Stripe, Google, GitLab, npm, Hugging Face); bearer/basic credentials and
-``Authorization`` headers; ``password=…``-style assignments; URLs with credentials; database
-URLs; chat webhook URLs; private keys; e-mail addresses; phone numbers; card numbers; US SSNs;
-IPv4/IPv6 addresses (loopback, unspecified and broadcast kept); absolute home paths; host names
-not on the allow list; UUIDs; long high-entropy tokens.
+The rules (categories after Sentry Relay's PII rules, gitleaks and detect-secrets; the tables
+are in ``secret_rules`` and ``pii_rules``): private keys (PEM, PuTTY); keys cut across lines;
+database URLs with userinfo; chat webhooks; URL credentials; JWTs; some 50 vendors' keys by
+prefix and shape; ``Authorization`` headers and bearer/basic credentials; passwords on command
+lines (``mysql -p…``, ``curl -u``, ``sshpass``, ``docker login``, ``redis-cli -a``); values
+under secret names in any syntax (``=``, ``:``, ``=>``, JSON also JSON-escaped, YAML, headers,
+query strings, flags, ``.netrc``); e-mail addresses; UUIDs; IBANs; IMEIs; card numbers; US SSNs;
+MAC addresses; IPv4/IPv6 addresses (loopback, unspecified and broadcast kept); phone numbers;
+home paths; host names not on the allow list; random values under any name; long random
+tokens.
 
 Speed matters (every report goes through here): patterns are compiled once; each detector
-runs its full pattern only in small windows a cheap locator found (see ``detectors``); and with
-Hyperscan installed, one pass over the text (the census) skips every detector that cannot match.
+runs its full pattern only in small windows a cheap locator found (see ``detectors``); and a
+pre-filter decides before any of them runs which can match at all — one Hyperscan pass when
+Hyperscan is installed, literal gates otherwise.
 """
 
 from __future__ import annotations
