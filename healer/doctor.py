@@ -141,12 +141,14 @@ def settings_check(settings: Settings) -> Check:
 def run_all(settings: Settings) -> list[Check]:
     checks = [settings_check(settings), *python_deps(), *tools(settings), *folders(settings),
               executor_choice(settings)]
-    for extra in _extra_checks():
-        checks.extend(extra(settings))
+    for name, spec in _HEALTH_CHECKS:
+        health = optional(spec)
+        verdict = health(settings) if health is not None else None
+        if verdict is not None:
+            checks.append(Check(name, *verdict))
     return checks
 
 
-def _extra_checks() -> list[Any]:
-    """Capability-specific checks (e.g. JetStream) register as ``module:function``."""
-    specs = ("healer.core.jetstream:doctor_checks",)
-    return [fn for fn in map(optional, specs) if fn is not None]
+# Checks of optional backends: ``module:function`` returning (ok, detail), or None when the
+# backend is not in use.
+_HEALTH_CHECKS = (("jetstream", "healer.core.jetstream:health"),)

@@ -17,7 +17,6 @@ import contextlib
 import logging
 import os
 import signal
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -112,6 +111,7 @@ def build(settings: Settings) -> Healer:
     bus = bus_class(
         settings.results_path, store,  # type: ignore[arg-type]
         max_file_bytes=settings.bus.max_file_bytes, settle_s=settings.bus.settle_s,
+        max_wait_s=settings.bus.max_wait_s,
         rescan_s=settings.bus.rescan_s, max_json_depth=settings.bus.max_json_depth,
         fleet_dir=settings.fleet_path, node=settings.node,
     )
@@ -250,42 +250,7 @@ def _write_status(healer: Healer, state: str) -> None:
         atomic_write_json(_status_path(healer.settings), {**healer.status(), "state": state})
 
 
-HELP = "run the headless healer loop (same as python -m healer.loop)"
+if __name__ == "__main__":  # python -m healer.loop: the command lives with the others
+    from healer.commands.loop import main
 
-
-def main(argv: list[str] | None = None) -> int:
-    from healer.commands._common import add_settings_args, parser, settings_from
-    from healer.commands._common import run as run_command
-
-    p = parser(
-        "loop",
-        "Run healer headless: watch results and seed files, serve the API, heal what breaks.\n"
-        "Stops cleanly on SIGINT/SIGTERM.",
-        "exit codes: 0 stopped cleanly, 2 bad settings or another loop owns the state dir,\n"
-        "3 a service could not start (e.g. the API port is taken)",
-    )
-    p.add_argument("--once", action="store_true",
-                   help="recover, process what is pending, run each periodic job once, exit")
-    p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds")
-    p.add_argument("--demo", action="store_true",
-                   help="run on an embedded local fleet, inject faults, show them healed")
-    add_settings_args(p)
-    args = p.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.duration is not None and args.duration <= 0:
-        p.error("--duration must be positive")
-
-    def body() -> int:
-        settings = settings_from(args)
-        if args.demo:
-            run_demo = optional("healer.fleet.demo:run_demo")
-            if run_demo is None:
-                print("healer: the fleet demo is not part of this installation", file=sys.stderr)
-                return 3
-            return int(run_demo(settings))
-        return asyncio.run(run(settings, once=args.once, duration=args.duration))
-
-    return run_command(body)
-
-
-if __name__ == "__main__":
     raise SystemExit(main())

@@ -11,7 +11,6 @@ healer writes a failed result instead, so whoever waits on the bus always hears 
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -22,6 +21,7 @@ from typing import Any
 from healer.core.bus import RESULT_NAME, SUBDIRS
 from healer.core.files import atomic_write_json
 from healer.core.schemas import errors as schema_errors
+from healer.core.strict_json import StrictJSONError, loads_strict
 
 SUCCESS = frozenset({"ok", "diagnosed", "healed", "fixed"})
 MAX_RESULT_BYTES = 1 << 20
@@ -89,8 +89,8 @@ def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
     try:
         if where.stat().st_size > MAX_RESULT_BYTES:
             return None, f"the agent's result is larger than {MAX_RESULT_BYTES} bytes"
-        data = json.loads(where.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        data = loads_strict(where.read_bytes())
+    except (OSError, StrictJSONError) as exc:
         return None, f"the agent's result is not valid JSON: {exc}"
     return data, ""
 

@@ -374,16 +374,14 @@ def open_jetstream(settings: Any) -> JetStreamStore:
     return JetStreamStore.connect(settings)
 
 
-def doctor_checks(settings: Any) -> list[Any]:
-    """`healer doctor`: with store.backend=jetstream, JetStream answers and the bucket exists."""
-    from healer.doctor import Check
-
+def health(settings: Any) -> tuple[bool, str] | None:
+    """For `healer doctor`: (ok, detail) of JetStream and the bucket; None on another backend."""
     if settings.store.backend != "jetstream":
-        return []
+        return None
     try:
         store = JetStreamStore.connect(settings)
     except UnavailableError as exc:
-        return [Check("jetstream", False, str(exc))]
+        return False, str(exc)
     try:
         status = store._run(store.kv.status())
         stream, _ = stream_names(store.bucket_name)
@@ -392,9 +390,8 @@ def doctor_checks(settings: Any) -> list[Any]:
             store._run(store.js.stream_info(stream))
         except Exception:
             stream_ok = False
-        detail = (f"bucket {store.bucket_name}: {status.values} values, history "
-                  f"{status.history}; stream {stream}: "
-                  f"{'present' if stream_ok else 'created on first loop start'}")
-        return [Check("jetstream", True, detail)]
+        return True, (f"bucket {store.bucket_name}: {status.values} values, history "
+                      f"{status.history}; stream {stream}: "
+                      f"{'present' if stream_ok else 'created on first loop start'}")
     finally:
         store.close()

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
-from conftest import Dirs, run_cli
 
 pytestmark = pytest.mark.e2e
 
@@ -20,19 +20,19 @@ def taken_port() -> Iterator[int]:
 
 
 class TestBusyPort:
-    def test_serve_on_a_taken_port_is_one_line_and_exit_3(self, dirs: Dirs,
+    def test_serve_on_a_taken_port_is_one_line_and_exit_3(self, cli: Callable[..., Any],
                                                           taken_port: int) -> None:
-        out = run_cli("serve", "--port", str(taken_port), env=dirs.env)
+        out = cli("serve", "--port", str(taken_port))
         assert out.code == 3, out
         assert out.err.strip().count("\n") == 0, out.err
         assert f"127.0.0.1:{taken_port} is already in use" in out.err
         assert "--port" in out.err and "Traceback" not in out.err
 
-    def test_loop_on_a_taken_port_is_one_line_and_exit_3(self, dirs: Dirs,
+    def test_loop_on_a_taken_port_is_one_line_and_exit_3(self, cli: Callable[..., Any], dirs: Any,
                                                          taken_port: int) -> None:
         env = {**dirs.env, "HEALER__API__ENABLED": "true", "HEALER_PORT": str(taken_port),
                "HEALER_LOG_LEVEL": "error"}
-        out = run_cli("loop", "--duration", "30", env=env)
+        out = cli("loop", "--duration", "30", env=env)
         assert out.code == 3, out
         assert "Traceback" not in out.err
         assert f"127.0.0.1:{taken_port} is already in use" in out.err
@@ -40,8 +40,9 @@ class TestBusyPort:
 
 class TestTokens:
     @pytest.mark.parametrize("token", ["", "short", "                    "])
-    def test_off_loopback_bind_needs_a_real_token(self, dirs: Dirs, token: str) -> None:
-        env = {**dirs.env, "HEALER_TOKEN": token}
-        out = run_cli("serve", "--host", "0.0.0.0", "--port", "0", env=env)
+    def test_off_loopback_bind_needs_a_real_token(self, cli: Callable[..., Any], dirs: Any,
+                                                  token: str) -> None:
+        out = cli("serve", "--host", "0.0.0.0", "--port", "0",
+                  env={**dirs.env, "HEALER_TOKEN": token})
         assert out.code == 2, out
         assert "at least 16 characters" in out.err and "Traceback" not in out.err

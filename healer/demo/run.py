@@ -1,6 +1,6 @@
 """``healer loop --demo``: a broken local fleet healing itself, live, then a summary.
 
-Starts the embedded fleet (``healer.testing.fleet``: real NATS servers, a real sshd, three
+Starts the embedded fleet (``healer.demo.fleet``: real NATS servers, a real sshd, three
 node daemons on 127.0.0.2-4, SSH tunnels), runs the real loop on it with fast settings and
 the playbook executor, injects one fault after another, and shows each being found and healed
 — which channel broke, which agent fixed it, how long it took. The last fault (a restart
@@ -110,8 +110,8 @@ async def _wait(pred: Callable[[], bool], timeout: float, every: float = 0.2) ->
 
 async def _demo(base: Settings) -> int:
     from healer import loop as loop_mod
+    from healer.demo.fleet import LocalFleet
     from healer.fleet.render import episodes_table, fleet_table
-    from healer.testing.fleet import LocalFleet
 
     faults = _selected()
     console = Console(highlight=False)
