@@ -175,8 +175,12 @@ class ExecutorSettings:
         env="HEALER_EXECUTOR",
     )
     timeout_s: float = setting(600.0, "Wall-clock limit of one agent run.", minimum=1)
-    max_concurrent: int = setting(4, "Agent runs in flight at once; more wait in a queue.",
+    max_concurrent: int = setting(4, "Agent runs in flight at once on this machine, of every "
+                                  "kind (play, code, fleet, by hand) and from every healer "
+                                  "process together; more wait for a slot.",
                                   minimum=1)
+    slot_wait_s: float = setting(3600.0, "Longest a run waits for a free agent slot; past it "
+                                 "the run fails without starting.", minimum=0.1)
     commands: dict[str, list[str]] = setting(
         {}, "For the `command` executor: agent name → argv (no shell). `{prompt_file}`, "
         "`{result_file}` and `{cwd}` are substituted.",

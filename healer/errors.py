@@ -15,7 +15,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentUnavailableError    the executor cannot run here (CLI missing, no model)
     │   ├── AgentProcessError        the agent process failed (exit_code, stderr)
     │   ├── AgentResultError         the agent finished but reported an error
-    │   └── AgentTimeoutError        the wall-clock limit was hit; the run was killed
+    │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
+    │   └── SlotWaitError            no agent slot came free in time; the run never started
     └── UnavailableError             a dependency or service is missing             exit 3
 """
 
@@ -129,6 +130,11 @@ class AgentTimeoutError(ExecutorError):
     def __init__(self, message: str, *, timeout_s: float, **kw: str):
         self.timeout_s = timeout_s
         super().__init__(message, **kw)
+
+
+class SlotWaitError(ExecutorError):
+    """Every one of the machine's ``executor.max_concurrent`` agent slots stayed busy for
+    ``executor.slot_wait_s``: the run was not started."""
 
 
 class UnavailableError(HealerError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import os
@@ -38,16 +39,22 @@ from healer.agents.playbooks import PlaybookContext, get_playbook, registered
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.core.files import atomic_write_bytes
+from healer.core.slots import Slot, SlotPool
 from healer.errors import (
     AgentProcessError,
     AgentResultError,
     AgentTimeoutError,
     AgentUnavailableError,
     ExecutorError,
+    SlotWaitError,
     UsageError,
 )
 
 log = logging.getLogger(__name__)
+# Set while a run executes: a run started from inside it (master-healer starts the fleet's
+# repair agents) works under its parent's slot instead of waiting for one the parent holds.
+_IN_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("healer_in_agent_run",
+                                                              default=False)
 
 EXECUTORS = ("playbook", "claude", "command")
 KEEP_RUN_DIRS = 200  # run folders (prompt, transcript, output) kept under the state dir
@@ -183,8 +190,16 @@ class Executor(abc.ABC):
                  prep.run.run_id, self.name, prep.run.target, prep.timeout_s)
         produced: Mapping[str, Any] | None = None
         error: ExecutorError | None = None
+        slot: Slot | None = None
+        holding = None
         try:
+            if not _IN_RUN.get():
+                slot = await self._slot(prep)
+            holding = _IN_RUN.set(True)
+            prep.started = time.monotonic()  # the run's time starts once it may run
             produced = await asyncio.wait_for(self._execute(prep), prep.timeout_s)
+        except SlotWaitError as exc:
+            error = exc
         except TimeoutError:
             error = AgentTimeoutError(f"no result within {prep.timeout_s:g} s; the run was "
                                       "stopped", timeout_s=prep.timeout_s, agent=prep.run.agent,
@@ -201,11 +216,29 @@ class Executor(abc.ABC):
             log.exception("agent %s run %s crashed", prep.run.agent, prep.run.run_id)
             error = ExecutorError(f"{type(exc).__name__}: {exc}", agent=prep.run.agent,
                                   run_id=prep.run.run_id)
+        finally:
+            if holding is not None:
+                _IN_RUN.reset(holding)
+            if slot is not None:
+                slot.release()
         outcome = self._conclude(prep, produced, error)
         log.info("agent %s run %s finished: %s in %.1f s%s", outcome.agent, outcome.run_id,
                  outcome.status, outcome.duration_s, f" ({outcome.error})" if outcome.error
                  else "")
         return outcome
+
+    async def _slot(self, prep: Prepared) -> Slot:
+        """One of the machine's ``executor.max_concurrent`` agent slots, shared by every kind
+        of run and every healer process (``healer.core.slots``)."""
+        wait = self.settings.executor.slot_wait_s
+        try:
+            return await SlotPool.agents(self.settings).acquire(
+                {"run_id": prep.run.run_id, "agent": prep.run.agent, "kind": prep.run.kind,
+                 "target": prep.run.target}, timeout=wait)
+        except TimeoutError as exc:
+            raise SlotWaitError(f"no free agent slot within {wait:g} s (all "
+                                f"{self.settings.executor.max_concurrent} busy); not run",
+                                agent=prep.run.agent, run_id=prep.run.run_id) from exc
 
     @abc.abstractmethod
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:

@@ -132,7 +132,6 @@ class HealLoop:
         self.episodes: dict[str, Episode] = {}
         self._landed: dict[tuple[str, str], asyncio.Event] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sem: asyncio.Semaphore | None = None
         self.busy_peers: set[str] = set()  # peers a repair ladder is working on
         # Lease owner: this node, and this loop instance (a restarted loop is someone else
         # until the old lease expires, so two incarnations never heal at once).
@@ -167,11 +166,9 @@ class HealLoop:
     async def _executor_run(self, task: AgentTask) -> RunOutcome:
         from healer.agents.executors import select_executor
 
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.ctx.settings.executor.max_concurrent)
-        async with self._sem:
-            outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
-            return outcome
+        # The executor takes one of the machine's agent slots (executor.max_concurrent).
+        outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
+        return outcome
 
     # -- gates ---------------------------------------------------------------------------
 

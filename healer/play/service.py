@@ -37,7 +37,6 @@ class PlayService:
         self.registry = SessionRegistry(store, clock=clock)
         self._engine: Any = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._sem = asyncio.Semaphore(settings.executor.max_concurrent)
         self.remediator = Remediator(settings, store, self.registry,
                                      run_agent=run_agent or self._run_agent,
                                      still_broken=self.still_broken, metrics=metrics,
@@ -48,9 +47,9 @@ class PlayService:
     async def _run_agent(self, task: AgentTask) -> RunOutcome:
         from healer.agents.executors import select_executor
 
-        async with self._sem:
-            outcome: RunOutcome = await select_executor(self.settings).run(task)
-            return outcome
+        # The executor takes one of the machine's agent slots (executor.max_concurrent).
+        outcome: RunOutcome = await select_executor(self.settings).run(task)
+        return outcome
 
     @property
     def engine(self) -> Any:
