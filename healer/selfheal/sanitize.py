@@ -130,13 +130,15 @@ class Sanitizer:
         engine = prefilter if isinstance(prefilter, str) else "auto"
         self._census = Census(self._detectors if prefilter else [], engine)
         self._brought_cache: dict[str, frozenset[int]] = {}
+        self._clean: set[str] = set()
 
     # --- public -------------------------------------------------------------------------------
 
     def scrub(self, text: str) -> str:
         """``text`` with every secret and personal datum replaced by a marker."""
-        if not text:
+        if not text or text in self._clean:
             return text
+        original = text
         if self._root_re is not None and self.root in text:
             text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
         view = View(text)
@@ -161,6 +163,12 @@ class Sanitizer:
                     for j in self._brought(before, hits):
                         if j > i:
                             heapq.heappush(todo, j)
+        if view.text == original and len(original) <= _CLEAN_MAX_LEN:
+            # Short texts that come back unchanged recur (error types, tool names, call
+            # sites): remember them. Only clean ones, so no secret is kept in memory.
+            if len(self._clean) >= _CLEAN_MAX_ITEMS:
+                self._clean.clear()
+            self._clean.add(original)
         return view.text
 
     def _brought(self, text: str, hits: list[Hit]) -> frozenset[int]:
@@ -389,6 +397,8 @@ class Sanitizer:
         return marker("HOST")
 
 
+_CLEAN_MAX_LEN = 256
+_CLEAN_MAX_ITEMS = 4096
 _KEY_CHARS = string.ascii_letters + string.digits + "_-"
 _DIGITS = "0123456789"
 _EMAIL_LOCAL = frozenset(_KEY_CHARS + ".%+")

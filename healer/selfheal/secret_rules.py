@@ -375,21 +375,24 @@ _LINE_END = re.compile(r"(?:[\"']? ?[+\\] ?|[\"'\\])?\r?\n$")
 # (Two expressions, not one alternation: Hyperscan scans them at half the cost.)
 WRAPPED_CENSUS = (r"[A-Za-z0-9+/=_-]{8}[\"'\\]?\r?\n",
                   r"[A-Za-z0-9+/=_-]{8}[\"']? ?[+\\] ?\r?\n")
-_CONTINUED = re.compile(r"[ \t>|]*[\"']?([A-Za-z0-9+/_-]{6,}={0,2})")
-_WORDISH = re.compile(r"[A-Z]?[a-z]+|[A-Z]+|[a-z_]+")
+# A line break, then (after indentation and a quote) six key characters that are not a plain
+# word: lines of a traceback start with words ("File", "result", "Traceback"), so this
+# literal-first pattern skips them in C (possessive: no backtracking into the indentation).
+_NEXT_LINE = re.compile(r"\n[ \t>|]*+[\"']?+(?!(?:[A-Z]?[a-z]+|[A-Z]+|[a-z_]+)(?![A-Za-z0-9+/_=-]))"
+                        r"([A-Za-z0-9+/_-]{6,}={0,2})")
 _TAIL_CHARS = frozenset("\"'\\+ \r")
 
 
 def wrapped_hits(v: View) -> list[Hit]:
     """A key cut by a line break (a logger's wrap, ``"abc"\\n "def"``, a ``\\`` continuation):
-    both halves go when the joined token is a provider key or random. Driven by line ends
-    (few lines of a traceback end in eight key characters), not by line starts."""
+    both halves go when the joined token is a provider key or random."""
     text = v.text
     out: list[Hit] = []
     last = 0
-    nl = text.find("\n", 8)
-    while nl != -1:
-        here, nl = nl, text.find("\n", nl + 1)
+    for m in _NEXT_LINE.finditer(text):
+        here = m.start()
+        if here < 8:
+            continue
         end = text[here - 1]
         if end in _KEY_RUN:
             k = here  # the common case, no regex: the line ends in a key character
@@ -400,14 +403,10 @@ def wrapped_hits(v: View) -> list[Hit]:
             continue
         if k < 8 or not _KEY_RUN.issuperset(text[k - 8:k]):
             continue  # fewer than eight key characters before the break
-        m = _CONTINUED.match(text, here + 1)
-        if m is None or _WORDISH.fullmatch(m.group(1)):
-            continue  # the next line starts with a word: indentation, not a cut
         a, _ = expand(text, k, k, _KEY_RUN)
-        left, right = text[a:k], m.group(1)
         if a < last:
             continue
-        kind = _cut_key(left, right)
+        kind = _cut_key(text[a:k], m.group(1))
         if kind is None:
             continue
         out.append((a, k, marker(kind)))
