@@ -14,9 +14,11 @@ form; on HTTP each form is also reported alone (being stored is what matters the
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -163,6 +165,32 @@ class TestHTTP:
             assert att["status"] == "pr_open", (att["status"], att.get("reason"))
         assert (tmp_path / "state" / "forge" / "prs").is_dir()
         assert any((tmp_path / "state" / "worktrees").iterdir())
+        assert_nothing_persisted({d: tmp_path / d for d in ("state", "results", "fleet")},
+                                 min_files=10)
+
+
+    async def test_unfixable_runs_escalate_without_leaking(
+            self, make_settings: Callable[..., Any], tmp_path: Path) -> None:
+        """Runs that end ``unfixable`` are handed to a person (seed files in the fleet dir,
+        forge issues): those hold no raw form either."""
+        settings = make_settings("unfixable", worker="task", **OPEN_GATES)
+        settings.api.max_body_bytes = 256 * 1024
+        svc = SelfHealService(settings, FileStore(settings.state_path), env={})
+        async with serve(svc) as c:
+            ids = []
+            for body in reports(tag="Unfixable"):
+                res = await c.post("/api/v1/errors", json=body)
+                assert res.status_code == 202, res.text
+                ids.append(res.json()["attempt_id"])
+            await svc.drain(120)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline and not all(
+                    svc.attempts.require(a).get("escalated_at") for a in ids):
+                await asyncio.sleep(0.2)  # escalations may follow the run's end
+        seeds = list((tmp_path / "fleet").rglob("*.md"))
+        assert not seeds or len(seeds) >= len(ids), seeds
+        for aid in ids:
+            assert svc.attempts.require(aid)["status"] == "unfixable"
         assert_nothing_persisted({d: tmp_path / d for d in ("state", "results", "fleet")},
                                  min_files=10)
 
