@@ -275,7 +275,7 @@ class Sanitizer:
             d("IP", c(r"(?<![\w:.])(?:[0-9A-Fa-f]{0,4}:){2,7}(?:[0-9A-Fa-f]{1,4}|"
                       r"\d{1,3}(?:\.\d{1,3}){3})?(?:%\w+)?(?![\w:])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
-              hints(*_IP6_HINTS, back=48, fwd=48), census=_IP6_HINTS, gate=(":",)),
+              _ip6_locate, census=_IP6_HINTS, gate=(":",)),
             d("IP", c(r"(?<![\w.])(?:(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])\.){3}"
                       r"(?:25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(?![\w]|\.[0-9])"),
               lambda m: None if keep_ip(m.group(0)) else marker("IP"),
@@ -428,6 +428,26 @@ _IP4_HINT = r"\.[0-9]{1,3}\.[0-9]{1,3}\.[0-9]"
 # An assignment of something at least twelve key characters long.
 _GENERIC_CENSUS = (r"[=:][>=]?[ \t]*(\\{0,3}[\"'`])?[A-Za-z0-9+_~!@#$%^*-]"
                    r"[A-Za-z0-9+/=_~!@#$%^*-]{11}",)
+
+
+_IP6_COMPRESSED = needles("::", back=48, fwd=48)
+_IP6_FULL = hints(_IP6_HINTS[1], back=48, fwd=48)
+
+
+def _ip6_locate(v: View) -> list[tuple[int, int]]:
+    """``::``, or six colon groups — looked for (a slow, class-first regex) only when the text
+    has six colons at all (``str.count`` is cheap; a traceback seldom has)."""
+    found = _IP6_COMPRESSED(v) or []
+    if v.text.count(":") >= 6:
+        found = sorted(found + (_IP6_FULL(v) or []))
+        merged: list[tuple[int, int]] = []
+        for ws, we in found:
+            if merged and ws <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], we))
+            else:
+                merged.append((ws, we))
+        return merged
+    return found
 
 
 def _gate(needle: str) -> Callable[[View], list[tuple[int, int]] | None]:

@@ -277,33 +277,46 @@ _CAMEL_WORD = re.compile(r"[A-Z][a-z]{2,}|[a-z]{3,}")
 def generic_hits(v: View) -> list[Hit]:
     """A random value under any name: ``x=Zk3p…``, ``"nonce_seed": "…"``, ``hmac: …``."""
     text = v.text
+    found: list[Hit] = []
+    for sep in "=:":
+        i = text.find(sep)
+        while i != -1:
+            hit = _generic_at(text, i)
+            if hit is not None:
+                found.append(hit)
+            i = text.find(sep, i + 1)
     out: list[Hit] = []
     last = 0
-    for i in sorted(v.positions("=") + v.positions(":")):
-        if i < last:
-            continue
-        after = i + 1
-        if text.startswith(("=>", ":="), i):
-            after += 1
-        elif text.startswith(("==", "://", "::"), i) or (i > 0 and text[i - 1] in "=!<>:"):
-            continue
-        m = _GEN_VALUE.match(text, after)
-        if m is None:
-            continue
-        quote, value = m.group(1), m.group(2)
-        if quote and not text.startswith(quote, m.end()):
-            continue  # the quoted text goes on: prose, not a token
-        j = i
-        while j > 0 and text[j - 1] in " \t\"'\\":
-            j -= 1
-        k, _ = expand(text, j, j, _NAME_BEFORE)
-        name = text[k:j].lower()
-        if not name or not (name[0].isalpha() or name[0] == "_") or has_mark(value):
-            continue
-        if random_value(name, value):
-            out.append((m.start(2), m.end(2), marker("SECRET")))
-            last = m.end(2)
+    for hit in sorted(found):
+        if hit[0] >= last:
+            out.append(hit)
+            last = hit[1]
     return out
+
+
+def _generic_at(text: str, i: int) -> Hit | None:
+    """The value after the separator at ``i``, if it is random and named."""
+    # The value first: it is what almost every separator in a traceback lacks (``retries=3``).
+    after = i + 2 if text.startswith(("=>", ":="), i) else i + 1
+    m = _GEN_VALUE.match(text, after)
+    if m is None:
+        return None
+    if after == i + 1 and (text.startswith(("==", "://", "::"), i)
+                           or (i > 0 and text[i - 1] in "=!<>:")):
+        return None  # a comparison, a URL, a scope
+    quote, value = m.group(1), m.group(2)
+    if quote and not text.startswith(quote, m.end()):
+        return None  # the quoted text goes on: prose, not a token
+    j = i
+    while j > 0 and text[j - 1] in " \t\"'\\":
+        j -= 1
+    k, _ = expand(text, j, j, _NAME_BEFORE)
+    name = text[k:j].lower()
+    if not name or not (name[0].isalpha() or name[0] == "_") or has_mark(value):
+        return None
+    if not random_value(name, value):
+        return None
+    return (m.start(2), m.end(2), marker("SECRET"))
 
 
 def _entropy(s: str) -> float:
