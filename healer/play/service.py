@@ -195,7 +195,8 @@ class PlayService:
             severity = "critical" if first.severity == "critical" else "warning"
             evidence = [a.line for a in hits[:MAX_EVIDENCE]]
             issues.append(self._issue(issue_type, severity, agent, desc, code=first.code,
-                                      evidence=evidence,
+                                      key=f"{issue_type}:{agent}:{item}",
+                                      occurrences=len(hits), evidence=evidence,
                                       missing_tools=verdict.missing_tools
                                       if issue_type == "tool_mismatch" else [],
                                       task_id=task_id))
@@ -206,7 +207,8 @@ class PlayService:
             issues.append(self._issue(
                 evaluate.issue_type_for_alert(code, 2), worst, agent,
                 f"{agent}: {hits[0].meaning or hits[0].id} ({len(hits)} line(s))"[:300],
-                code=code, evidence=[a.line for a in hits[:MAX_EVIDENCE]], task_id=task_id))
+                code=code, key=f"runtime:{agent}:{code}", occurrences=len(hits),
+                evidence=[a.line for a in hits[:MAX_EVIDENCE]], task_id=task_id))
         now = self.clock()
 
         def fn(d: dict[str, Any]) -> None:

@@ -26,6 +26,7 @@ ISSUE_TYPES = (
     "stuck", "agent_failure", "build_failure", "test_failure", "language_mismatch", "other",
 )
 MAX_ISSUES = 500
+MAX_PREVIOUS_RUNS = 20  # earlier runs of a restarted play kept in its record
 
 
 class AlreadyActive(UsageError):
@@ -172,7 +173,13 @@ class SessionRegistry:
             elif existing.data.get("status") == "active":
                 raise AlreadyActive(f"play {play_id} is already active")
             else:
-                data["restarts"] = int(existing.data.get("restarts", 0)) + 1
+                # A new run of a finished play: the earlier runs stay readable, and issue ids
+                # go on counting, so an id never names two different issues.
+                old = existing.data
+                data["restarts"] = int(old.get("restarts", 0)) + 1
+                data["issue_seq"] = _issue_seq(old)
+                data["previous_runs"] = [*old.get("previous_runs", []), _run_of(old)][
+                    -MAX_PREVIOUS_RUNS:]
                 self.store.put(KIND, play_id, data, expected_revision=existing.revision)
         except ConflictError as exc:
             raise AlreadyActive(f"play {play_id} was started concurrently") from exc
@@ -209,23 +216,36 @@ class SessionRegistry:
         return data
 
     def add_issue(self, play_id: str, issue: dict[str, Any]) -> tuple[dict[str, Any], bool]:
-        """Record an issue unless the same one (type, agent, description) is already there.
-        Returns (issue as stored, whether it is new)."""
+        """Record an issue unless one with the same identity is already there; returns (issue
+        as stored, whether it is new).
+
+        The identity is ``issue["key"]`` when given (type, agent and alert code or checklist
+        item — never text that changes between batches, like a line count), else type, agent
+        and description. A repeat adds its ``occurrences`` (default 1) to ``count`` and moves
+        ``last_seen``; ids come from a per-play sequence and are never reused."""
         assert issue["issue_type"] in ISSUE_TYPES, issue["issue_type"]
         stored: dict[str, Any] = {}
         new = False
+        issue = dict(issue)
+        occurrences = max(1, int(issue.pop("occurrences", 1)))
+        ident = _identity(issue)
 
         def fn(d: dict[str, Any]) -> None:
             nonlocal stored, new
+            now = iso(self._clock())
             for existing in d["issues"]:
-                if (existing["issue_type"], existing.get("agent"), existing["description"]) == (
-                        issue["issue_type"], issue.get("agent"), issue["description"]):
-                    existing["count"] = int(existing.get("count", 1)) + 1
-                    existing["last_seen"] = iso(self._clock())
+                if _identity(existing) == ident:
+                    existing["count"] = int(existing.get("count", 1)) + occurrences
+                    existing["last_seen"] = now
+                    existing["description"] = issue["description"]
+                    if issue.get("evidence"):
+                        existing["evidence"] = issue["evidence"]
                     stored, new = existing, False
                     return
-            entry = {"detected_at": iso(self._clock()), "remediation_spawned": False,
-                     "count": 1, "id": f"issue-{len(d['issues']) + 1}", **issue}
+            seq = _issue_seq(d) + 1
+            d["issue_seq"] = seq
+            entry = {"detected_at": now, "last_seen": now, "remediation_spawned": False,
+                     "count": occurrences, "id": f"issue-{seq}", **issue}
             d["issues"] = [*d["issues"], entry][-MAX_ISSUES:]
             stored, new = entry, True
 
@@ -239,3 +259,25 @@ class SessionRegistry:
                     issue.update(fields)
 
         self.update(play_id, fn)
+
+
+def _identity(issue: dict[str, Any]) -> tuple[str, ...]:
+    if issue.get("key"):
+        return ("key", str(issue["key"]))
+    return ("text", issue["issue_type"], str(issue.get("agent", "")), issue["description"])
+
+
+def _issue_seq(d: dict[str, Any]) -> int:
+    """The last issue number used by this play (records from before the sequence existed
+    are read off their ids)."""
+    if "issue_seq" in d:
+        return int(d["issue_seq"])
+    numbers = [int(i["id"].rpartition("-")[2]) for i in d.get("issues", [])
+               if str(i.get("id", "")).rpartition("-")[2].isdigit()]
+    return max(numbers, default=0)
+
+
+def _run_of(d: dict[str, Any]) -> dict[str, Any]:
+    """An earlier run as the restarted play keeps it."""
+    keep = ("started_at", "finished_at", "status", "finish_reason", "issues", "restarts")
+    return {k: d[k] for k in keep if k in d}
