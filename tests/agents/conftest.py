@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import shutil
@@ -171,3 +172,26 @@ def git_repo(tmp_path: Path) -> Path:
     subprocess.run(["git", "add", "app.py"], cwd=repo, check=True, env=env)
     subprocess.run(["git", "commit", "-q", "-m", "init"], cwd=repo, check=True, env=env)
     return repo
+
+
+@pytest.fixture
+def gated(scratch_playbooks: None) -> dict[str, Any]:
+    from healer.agents import playbooks
+
+    """Playbooks (config-updater, daemon-restarter, channel-diagnoser) that wait for a gate
+    and count the runs in flight across all of them."""
+    state: dict[str, Any] = {"now": 0, "peak": 0, "gate": asyncio.Event(), "started": 0}
+
+    async def waits(ctx: Any) -> dict[str, Any]:
+        state["now"] += 1
+        state["started"] += 1
+        state["peak"] = max(state["peak"], state["now"])
+        try:
+            await state["gate"].wait()
+        finally:
+            state["now"] -= 1
+        return {"status": "ok", "summary": "waited"}
+
+    for agent in ("config-updater", "daemon-restarter", "channel-diagnoser"):
+        playbooks.playbook(agent)(waits)
+    return state

@@ -18,7 +18,6 @@ from healer.agents import (
     PlaybookExecutor,
     _proctree,
     explain_auto,
-    playbook,
     select_executor,
 )
 from healer.agents.claude import ClaudeExecutor
@@ -37,25 +36,6 @@ def valid(path: str) -> dict[str, Any]:
     data = json.loads(Path(path).read_text())
     assert schema_errors("agent-result", data) == []
     return data
-
-
-@pytest.fixture
-def gated(scratch_playbooks: None) -> dict[str, Any]:
-    """A playbook for config-updater that waits for a gate and counts runs in flight."""
-    state: dict[str, Any] = {"now": 0, "peak": 0, "gate": asyncio.Event(), "started": 0}
-
-    @playbook("config-updater")
-    async def waits(ctx: Any) -> dict[str, Any]:
-        state["now"] += 1
-        state["started"] += 1
-        state["peak"] = max(state["peak"], state["now"])
-        try:
-            await state["gate"].wait()
-        finally:
-            state["now"] -= 1
-        return {"status": "ok", "summary": "waited"}
-
-    return state
 
 
 async def until(check: Any, timeout: float = 10.0) -> None:

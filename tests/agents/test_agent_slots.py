@@ -14,10 +14,12 @@ import pytest
 
 from healer.agents import AgentTask, playbook, select_executor
 from healer.core.slots import SlotPool
+from healer.testing.wait import until
 
 HOLD = """
 import sys, time
 from healer.core.slots import SlotPool
+from healer.testing.wait import until
 pool = SlotPool(sys.argv[1], int(sys.argv[2]))
 held = [pool.try_acquire({"run_id": "child"}) for _ in range(int(sys.argv[3]))]
 print("held", sum(s is not None for s in held), flush=True)
@@ -32,14 +34,6 @@ def hold(root: Path, size: int, n: int) -> subprocess.Popen[str]:
     assert proc.stdout is not None
     assert proc.stdout.readline().split() == ["held", str(n)]
     return proc
-
-
-async def until(check: Any, timeout: float = 20.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if check():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")
 
 
 class TestSlotPool:
@@ -77,26 +71,6 @@ class TestSlotPool:
         held.release()
         slot = await waiter
         assert slot.number == 0
-
-
-@pytest.fixture
-def gated(scratch_playbooks: None) -> dict[str, Any]:
-    """Playbooks that wait for a gate and count runs in flight, across all of them."""
-    state: dict[str, Any] = {"now": 0, "peak": 0, "gate": asyncio.Event(), "started": 0}
-
-    async def waits(ctx: Any) -> dict[str, Any]:
-        state["now"] += 1
-        state["started"] += 1
-        state["peak"] = max(state["peak"], state["now"])
-        try:
-            await state["gate"].wait()
-        finally:
-            state["now"] -= 1
-        return {"status": "ok", "summary": "waited"}
-
-    for agent in ("config-updater", "daemon-restarter", "channel-diagnoser"):
-        playbook(agent)(waits)
-    return state
 
 
 class TestOneLimitForEveryRun:
