@@ -15,7 +15,9 @@
 
 Faults: ``kill_daemon``, ``kill_tunnel``, ``move_node`` (new address and port, config left
 stale), ``kill_nats``, ``drop_route`` (NATS restarted without its routes), ``block_inbox``,
-``break_restart`` (the restart command fails), ``set_interactive``.
+``break_restart`` (the restart command fails), ``break_nats_restart`` (the NATS restart
+command fails), ``slow_route`` (after the next NATS restart the routes come back late),
+``set_interactive``.
 
 ``stop()`` ends every process it or the healer under test started: daemons and NATS servers
 by pid file and by an environment marker, tunnels by their forward spec, sshd by its handle.
@@ -298,6 +300,22 @@ class LocalFleet:
             "HEALER__FLEET__HEARTBEAT_S": str(self.heartbeat_s), "PYTHONUNBUFFERED": "1",
         }.items())
         d = n.dir
+        # Both scripts behave like a service manager: one restart of a thing at a time (a
+        # lock), the old process really gone before the new one starts, and a NATS server
+        # that lost the race for its port (it writes its pid file before it binds) never
+        # left named in the pid file — or every later restart would "kill" a dead pid while
+        # the old server keeps running.
+        stop_old = """if [ -f '{pid_file}' ]; then
+  pid=$(cat '{pid_file}')
+  if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+    kill "$pid" 2>/dev/null
+    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+    kill -9 "$pid" 2>/dev/null
+    i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  fi
+  rm -f '{pid_file}'
+fi
+"""
         restart = f"""#!/bin/sh
 # Restart the healer node daemon of {n.node_id} (healer test fleet).
 {env_lines}cd '{d}'
@@ -305,26 +323,51 @@ if [ -e '{d}/broken' ]; then
   echo "restart of {n.node_id} failed: $(cat '{d}/broken')" >&2
   exit 1
 fi
-if [ -f '{n.pid_file}' ]; then
-  pid=$(cat '{n.pid_file}'); kill "$pid" 2>/dev/null
-  i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-  kill -9 "$pid" 2>/dev/null; rm -f '{n.pid_file}'
-fi
-setsid '{sys.executable}' -m healer node --host "$(cat '{d}/host')" --port "$(cat '{d}/port')" \\
-  --nats-url '{n.nats_url}' --pid-file '{n.pid_file}' </dev/null >>'{d}/node.log' 2>&1 &
+exec 9>'{d}/restart.lock'
+flock -w 30 9 || {{ echo "another restart of {n.node_id} is still running" >&2; exit 1; }}
+{stop_old.format(pid_file=n.pid_file)}setsid '{sys.executable}' -m healer node \\
+  --host "$(cat '{d}/host')" --port "$(cat '{d}/port')" --nats-url '{n.nats_url}' \\
+  --pid-file '{n.pid_file}' </dev/null >>'{d}/node.log' 2>&1 9>&- &
 exit 0
 """
         nats_restart = f"""#!/bin/sh
 # Restart the NATS server of {n.node_id} (healer test fleet). Optional argument: a config file.
 export {MARKER}='{self.root}'
 conf="${{1:-{d}/nats.conf}}"
-if [ -f '{n.nats_pid_file}' ]; then
-  pid=$(cat '{n.nats_pid_file}'); kill "$pid" 2>/dev/null
-  i=0; while kill -0 "$pid" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-  kill -9 "$pid" 2>/dev/null
+log='{d}/nats.log'
+if [ -e '{d}/nats-broken' ]; then
+  echo "restart of the NATS server of {n.node_id} failed: $(cat '{d}/nats-broken')" >&2
+  exit 1
 fi
-setsid '{nats_bin}' -c "$conf" </dev/null >>'{d}/nats.log' 2>&1 &
-i=0; while [ ! -s '{n.nats_pid_file}' ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+exec 9>'{d}/nats-restart.lock'
+flock -w 30 9 || {{ echo "another restart of {n.node_id}'s NATS server is running" >&2; exit 1; }}
+delay=""
+if [ -z "$1" ] && [ -s '{d}/route-delay' ]; then
+  # slow_route(): up at once without its routes; they come back after the delay.
+  delay=$(cat '{d}/route-delay'); rm -f '{d}/route-delay'; conf='{d}/nats-noroutes.conf'
+fi
+{stop_old.format(pid_file=n.nats_pid_file)}touch "$log"; seen=$(wc -c < "$log")
+setsid '{nats_bin}' -c "$conf" </dev/null >>"$log" 2>&1 9>&- &
+i=0
+while :; do
+  pid=$(cat '{n.nats_pid_file}' 2>/dev/null)
+  if [ -n "$pid" ] && tail -c +$((seen + 1)) "$log" | grep -q "^\\[$pid\\] .*Server is ready"; then
+    break
+  fi
+  if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then
+    rm -f '{n.nats_pid_file}'
+    why=$(tail -c +$((seen + 1)) "$log" | tail -n 1)
+    echo "the NATS server of {n.node_id} did not start: $why" >&2
+    exit 1
+  fi
+  i=$((i+1))
+  if [ $i -ge 150 ]; then echo "the NATS server of {n.node_id} is not ready" >&2; exit 1; fi
+  sleep 0.1
+done
+if [ -n "$delay" ]; then
+  setsid sh -c 'sleep "$1"; exec "$2"' sh "$delay" '{d}/nats-restart.sh' </dev/null \
+    >/dev/null 2>&1 9>&- &
+fi
 exit 0
 """
         for name, text in (("restart.sh", restart), ("nats-restart.sh", nats_restart)):
@@ -497,6 +540,23 @@ exit 0
         self._cut_off.add(node_id)
         _wait(lambda: _listening(n.nats_host, n.nats_port), 10, f"nats of {node_id} back")
 
+    def restart_nats(self, node_id: str) -> None:
+        """Restart the node's NATS server with its routes (what its ``nats_restart`` runs)."""
+        self._run_script(self.node(node_id).dir / "nats-restart.sh")
+
+    def slow_route(self, node_id: str, delay_s: float) -> None:
+        """The next restart of the node's NATS server brings it up at once but its cluster
+        routes only ``delay_s`` later (the node stays cut off until then)."""
+        (self.node(node_id).dir / "route-delay").write_text(f"{delay_s:g}\n")
+
+    def break_nats_restart(self, node_id: str, why: str = "nats.service masked") -> None:
+        """The node's NATS restart command fails from now on."""
+        (self.node(node_id).dir / "nats-broken").write_text(why + "\n")
+
+    def repair_nats_restart(self, node_id: str) -> None:
+        (self.node(node_id).dir / "nats-broken").unlink(missing_ok=True)
+        (self.node(node_id).dir / "route-delay").unlink(missing_ok=True)
+
     def block_inbox(self, node_id: str) -> Path:
         """Something that is not a folder takes the node's seed inbox's place."""
         box = self.fleet_dir / node_id
@@ -525,6 +585,7 @@ exit 0
         self._write_config()
         for nid, n in self.members.items():
             self.repair_restart(nid)
+            self.repair_nats_restart(nid)
             self.set_interactive(nid, False)
             box = self.fleet_dir / nid
             if box.is_symlink() or (box.exists() and not box.is_dir()):

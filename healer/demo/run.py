@@ -8,13 +8,18 @@ command that fails) cannot be healed: it ends in one escalation file for a perso
 exactly three attempts. Everything stays on loopback, everything it started is stopped, and
 it ends on its own (each fault is given at most 60 s, the whole demo at most 6 minutes).
 
-``HEALER_DEMO_FAULTS=daemon,tunnel`` runs a subset (keys below).
+``HEALER_DEMO_FAULTS=daemon,tunnel`` runs a subset (keys below). For benchmarks and bug
+hunts: ``HEALER_DEMO_SUMMARY=FILE`` writes the summary as JSON (``passed``, ``rows``,
+``duration_s``, ``root``), ``HEALER_DEMO_LOG=FILE`` writes the loop's debug log there (the
+console keeps only the narration), ``HEALER_DEMO_KEEP=1`` keeps the fleet's folder (node,
+NATS and sshd logs) instead of removing it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import shutil
@@ -97,6 +102,9 @@ class _Printer:
         elif kind == "escalated":
             self.console.print(f"{t} [red]✗ {e['peer']} escalated to a person[/] after "
                                f"{e['attempts']} attempts: {e['seed_file']}")
+        elif kind == "held":
+            self.console.print(f"{t} [yellow]… {e['peer']}: {', '.join(e['broken'])} still "
+                               f"broken, already with a person ({', '.join(e['problems'])})[/]")
 
 
 async def _wait(pred: Callable[[], bool], timeout: float, every: float = 0.2) -> bool:
@@ -115,8 +123,7 @@ async def _demo(base: Settings) -> int:
 
     faults = _selected()
     console = Console(highlight=False)
-    if base.log.level == "info":
-        logging.getLogger().setLevel(logging.ERROR)  # the demo narrates; logs would drown it
+    _logging(base)
     root = Path(tempfile.mkdtemp(prefix="healer-demo-"))
     fleet = LocalFleet(root, nodes=3)
     started = time.monotonic()
@@ -138,8 +145,10 @@ async def _demo(base: Settings) -> int:
         runner = asyncio.create_task(loop_mod._run_built(healer, once=False, duration=None))
         channels = list(settings.fleet.channels)
 
-        def green() -> bool:
-            return bool(svc.probes) and all(p.ok for p in svc.probes.values()) and \
+        def green(since: float = 0.0) -> bool:
+            """Every channel works, by a sweep that began after ``since``, and nothing heals."""
+            return bool(svc.probes) and all(p.ok and p.at >= since
+                                            for p in svc.probes.values()) and \
                 not svc.healer.active
 
         await _wait(green, 30)
@@ -160,8 +169,9 @@ async def _demo(base: Settings) -> int:
                         return e
                 return None
 
-            await _wait(lambda: ended() is not None, min(FAULT_TIMEOUT_S,
-                                                         deadline - time.monotonic()))
+            # A stopped loop (SIGINT/SIGTERM) ends the wait: nothing would heal it any more.
+            await _wait(lambda: ended() is not None or runner.done(),
+                        min(FAULT_TIMEOUT_S, deadline - time.monotonic()))
             end = ended()
             # The episode that ended this fault (a later one may already have begun).
             agents = sorted({e["agent"] for e in events if e["peer"] == fault.peer and
@@ -175,7 +185,9 @@ async def _demo(base: Settings) -> int:
                          "outcome": outcome, "expected": "healed" if fault.heals else
                          "escalated", "escalation": (end or {}).get("seed_file", "")})
             if fault.heals:
-                await _wait(green, 30)
+                # The next fault waits for a sweep that started after this one healed.
+                since = end["at"] if end else time.time()
+                await _wait(lambda s=since: green(s) or runner.done(), 30)
         if rows and rows[-1]["escalation"]:
             text = Path(rows[-1]["escalation"]).read_text(errors="replace")
             body = text.split("## What you should do next", 1)[-1].split("## Evidence")[0]
@@ -186,9 +198,44 @@ async def _demo(base: Settings) -> int:
             await asyncio.wait_for(runner, 30)
     finally:
         await asyncio.to_thread(fleet.stop)
-        shutil.rmtree(root, ignore_errors=True)
+        if os.environ.get("HEALER_DEMO_KEEP", "") not in ("", "0"):
+            console.print(f"[dim]kept the fleet's folder (logs): {root}[/]")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
     console.print(episodes_table(rows, title="summary: fault → channels → agent → time to heal"))
     good = len(rows) == len(faults) and all(r["outcome"] == r["expected"] for r in rows)
+    took = time.monotonic() - started
     console.print(f"[{'green' if good else 'red'}]demo {'passed' if good else 'FAILED'}[/] "
-                  f"in {time.monotonic() - started:.0f} s; every process it started is stopped.")
+                  f"in {took:.0f} s; every process it started is stopped.")
+    _write_summary(good, rows, faults, took, root)
     return 0 if good else 1
+
+
+def _logging(base: Settings) -> None:
+    """The demo narrates: the loop's log goes to HEALER_DEMO_LOG (if set), and at the default
+    level only errors reach the console."""
+    root = logging.getLogger()
+    to_file = os.environ.get("HEALER_DEMO_LOG", "")
+    if to_file:
+        handler = logging.FileHandler(to_file)
+        handler.setFormatter(logging.Formatter(
+            "%(asctime)s.%(msecs)03d %(levelname)-7s %(name)s: %(message)s", "%H:%M:%S"))
+        for h in root.handlers:
+            h.setLevel(max(h.level, logging.ERROR))
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG)
+        for noisy in ("httpx", "httpcore", "asyncio", "nats", "watchdog", "filelock"):
+            logging.getLogger(noisy).setLevel(logging.WARNING)
+    elif base.log.level == "info":
+        root.setLevel(logging.ERROR)
+
+
+def _write_summary(good: bool, rows: list[dict[str, Any]], faults: list[Fault], took: float,
+                   root: Path) -> None:
+    path = os.environ.get("HEALER_DEMO_SUMMARY", "")
+    if not path:
+        return
+    doc = {"passed": good, "duration_s": round(took, 1), "root": str(root),
+           "faults": [f.key for f in faults],
+           "rows": [{**r, "key": f.key} for r, f in zip(rows, faults, strict=False)]}
+    Path(path).write_text(json.dumps(doc, indent=2, default=str) + "\n")

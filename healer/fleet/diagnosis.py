@@ -13,11 +13,17 @@ The rules follow the root cause, so one fault gets one agent, not one per sympto
 - ``seed`` down → **inbox-repairer**.
 - ``relay`` depends on the chief, which is healed as a peer of its own.
 - ``ssh`` and ``git`` down: no agent repairs SSH daemons or git remotes → a person.
+
+Each repair kind, and each channel no agent repairs (``person-<channel>``), is a **problem**:
+fleet incidents, their attempts, escalations and cooldowns are kept per peer and problem
+(``fleet-<peer>-<problem>``), so a new, different fault on a peer that was escalated is
+handled as its own incident.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 
 from healer.fleet.channels import PeerProbe
 
@@ -56,6 +62,28 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not self.repairs
+
+    @property
+    def problems(self) -> set[str]:
+        """One key per repair kind and per channel that needs a person (see the module doc)."""
+        return {r.kind for r in self.repairs} | {person(c) for c in self.unrepairable}
+
+    def without(self, problems: Iterable[str]) -> Plan:
+        """This plan minus ``problems`` (ones a person already has, say)."""
+        drop = set(problems)
+        return replace(self, repairs=[r for r in self.repairs if r.kind not in drop],
+                       unrepairable={c: w for c, w in self.unrepairable.items()
+                                     if person(c) not in drop})
+
+
+def person(channel: str) -> str:
+    """The problem key of a broken channel no agent can repair."""
+    return f"person-{channel}"
+
+
+def incident_id(peer: str, problems: Iterable[str]) -> str:
+    """``fleet-<peer>-<problem>[.<problem>…]``: stable for the same fault on the same peer."""
+    return f"fleet-{peer}-{'.'.join(sorted(set(problems))) or 'channels'}"
 
 
 def plan(probe: PeerProbe, *, announced_elsewhere: bool = False) -> Plan:

@@ -1,5 +1,9 @@
 """What a person gets when fleet healing stops trying: the peer, the broken channels, every
-attempt with its result, and the exact commands to run (``healer.core.escalation`` writes it)."""
+attempt with its result, and the exact commands to run (``healer.core.escalation`` writes it).
+
+One escalation per peer and problem: its incident is ``fleet-<peer>-<problem>`` (the repair
+kind, or ``person-<channel>``), so two different faults on one peer are two incidents, two
+seed files, two forge issues."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from healer.config import NodeEntry
 from healer.core.escalation import Attempt, Escalation
 from healer.core.forge_issues import dedup_key
 from healer.fleet.channels import FleetContext, PeerProbe
-from healer.fleet.diagnosis import Plan, Repair
+from healer.fleet.diagnosis import Plan, Repair, incident_id
 from healer.fleet.ssh import shell_line, ssh_command, tunnel_argv
 
 if TYPE_CHECKING:
@@ -82,6 +86,9 @@ def build(ctx: FleetContext, node: NodeEntry, ep: Episode, probe: PeerProbe, fix
     what = (f"Fleet node `{node.node_id}` ({node.host}:{node.port}) has broken channels: "
             f"**{', '.join(broken) or 'none'}**. {why}.\n\nThe healing episode started "
             f"because: {ep.reason}.")
+    if ep.held:
+        what += (f"\n\nAlready with a person from an earlier escalation (still left alone): "
+                 f"{', '.join(ep.held)}.")
     attempts = [Attempt(number=i, action=f"{a.agent} (attempt {a.number} of "
                         f"{ctx.fleet.max_heal_attempts}, channels {', '.join(a.channels)})",
                         outcome=a.status, detail=a.summary[:600])
@@ -91,6 +98,7 @@ def build(ctx: FleetContext, node: NodeEntry, ep: Episode, probe: PeerProbe, fix
     evidence += [f"{name}: skipped — {why}" for name, why in probe.skipped.items()]
     evidence += [f"result file: {a.result_path}" for a in ep.attempts if a.result_path]
     kinds = sorted({a.kind for a in ep.attempts} | {r.kind for r in fix.repairs})
+    problems = ep.escalated or kinds or broken
     steps = ["Run the commands below on the machine that runs healer (they use the fleet's "
              "SSH settings).", "Fix what they show, then run `healer fleet heal "
              f"{node.node_id}`; healer leaves this peer alone for "
@@ -100,6 +108,6 @@ def build(ctx: FleetContext, node: NodeEntry, ep: Episode, probe: PeerProbe, fix
               f"after {len(ep.attempts)} attempt{'s' if len(ep.attempts) != 1 else ''}",
         target=node.node_id, severity="high", what_happened=what, attempts=attempts,
         next_steps=steps, commands=commands_for(ctx, node, broken, kinds), evidence=evidence,
-        incident=f"fleet-{node.node_id}-{int(ep.started_at)}", kind="escalation",
+        incident=ep.incident or incident_id(node.node_id, problems), kind="escalation",
         labels=["heal", "fleet", "escalation"],
-        dedup_key=dedup_key("fleet", node.node_id, *broken))
+        dedup_key=dedup_key("fleet", node.node_id, *sorted(problems)))

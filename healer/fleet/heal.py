@@ -6,18 +6,28 @@ One **episode** per peer at a time::
     loop:
         plan the repairs (healer.fleet.diagnosis): one agent per root cause
         dispatch each in the background (executor: playbook or Claude)
-        wait until an agent's result lands (results bus) — at most fleet.heal_wait_s
-        re-probe
+        wait until an agent's run ends or its result lands (results bus) — at most
+            fleet.heal_wait_s
+        verify: re-probe until what it repaired works or fleet.heal_wait_s passes (between
+            failed runs: until the pause before the next run ends)
     until every channel works                                  → healed, logged
     or a repair kind failed fleet.max_heal_attempts (3) times  → escalated to a human
     or what is broken has no agent (SSH, git, machine down)    → escalated to a human
+    (both only once a re-probe until a deadline still shows it broken)
 
 Bounded everywhere, because the original once made 55 repair attempts on one stale
 heartbeat: at most ``max_heal_attempts`` runs per repair kind per episode, a growing pause
 between failed runs of one kind, one episode per peer at a time, and after an escalation the
-peer is left alone for ``fleet.repair_cooldown_s`` (the escalation is one seed file in
+**problem** (the repair kind, or the channel that needs a person; ``healer.fleet.diagnosis``)
+is left alone on that peer for ``fleet.repair_cooldown_s`` (the escalation is one seed file in
 ``.fleet-messages/human/`` naming the peer, the broken channels, every attempt with its result,
-and the exact commands a person should run).
+and the exact commands a person should run). Incidents are ``fleet-<peer>-<problem>``: a new,
+different fault on a peer whose other problem is with a person opens its own episode, is
+healed, or escalated on its own; what the person already has is left to them.
+
+Races it guards against: a sweep's probe that started before the last episode of a peer
+ended is stale and starts nothing; a result that lands on the bus wakes only the run it
+belongs to (results are matched by run id, not by kind and peer).
 """
 
 from __future__ import annotations
@@ -33,19 +43,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from healer.agents.context import ChannelStatus
-from healer.agents.task import AgentTask, RunOutcome
+from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
 from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import UsageError
 from healer.fleet.channels import FleetContext, Outcome, PeerProbe, probe_peer
-from healer.fleet.diagnosis import Plan, Repair, plan
+from healer.fleet.diagnosis import Plan, Repair, incident_id, person, plan
 from healer.fleet.peers import as_agent_peer
 
 log = logging.getLogger(__name__)
 
 RECORDS = "fleet-heal"
 RESULT_KINDS = ("diagnose", "daemon", "tunnel", "config", "nats", "inbox")
+SUCCESS = ("healed", "ok", "fixed")
+ANY = "*"  # a cooldown recorded before cooldowns were kept per problem: covers every problem
+_EVERY_S = 0.25  # between re-probes of what is being verified
 RunAgent = Callable[[AgentTask], Awaitable[RunOutcome]]
 Event = dict[str, Any]
 
@@ -75,13 +88,20 @@ class Episode:
     reason: str
     started_at: float = field(default_factory=time.time)
     # healing | healed | escalated | deferred | transient | stopped | elsewhere (another node
-    # holds the lease on this peer and heals it)
+    # holds the lease on this peer and heals it) | held (what is still broken is a problem a
+    # person already has: it was escalated and is cooling down)
     state: str = "healing"
     broken: list[str] = field(default_factory=list)
     attempts: list[HealAttempt] = field(default_factory=list)
     ended_at: float = 0.0
     escalation: str = ""
     last_probe: dict[str, Any] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)  # what it worked on (diagnosis problems)
+    held: list[str] = field(default_factory=list)  # problems left to a person (cooling down)
+    escalated: list[str] = field(default_factory=list)  # the problems it handed to a person
+    incident: str = ""  # fleet-<peer>-<problem>[.<problem>…]
+    respect_cooldowns: bool = False  # automatic episodes leave escalated problems alone
+    verified_at: float = 0.0  # when the probe it last acted on started (epoch seconds)
 
     @property
     def duration_s(self) -> float:
@@ -97,7 +117,8 @@ class Episode:
                 "duration_s": round(self.duration_s, 3), "broken": self.broken,
                 "agents": self.agents, "escalation": self.escalation,
                 "attempts": [a.to_dict() for a in self.attempts],
-                "last_probe": self.last_probe}
+                "last_probe": self.last_probe, "problems": self.problems, "held": self.held,
+                "escalated": self.escalated, "incident": self.incident}
 
 
 def probe_from_result(peer: str, result: dict[str, Any] | None) -> PeerProbe | None:
@@ -130,8 +151,13 @@ class HealLoop:
         self._listeners: list[Callable[[Event], None]] = [on_event] if on_event else []
         self.active: dict[str, asyncio.Task[Episode]] = {}
         self.episodes: dict[str, Episode] = {}
-        self._landed: dict[tuple[str, str], asyncio.Event] = {}
+        # Run id → set when that run's result lands on the bus; run id → (kind, peer, start).
+        self._landed: dict[str, asyncio.Event] = {}
+        self._runs: dict[str, tuple[str, str, float]] = {}
+        self._landed_status: dict[str, str] = {}
+        self._verified: dict[str, float] = {}  # peer → when its last episode's last probe began
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sem: asyncio.Semaphore | None = None
         self.busy_peers: set[str] = set()  # peers a repair ladder is working on
         # Lease owner: this node, and this loop instance (a restarted loop is someone else
         # until the old lease expires, so two incarnations never heal at once).
@@ -150,53 +176,106 @@ class HealLoop:
             except Exception:
                 log.exception("fleet event listener failed")
 
-    def result_landed(self, kind: str, target: str) -> None:
-        """Called by the results bus (any thread) when an agent result arrives."""
+    def result_landed(self, kind: str, target: str, run_id: str = "", status: str = "",
+                      epoch: int = 0) -> None:
+        """Called by the results bus (any thread) when an agent result arrives.
+
+        It wakes the run it belongs to (by ``run_id``); a result without a run id wakes the
+        runs of that kind and peer that started before it was written.
+        """
         loop = self._loop
         if loop is None or loop.is_closed():
             return
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(self._set_landed, kind, target)
+            loop.call_soon_threadsafe(self._set_landed, kind, target, run_id, status, epoch)
 
-    def _set_landed(self, kind: str, target: str) -> None:
-        ev = self._landed.get((kind, target))
-        if ev is not None:
-            ev.set()
+    def _set_landed(self, kind: str, target: str, run_id: str = "", status: str = "",
+                    epoch: int = 0) -> None:
+        if run_id:
+            hits = [run_id] if run_id in self._landed else []
+        else:
+            hits = [rid for rid, (k, t, start) in self._runs.items()
+                    if (k, t) == (kind, target) and (not epoch or epoch >= int(start))]
+        for rid in hits:
+            if status:
+                self._landed_status[rid] = status
+            self._landed[rid].set()
 
     async def _executor_run(self, task: AgentTask) -> RunOutcome:
         from healer.agents.executors import select_executor
 
-        # The executor takes one of the machine's agent slots (executor.max_concurrent).
-        outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
-        return outcome
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.ctx.settings.executor.max_concurrent)
+        async with self._sem:
+            outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
+            return outcome
 
     # -- gates ---------------------------------------------------------------------------
 
-    def cooling(self, peer: str) -> float:
-        """Seconds this peer is still left alone after an escalation (0 if not)."""
+    def cooldowns(self, peer: str) -> dict[str, float]:
+        """Problems of ``peer`` left alone after an escalation → seconds still to go."""
         rec = self.store.get(RECORDS, peer)
-        until = float((rec.data if rec else {}).get("cooldown_until", 0.0))
-        return max(0.0, until - self.clock())
+        data = rec.data if rec else {}
+        now = self.clock()
+        out = {str(k): float(v) - now for k, v in (data.get("cooldowns") or {}).items()
+               if float(v) > now}
+        legacy = float(data.get("cooldown_until", 0.0))
+        if legacy > now and "cooldowns" not in data:
+            out[ANY] = legacy - now
+        return out
 
-    def blocked(self, peer: str) -> str:
-        """Why an episode for ``peer`` may not start now ("" if it may)."""
+    def cooling(self, peer: str, problem: str | None = None) -> float:
+        """Seconds ``problem`` (any problem, if None) of ``peer`` is still left alone after
+        an escalation (0 if not)."""
+        left = self.cooldowns(peer)
+        if problem is None:
+            return max(left.values(), default=0.0)
+        return max(left.get(problem, 0.0), left.get(ANY, 0.0))
+
+    def _plan(self, peer: str, probe: PeerProbe) -> Plan:
+        try:
+            node = self.ctx.view.peer(peer)
+        except UsageError:
+            return plan(probe)
+        return plan(probe, announced_elsewhere=self._moved(node))
+
+    def blocked(self, peer: str, probe: PeerProbe | None = None) -> str:
+        """Why an episode for ``peer`` may not start now ("" if it may).
+
+        With the ``probe`` that found it broken, a cooldown blocks only when every problem
+        the probe shows was escalated already: a new, different one is its own incident.
+        """
         if peer in self.active and not self.active[peer].done():
             return "an episode is already healing it"
         if peer in self.busy_peers:
             return "the repair ladder is working on it"
-        left = self.cooling(peer)
-        if left > 0:
-            return f"cooling down for {left:.0f} s after an escalation"
-        return ""
+        left = self.cooldowns(peer)
+        if not left:
+            return ""
+        if probe is not None:
+            problems = self._plan(peer, probe).problems
+            if ANY not in left and problems - set(left):
+                return ""
+        return (f"cooling down for {max(left.values()):.0f} s after an escalation "
+                f"({', '.join(sorted(left))})")
 
     def request(self, peer: str, reason: str, probe: PeerProbe | None = None) -> bool:
-        """Start an episode in the background if the gate allows; True if one started."""
-        why = self.blocked(peer)
+        """Start an episode in the background if the gate allows; True if one started.
+
+        A ``probe`` that began before the last episode of ``peer`` looked for the last time is
+        stale (the sweep was probing while that episode healed it) and starts nothing.
+        """
+        if probe is not None and probe.at <= self._verified.get(peer, 0.0):
+            log.debug("fleet: not healing %s now: the probe that found it broken predates the "
+                      "end of its last episode", peer)
+            return False
+        why = self.blocked(peer, probe)
         if why:
             log.debug("fleet: not healing %s now: %s", peer, why)
             return False
         self._loop = asyncio.get_running_loop()
-        task = asyncio.create_task(self.heal(peer, reason, probe), name=f"heal-{peer}")
+        task = asyncio.create_task(self.heal(peer, reason, probe, respect_cooldowns=True),
+                                   name=f"heal-{peer}")
         self.active[peer] = task
         task.add_done_callback(lambda t, p=peer: self._done(p, t))
         return True
@@ -217,8 +296,13 @@ class HealLoop:
 
     # -- one episode ---------------------------------------------------------------------
 
-    async def heal(self, peer: str, reason: str, probe: PeerProbe | None = None) -> Episode:
+    async def heal(self, peer: str, reason: str, probe: PeerProbe | None = None, *,
+                   respect_cooldowns: bool = False) -> Episode:
         """Heal ``peer`` until healthy or escalated; returns the episode.
+
+        ``respect_cooldowns`` (automatic episodes): problems escalated before and still
+        cooling down are left to the person who has them; a person's own ``healer fleet
+        heal`` tries everything again.
 
         Several nodes may see the same broken peer: the one holding the lease ``heal-<peer>``
         heals it, the others leave it alone. The lease is renewed while the episode runs, so
@@ -227,7 +311,7 @@ class HealLoop:
         """
         self._loop = asyncio.get_running_loop()
         node = self.ctx.view.peer(peer)
-        ep = Episode(peer, reason)
+        ep = Episode(peer, reason, respect_cooldowns=respect_cooldowns)
         settings = self.ctx.settings
         lease = Lease(self.store, f"heal-{peer}", self.owner, settings.store.lease_ttl_s,
                       clock=self.clock)
@@ -246,6 +330,8 @@ class HealLoop:
         finally:
             renewer.cancel()
             ep.ended_at = ep.ended_at or time.time()
+            if ep.verified_at:
+                self._verified[peer] = max(self._verified.get(peer, 0.0), ep.verified_at)
             self._save(ep)
             await asyncio.to_thread(lease.release)
         return ep
@@ -260,7 +346,8 @@ class HealLoop:
     async def _diagnose(self, ep: Episode, node: NodeEntry) -> PeerProbe:
         task = AgentTask("channel-diagnoser", node.node_id, kind="diagnose",
                          context=self._context(node, None, ep.reason),
-                         timeout_s=self.ctx.fleet.agent_timeout_s, incident=self._incident(ep))
+                         timeout_s=self.ctx.fleet.agent_timeout_s,
+                         incident=incident_id(node.node_id, ["diagnose"]))
         try:
             outcome = await self.run_agent(task)
             found = probe_from_result(node.node_id, outcome.result)
@@ -270,6 +357,15 @@ class HealLoop:
             log.exception("channel-diagnoser could not run for %s", node.node_id)
         return await probe_peer(self.ctx, node)
 
+    def _held(self, ep: Episode, fix: Plan) -> set[str]:
+        """The problems of ``fix`` a person already has (escalated, cooling down)."""
+        if not ep.respect_cooldowns:
+            return set()
+        left = self.cooldowns(ep.peer)
+        if ANY in left:
+            return set(fix.problems)
+        return {p for p in fix.problems if p in left}
+
     async def _run(self, ep: Episode, node: NodeEntry, probe: PeerProbe | None) -> None:
         f = self.ctx.fleet
         probe = await self._diagnose(ep, node)
@@ -278,9 +374,11 @@ class HealLoop:
         not_before: dict[str, float] = {}
         inflight: dict[str, asyncio.Task[RunOutcome]] = {}
         attempt_of: dict[str, HealAttempt] = {}
+        seen: set[str] = set()  # runs whose landed result this episode has reacted to
         rounds = f.max_heal_attempts * 6 + 4
         for _ in range(rounds):
             ep.last_probe = probe.to_dict()
+            ep.verified_at = max(ep.verified_at, probe.at)
             if probe.ok and not ep.attempts:
                 # Broken when the sweep looked, fine when the diagnoser did: a blip.
                 ep.state, ep.ended_at = "transient", time.time()
@@ -290,15 +388,29 @@ class HealLoop:
                 ep.state, ep.ended_at = "healed", time.time()
                 self._count("healed")
                 self.emit("healed", ep.peer, duration_s=ep.duration_s, agents=ep.agents,
-                          broken=ep.broken)
+                          broken=ep.broken, incident=ep.incident)
                 log.info("fleet: %s healed in %.1f s (%s)", ep.peer, ep.duration_s,
                          ", ".join(ep.agents) or "no agent needed")
                 return
             node = self.ctx.view.peer(ep.peer)  # a config updater may have moved it
-            fix = plan(probe, announced_elsewhere=self._moved(node))
+            full = plan(probe, announced_elsewhere=self._moved(node))
+            held = self._held(ep, full)
+            fix = full.without(held)
+            ep.problems = sorted(set(ep.problems) | fix.problems)
+            ep.held = sorted(held)
+            ep.incident = incident_id(ep.peer, ep.problems or held)
             self.emit("diagnosis", ep.peer, broken=probe.broken,
-                      repairs=[r.agent for r in fix.repairs], needs_a_person=fix.unrepairable)
+                      repairs=[r.agent for r in fix.repairs], needs_a_person=fix.unrepairable,
+                      held=ep.held)
             if fix.empty and not fix.unrepairable and not inflight:
+                if held:
+                    # What is still broken was escalated before: the person has it.
+                    ep.state, ep.ended_at = "held", time.time()
+                    self.emit("held", ep.peer, broken=probe.broken, problems=ep.held,
+                              agents=ep.agents, duration_s=ep.duration_s)
+                    log.info("fleet: %s: %s still broken, left to a person (%s)", ep.peer,
+                             ", ".join(probe.broken), ", ".join(ep.held))
+                    return
                 # Only waiting on another peer (the chief, for the relay): its own episode
                 # heals it; holding this one open would only block this peer's next one.
                 ep.state, ep.ended_at = "deferred", time.time()
@@ -308,7 +420,21 @@ class HealLoop:
             spent = [r for r in due if counts[r.kind] >= f.max_heal_attempts]
             refused = [r for r in due if r.kind not in f.allowed_actions]
             if spent or refused or (not fix.repairs and fix.unrepairable and not inflight):
-                await self._escalate(ep, node, probe, fix, spent, refused)
+                # One probe is no proof (a busy machine times probes out): before a person is
+                # asked, look again until a deadline — the end of the pause a next run would
+                # have waited, or fleet.heal_wait_s.
+                why = {c for r in [*spent, *refused] for c in r.channels} or \
+                    set(fix.unrepairable)
+                until = max([not_before.get(r.kind, 0.0) for r in spent] or [0.0])
+                if not spent:
+                    until = time.monotonic() + f.heal_wait_s
+                again = await self._reprobe(ep.peer, why, until)
+                if set(again.broken) & why != set(probe.broken) & why:
+                    probe = again  # it changed: plan again from what is true now
+                    continue
+                probe = again
+                await self._escalate(ep, self.ctx.view.peer(ep.peer), probe,
+                                     fix, spent, refused)
                 return
             now = time.monotonic()
             for r in due:
@@ -316,43 +442,66 @@ class HealLoop:
                     continue
                 counts[r.kind] += 1
                 attempt = HealAttempt(counts[r.kind], r.agent, r.kind, list(r.channels),
-                                      time.time())
+                                      time.time(), run_id=new_run_id())
                 ep.attempts.append(attempt)
                 attempt_of[r.kind] = attempt
                 inflight[r.kind] = self._dispatch(ep, node, r, probe, attempt)
-            waits = [t - now for t in not_before.values() if t > now]
-            await self._wait(ep.peer, inflight, f.heal_wait_s if inflight else
-                             min([*waits, f.heal_wait_s]))
+            if not inflight:
+                # Pausing before the next run: watch the broken channels meanwhile, so a
+                # repair that takes effect slowly is seen without another run.
+                waits = [t for t in not_before.values() if t > now]
+                until = min([*waits, now + f.heal_wait_s])
+                probe = await self._reprobe(ep.peer, set(probe.broken), until)
+                continue
+            await self._wait(inflight, attempt_of, seen, f.heal_wait_s)
             handed_off = None
+            claimed: set[str] = set()  # channels an agent says it repaired
             for kind, t in list(inflight.items()):
-                if t.done():
-                    del inflight[kind]
-                    a = attempt_of[kind]
-                    if a.status == "escalated":
-                        handed_off = a  # the agent handed it to a person: do not retry
-                    elif a.status not in ("healed", "ok", "fixed"):
-                        not_before[kind] = time.monotonic() + min(f.heal_wait_s,
-                                                                  2.0 ** (a.number - 1))
+                a = attempt_of[kind]
+                if self._landed_status.get(a.run_id, "") in SUCCESS and a.status == "running":
+                    claimed |= set(a.channels)  # its result is on the bus; the run lingers
+                if not t.done():
+                    continue
+                del inflight[kind]
+                if a.status == "escalated":
+                    handed_off = a  # the agent handed it to a person: do not retry
+                elif a.status in SUCCESS:
+                    claimed |= set(a.channels)
+                else:
+                    not_before[kind] = time.monotonic() + min(f.heal_wait_s,
+                                                              2.0 ** (a.number - 1))
             if handed_off is not None:
                 if inflight:
-                    await self._wait(ep.peer, inflight, f.heal_wait_s)
+                    await self._wait(inflight, attempt_of, seen, f.heal_wait_s)
                 node = self.ctx.view.peer(ep.peer)
                 probe = await probe_peer(self.ctx, node)
                 await self._escalate(ep, node, probe, plan(probe), [], [],
                                      handed_off=handed_off)
                 return
-            node = self.ctx.view.peer(ep.peer)
-            probe = await probe_peer(self.ctx, node)
+            # Verify: what an agent says it repaired must work, re-probed until a deadline
+            # (a route, a link or a daemon can take a moment to come back).
+            probe = await self._reprobe(ep.peer, claimed, time.monotonic() + f.heal_wait_s)
+        node = self.ctx.view.peer(ep.peer)
         await self._escalate(ep, node, probe, plan(probe), [], [], rounds_exhausted=True)
+
+    async def _reprobe(self, peer: str, channels: set[str], until: float) -> PeerProbe:
+        """Probe every channel of ``peer``; while one of ``channels`` still fails, probe
+        those again until they work or ``until`` (monotonic) passes."""
+        probe = await probe_peer(self.ctx, self.ctx.view.peer(peer))
+        watch = set(channels) & set(probe.channels)
+        while set(probe.broken) & watch and time.monotonic() < until:
+            await asyncio.sleep(max(0.0, min(_EVERY_S, until - time.monotonic())))
+            again = await probe_peer(self.ctx, self.ctx.view.peer(peer),
+                                     sorted(set(probe.broken) & watch))
+            probe.channels.update(again.channels)
+            probe.at = again.at  # when what it says now was last looked at
+        return probe
 
     def _moved(self, node: NodeEntry) -> bool:
         beat = self.ctx.heartbeats.get(node.node_id)
         age = self.ctx.heartbeats.age(node.node_id)
         return beat is not None and age is not None and age < 3 * self.ctx.fleet.stale_s and \
             (beat.host, beat.port) != (node.host, node.port)
-
-    def _incident(self, ep: Episode) -> str:
-        return f"fleet-{ep.peer}-{int(ep.started_at)}"
 
     def _context(self, node: NodeEntry, probe: PeerProbe | None, problem: str) -> dict[str, Any]:
         chans = [ChannelStatus(n, o.ok, o.detail, o.latency_ms)
@@ -362,14 +511,15 @@ class HealLoop:
 
     def _dispatch(self, ep: Episode, node: NodeEntry, r: Repair, probe: PeerProbe,
                   attempt: HealAttempt) -> asyncio.Task[RunOutcome]:
-        key = (r.kind, node.node_id)
-        self._landed[key] = asyncio.Event()
+        rid = attempt.run_id
+        self._landed[rid] = asyncio.Event()
+        self._runs[rid] = (r.kind, node.node_id, time.time())
         task = AgentTask(r.agent, node.node_id, kind=r.kind,
                          timeout_s=self.ctx.fleet.agent_timeout_s,
                          context=self._context(node, probe, f"{', '.join(r.channels)}: {r.why}"),
-                         incident=self._incident(ep))
+                         incident=incident_id(node.node_id, [r.kind]), run_id=rid)
         self.emit("dispatch", ep.peer, agent=r.agent, kind=r.kind, channels=list(r.channels),
-                  attempt=attempt.number, why=r.why)
+                  attempt=attempt.number, why=r.why, run_id=rid)
         log.info("fleet: %s: %s broken (%s) → %s, attempt %d", ep.peer, ", ".join(r.channels),
                  r.why, r.agent, attempt.number)
 
@@ -382,10 +532,14 @@ class HealLoop:
                 raise
             finally:
                 attempt.duration_s = time.monotonic() - start
-                self._set_landed(*key)
+                self._landed[rid].set()
+                self._landed.pop(rid, None)
+                self._runs.pop(rid, None)
+                self._landed_status.pop(rid, None)
             attempt.status = outcome.status
             attempt.summary = str((outcome.result or {}).get("summary") or outcome.error)[:1000]
-            attempt.run_id, attempt.result_path = outcome.run_id, outcome.result_path
+            attempt.run_id = outcome.run_id or rid
+            attempt.result_path = outcome.result_path
             self._count(outcome.status, r.kind)
             self.emit("result", ep.peer, agent=r.agent, kind=r.kind, status=outcome.status,
                       summary=attempt.summary, attempt=attempt.number,
@@ -394,42 +548,55 @@ class HealLoop:
 
         return asyncio.create_task(run(), name=f"{r.agent}-{node.node_id}")
 
-    async def _wait(self, peer: str, inflight: dict[str, asyncio.Task[RunOutcome]],
+    async def _wait(self, inflight: dict[str, asyncio.Task[RunOutcome]],
+                    attempt_of: dict[str, HealAttempt], seen: set[str],
                     timeout: float) -> None:
-        """Until one in-flight agent's result lands (task done or bus), or ``timeout``."""
-        if timeout <= 0:
+        """Until one in-flight agent's run ends or its result lands on the bus, or
+        ``timeout``. A landed result wakes this once (``seen`` keeps the run ids already
+        woken for); after that only the run's end does."""
+        if timeout <= 0 or not inflight:
             return
-        if not inflight:
-            await asyncio.sleep(timeout)
-            return
-        waiters = [asyncio.ensure_future(self._landed[(k, peer)].wait()) for k in inflight
-                   if (k, peer) in self._landed]
+        events = {attempt_of[k].run_id: self._landed[attempt_of[k].run_id] for k in inflight
+                  if attempt_of[k].run_id in self._landed}
+        waiters = [asyncio.ensure_future(ev.wait()) for rid, ev in events.items()
+                   if rid not in seen]
         try:
             await asyncio.wait([*waiters, *inflight.values()], timeout=timeout,
                                return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waiters:
                 w.cancel()
+        landed = {rid for rid, ev in events.items() if ev.is_set()}
         # A result on the bus can land a moment before its run returns: let it finish.
         pending = [t for t in inflight.values() if not t.done()]
-        if pending:
+        if pending and landed - seen:
             await asyncio.wait(pending, timeout=0.5)
+        seen |= landed
 
     def _count(self, outcome: str, kind: str = "episode") -> None:
         if self.metrics is not None:
             self.metrics.heals.labels(kind=kind, outcome=outcome).inc()
 
     def _save(self, ep: Episode) -> None:
-        cooldown = ep.state == "escalated"
+        until = self.clock() + self.ctx.fleet.repair_cooldown_s
+        now = self.clock()
 
         def fn(d: dict[str, Any] | None) -> dict[str, Any]:
             d = d or {}
             history = [*d.get("history", [])[-9:], ep.to_dict()]
             out = {**d, "peer": ep.peer, "last": ep.to_dict(), "history": history}
-            if cooldown:
-                out["cooldown_until"] = self.clock() + self.ctx.fleet.repair_cooldown_s
+            cooling = {k: float(v) for k, v in (d.get("cooldowns") or {}).items()
+                       if float(v) > now}
+            legacy = float(d.get("cooldown_until", 0.0))
+            if legacy > now and "cooldowns" not in d:
+                cooling[ANY] = legacy
+            if ep.state == "escalated":
+                for problem in ep.escalated or [ANY]:
+                    cooling[problem] = until
             elif ep.state == "healed":
-                out["cooldown_until"] = 0.0  # fixed (by a person, maybe): back to normal
+                cooling = {}  # fixed (by a person, maybe): back to normal
+            out["cooldowns"] = cooling
+            out["cooldown_until"] = max(cooling.values(), default=0.0)
             return out
 
         try:
@@ -446,6 +613,17 @@ class HealLoop:
         from healer.core.escalation import escalate
         from healer.fleet.escalation import build
 
+        if handed_off is not None:
+            problems = {handed_off.kind}
+        elif spent or refused:
+            problems = {r.kind for r in [*spent, *refused]}
+        elif fix.unrepairable and not fix.repairs:
+            problems = {person(c) for c in fix.unrepairable}
+        else:
+            problems = set(ep.problems) | {a.kind for a in ep.attempts}
+        ep.escalated = sorted(problems - set(ep.held)) or sorted(problems)
+        ep.verified_at = max(ep.verified_at, probe.at)
+        ep.incident = incident_id(ep.peer, ep.escalated)
         esc = build(self.ctx, node, ep, probe, fix, spent, refused,
                     rounds_exhausted=rounds_exhausted,
                     handed_off=f"{handed_off.agent}: {handed_off.summary}" if handed_off
@@ -455,5 +633,6 @@ class HealLoop:
         ep.escalation = str(record.seed_file or "")
         self._count("escalated")
         self.emit("escalated", ep.peer, broken=probe.broken, seed_file=ep.escalation,
-                  attempts=len(ep.attempts), title=esc.title)
+                  attempts=len(ep.attempts), title=esc.title, incident=ep.incident,
+                  problems=ep.escalated)
         log.warning("fleet: %s escalated to a human: %s", ep.peer, esc.title)

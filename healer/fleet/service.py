@@ -86,7 +86,9 @@ class FleetService:
     def on_result(self, result: Any) -> None:
         """Results-bus subscriber (bus thread): wake the episode waiting on it."""
         if result.kind in RESULT_KINDS:
-            self.healer.result_landed(result.kind, result.target)
+            self.healer.result_landed(result.kind, result.target,
+                                      str(result.data.get("run_id") or ""), result.status,
+                                      result.epoch)
 
     async def _on_heartbeat(self, m: Any) -> None:
         with contextlib.suppress(ValueError):
@@ -181,6 +183,7 @@ class FleetService:
                 "probe": probe.to_dict() if probe else None,
                 "healing": name in self.healer.active,
                 "cooldown_s": round(self.healer.cooling(name), 1),
+                "cooldowns": {k: round(v, 1) for k, v in self.healer.cooldowns(name).items()},
                 "episode": ep.to_dict() if ep else None,
             }
         return {"node": self.view.self_id, "config": str(self.view.path), "at": time.time(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,7 +30,7 @@ def demo_processes() -> list[str]:
 def run_demo(tmp_path: Path, faults: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
     env.update(HEALER_DEMO_FAULTS=faults, HEALER_STATE_DIR=str(tmp_path / "state"),
-               COLUMNS="160")
+               HEALER_DEMO_SUMMARY=str(tmp_path / "summary.json"), COLUMNS="160")
     return subprocess.run([sys.executable, "-m", "healer", "loop", "--demo"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
 
@@ -51,6 +52,10 @@ class TestDemo:
         assert "the escalation a person gets" in out and "healer fleet heal n3" in out
         assert "summary" in out and "demo passed" in out
         assert demo_processes() == []
+        summary = json.loads((tmp_path / "summary.json").read_text())  # benchmarks read it
+        assert summary["passed"] is True and summary["faults"] == ["daemon", "unhealable"]
+        assert [(r["key"], r["outcome"]) for r in summary["rows"]] == [
+            ("daemon", "healed"), ("unhealable", "escalated")]
 
     def test_unknown_fault_is_a_usage_error(self, tmp_path: Path) -> None:
         """Asking for a fault the demo does not have exits 2 before anything starts."""
