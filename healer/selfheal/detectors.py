@@ -13,6 +13,7 @@ and the substring positions that several detectors share.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 import re
@@ -199,11 +200,16 @@ class Detector:
             return []
         return self._collect(self.pattern, v.low if self.lower else v.text, v.text, windows)
 
+    @functools.cached_property
+    def _exact(self) -> re.Pattern[str]:
+        """The pattern for the original text (case-insensitive), compiled once."""
+        return re.compile(self.pattern.pattern, re.I)
+
     def _collect(self, pattern: re.Pattern[str], hay: str, text: str,
                  windows: list[Window] | None) -> list[Hit]:
         out: list[Hit] = []
         last = 0
-        exact = re.compile(pattern.pattern, re.I) if hay is not text else None
+        exact = self._exact if hay is not text else None
         for ws, we in windows if windows is not None else [(0, len(hay))]:
             for m in pattern.finditer(hay, max(ws, last), we):
                 if m.end() == we < len(hay):

@@ -42,6 +42,7 @@ from pathlib import Path
 from healer.errors import HealerError
 from healer.selfheal import entropy, pii_rules, secret_rules
 from healer.selfheal.detectors import (
+    MARK,
     PLACEHOLDERS,
     Census,
     CustomDetector,
@@ -135,7 +136,14 @@ class Sanitizer:
     # --- public -------------------------------------------------------------------------------
 
     def scrub(self, text: str) -> str:
-        """``text`` with every secret and personal datum replaced by a marker."""
+        """``text`` with every secret and personal datum replaced by a marker.
+
+        The detectors run in list order, each on the text the ones before it left, so later
+        ones see markers, not secrets (an e-mail's domain is not reported again as a host).
+        A marker can also complete a match for a detector that already ran (a token now ends
+        at ``[``, a host name now ends before it): such detectors run again, so that
+        scrubbing the result a second time changes nothing.
+        """
         if not text or text in self._clean:
             return text
         original = text
@@ -143,26 +151,32 @@ class Sanitizer:
             text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
         view = View(text)
         census = self._census(text)
-        # Only the detectors the census let through, in list order; with no census, all.
-        todo = list(range(len(self._detectors))) if census is None else sorted(census)
-        heapq.heapify(todo)
-        done = -1
-        while todo:
-            i = heapq.heappop(todo)
-            if i <= done:
-                continue
-            done = i
-            hits = self._detectors[i].find(view)
-            if hits:
-                # Later detectors see the markers, not the secrets (an e-mail's domain is not
-                # reported again as a host name). What the markers themselves bring in
-                # (``…CREDENTIALS]@host``) joins the census.
+        everyone = range(len(self._detectors))
+        # Only the detectors the census let through; with no census, all.
+        todo = list(everyone) if census is None else sorted(census)
+        for _pass in range(_MAX_PASSES):
+            heapq.heapify(todo)
+            again: set[int] = set()
+            done = -1
+            while todo:
+                i = heapq.heappop(todo)
+                if i <= done:
+                    continue
+                done = i
+                hits = self._detectors[i].find(view)
+                if not hits:
+                    continue
                 before = view.text
                 view = View(apply(before, hits))
-                if census is not None:
-                    for j in self._brought(before, hits):
-                        if j > i:
-                            heapq.heappush(todo, j)
+                woken = everyone if census is None else self._brought(before, hits)
+                for j in woken:
+                    if j > i:
+                        heapq.heappush(todo, j)
+                    else:
+                        again.add(j)
+            if not again:
+                break
+            todo = list(again)
         if view.text == original and len(original) <= _CLEAN_MAX_LEN:
             # Short texts that come back unchanged recur (error types, tool names, call
             # sites): remember them. Only clean ones, so no secret is kept in memory.
@@ -172,14 +186,27 @@ class Sanitizer:
         return view.text
 
     def _brought(self, text: str, hits: list[Hit]) -> frozenset[int]:
-        """The detectors the replacements of ``hits`` may wake, with a character of context
-        each side (``…]@host`` once a key before an ``@`` became a marker). Cached: they are
-        mostly the same few markers in the same few places."""
-        key = " ".join(sorted({text[s - 1:s] + rep + text[e:e + 1] for s, e, rep in hits}))
+        """The detectors the replacements of ``hits`` may wake: the census of each
+        replacement (its markers collapsed to ``[]``, whose words wake nobody) with the text
+        glued to it — the run of non-space characters before (up to 64: a host's
+        ``.internal``, a key now ending at ``[``) and after (up to 3: ``]@host``, ``[]::1``).
+        Cached when the glue is short (then it holds nothing worth keeping secret)."""
+        parts = set()
+        n = len(text)
+        for s, e, rep in hits:
+            if ((s == 0 or text[s - 1] in _NEUTRAL) and (e == n or text[e] in _NEUTRAL)
+                    and rep.startswith(MARK) and rep.find("]") == len(rep) - 1):
+                parts.add("[]")  # the common case: one marker between spaces or brackets
+                continue
+            left = text[max(0, s - _GLUE_BEFORE):s]
+            left = left[max(left.rfind(" "), left.rfind("\n"), left.rfind("\t")) + 1:]
+            right = text[e:e + _GLUE_AFTER].split(None, 1)[0] if text[e:e + 1].strip() else ""
+            parts.add(left + _MARKERS.sub("[]", rep) + right)
+        key = "\n".join(sorted(parts))
         found = self._brought_cache.get(key)
         if found is None:
             found = frozenset(self._census(key) or ())
-            if len(self._brought_cache) < 512:
+            if len(key) <= 48 and len(self._brought_cache) < 512:
                 self._brought_cache[key] = found
         return found
 
@@ -260,6 +287,15 @@ class Sanitizer:
                         r"[0-9a-fA-F]{12}\b"),
               _const("UUID"), hints(_UUID_HINT, back=9, fwd=30), census=(_UUID_HINT,),
               gate=("-",)),
+            # Any name, a random value; then long random tokens nothing above claimed. Before
+            # the address-like kinds below (none of them is random), so the markers these leave
+            # only ever change the context of detectors still to run (the census sees to it).
+            CustomDetector("SECRET", secret_rules.generic_hits, census=_GENERIC_CENSUS,
+                           gate=("=", ":")),
+            d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{24,}={0,2}"
+                          r"(?![A-Za-z0-9+/_=-])"),
+              lambda m: marker("SECRET") if random_looking(m.group(0)) else None,
+              long_tokens(24), census=_ENTROPY_CENSUS),
             CustomDetector("IBAN", pii_rules.iban_hits, census=pii_rules.IBAN_CENSUS),
             # Before cards: an IMEI is fifteen digits that pass Luhn too.
             d("IMEI", pii_rules.IMEI, pii_rules.imei_replace,
@@ -295,13 +331,6 @@ class Sanitizer:
               census=tuple(e(w) for w in _HOME_WORDS)),
             CustomDetector("HOST", self._hosts, census=(_TLD_HINT.pattern,)),
             CustomDetector("HOST", self._url_hosts, census=("://", r"\]@")),
-            # Any name, a random value: after the kinds above have taken theirs.
-            CustomDetector("SECRET", secret_rules.generic_hits, census=_GENERIC_CENSUS,
-                           gate=("=", ":")),
-            d("SECRET", c(r"(?<![A-Za-z0-9+/_=-])[A-Za-z0-9+/_-]{24,}={0,2}"
-                          r"(?![A-Za-z0-9+/_=-])"),
-              lambda m: marker("SECRET") if random_looking(m.group(0)) else None,
-              long_tokens(24), census=_ENTROPY_CENSUS),
         ]
 
     # --- custom finders -----------------------------------------------------------------------
@@ -397,6 +426,13 @@ class Sanitizer:
         return marker("HOST")
 
 
+_MAX_PASSES = 3
+_GLUE_BEFORE = 64
+_GLUE_AFTER = 3
+_MARKERS = re.compile(re.escape(MARK) + r"[A-Z0-9-]+\]")
+# Characters next to a marker that no census expression can use to match across its edge:
+# no key, host, address or assignment character.
+_NEUTRAL = frozenset(" \t\r\n\"'`(),;[]{}<>|")
 _CLEAN_MAX_LEN = 256
 _CLEAN_MAX_ITEMS = 4096
 _KEY_CHARS = string.ascii_letters + string.digits + "_-"

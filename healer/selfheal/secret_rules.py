@@ -216,6 +216,10 @@ def keyword_hits(v: View) -> list[Hit]:
         if start < last or (start > 0 and text[start - 1] == "["):
             continue  # inside a value already taken, or a redaction marker
         name = low[start:end]
+        # The separator first (one C-level match): most names in prose have none.
+        if (_SEP.match(text, end) is None and not name.startswith("-")
+                and name != "password"):
+            continue
         if not secret_name(name.strip("-")):
             continue
         hit = _assigned(text, start, end, name)
