@@ -272,6 +272,7 @@ def gate_of(det: Detector | CustomDetector) -> tuple[str, ...] | None:
 
 
 _DATABASES: dict[Any, Any] = {}
+_SHORT = 256  # texts this short get the regex-gated detectors decided by their regexes
 
 
 class Census:
@@ -299,14 +300,20 @@ class Census:
             self.engine = "hyperscan"
             return
         gates, always = [], set()
+        exprs: list[tuple[int, re.Pattern[str]]] = []
         for i, det in enumerate(detectors):
             lits = gate_of(det)
             if lits is None:
                 always.add(i)
+                exprs += [(i, re.compile(e, re.I if det.lower else 0)) for e in det.census]
             else:
                 gates.append((i, tuple(x.lower() for x in lits) if det.lower else lits,
                               det.lower))
         self._gates, self._always = gates, frozenset(always)
+        # For short texts (a marker and what is glued to it) the regex-gated detectors are
+        # decided by their census regexes in Python: cheap at that length, and precise.
+        self._short = exprs
+        self._short_ok = all(detectors[i].census for i in always)
         self.engine = "literal"
 
     def _compile(self, detectors: list[Detector | CustomDetector]) -> bool:
@@ -353,7 +360,10 @@ class Census:
         return found
 
     def _literal(self, text: str) -> set[int]:
-        found = set(self._always)
+        if len(text) <= _SHORT and self._short_ok:
+            found = {i for i, e in self._short if e.search(text)}
+        else:
+            found = set(self._always)
         low: str | None = None
         for i, lits, lower in self._gates or ():
             if lower:
