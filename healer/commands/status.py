@@ -16,6 +16,9 @@ examples:
   healer status 3f2a9c1d8e7b       the attempts of one fingerprint (a prefix is enough)
   healer status --refresh --json   ask the forge about open PRs first (pr_open → pr_merged)
 
+An attempt that ended without a fix shows the escalation file written for a person
+(.fleet-messages/human/…); --json has it as "escalation".
+
 exit codes: 0 ok, 1 something needs a person (an escalation file waiting, or a listed attempt
 failed, timed out, was unfixable or blocked by anonymization), 2 bad input.
 """
@@ -47,6 +50,8 @@ def _table(data: dict[str, Any]) -> None:
         detail = a.get("pr_url") or a.get("unfixable_reason") or a.get("reason")
         if detail:
             print(f"{'':<25} {' '.join(str(detail).split())[:150]}")
+        if a.get("escalation"):
+            print(f"{'':<25} escalated to a person: {a['escalation']}")
 
 
 def main(argv: list[str]) -> int:

@@ -1,27 +1,39 @@
 """Escalation to a human: one readable seed file, a Discord post for P0/P1, a forge issue.
 
-Used by every capability when it stops trying (play remediation, fleet healing, living
-context). The seed file in ``.fleet-messages/human/`` must let a person act without any other
-context: what happened, what healer tried and how each try ended, what to do next (with exact
-commands), and the evidence. All text is scrubbed and validated before it is written or sent.
+Used by every capability when it stops trying (play remediation, fleet healing and its
+repair ladder, living context, self-healing). The seed file in ``.fleet-messages/human/`` must
+let a person act without any other context: what happened, what healer tried and how each try
+ended, what to do next (with exact commands), and the evidence. All text is scrubbed and
+validated before it is written or sent.
+
+Dedup: the forge issue is shared by escalations with one ``dedup_key`` within a window (later
+ones become comments, ``healer.core.forge_issues``). An escalation with ``one_open`` also keeps
+**one open seed file** per key: while that file is still in ``human/`` (a person has not moved
+it to ``archive/``), the next escalation rewrites it in place instead of adding a file, and its
+forge issue gets a comment (at most once per ``comment_every_s`` while the title stays the
+same). The record of the open escalation is ``escalations/<dedup_key>`` in the store.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from healer.config import Settings
 from healer.core import seeds
-from healer.core.forge_issues import IssueRef, Issues
+from healer.core.files import atomic_write_bytes
+from healer.core.forge_issues import IssueRef, Issues, dedup_key
 from healer.core.notify import post_discord
 from healer.core.store import Store
 
 log = logging.getLogger(__name__)
 
 NOTIFY_SEVERITIES = ("critical", "high")  # P0/P1
+OPEN = "escalations"  # store kind: the open escalation of each dedup key (``one_open``)
 
 
 @dataclass
@@ -47,12 +59,27 @@ class Escalation:
     kind: str = "escalation"
     labels: list[str] = field(default_factory=lambda: ["heal", "escalation"])
     dedup_key: str = ""
+    one_open: bool = False
+    """One open seed file per ``dedup_key``: while the last one is not archived, rewrite it
+    (with an "escalated N times" line) instead of writing a new file; see the module doc."""
+    publish: bool = True
+    """Also publish beyond this machine: the forge issue and Discord. False: the seed file
+    only, for an escalation whose subject should not leave this machine even scrubbed."""
+    dedup_window_s: float | None = None
+    """Forge-issue dedup window; None: ``play.dedup_window_s``."""
+    comment_every_s: float = 0.0
+    """With ``one_open``: the least time between two comments on the open escalation's issue
+    when the title is unchanged (0: every update comments). For escalations that repeat on a
+    timer, like the fleet repair ladder."""
 
-    def markdown(self) -> str:
+    def markdown(self, repeat: str = "") -> str:
+        """The seed file body; ``repeat`` is a line about earlier escalations of the key."""
         lines = [f"# {self.title}", "",
                  f"**Severity:** {self.severity} · **Target:** `{self.target}`"
-                 + (f" · **Incident:** `{self.incident}`" if self.incident else ""), "",
-                 "## What happened", "", self.what_happened.strip(), ""]
+                 + (f" · **Incident:** `{self.incident}`" if self.incident else ""), ""]
+        if repeat:
+            lines += [f"_{repeat}_", ""]
+        lines += ["## What happened", "", self.what_happened.strip(), ""]
         lines += ["## What healer tried", ""]
         if self.attempts:
             for a in self.attempts:
@@ -79,6 +106,8 @@ class EscalationRecord:
     seed_file: Path | None
     issue: IssueRef | None
     discord: bool
+    updated: bool = False  # ``one_open``: an open seed file was rewritten, not a new one
+    count: int = 1  # ``one_open``: escalations of this key since its seed file was opened
 
 
 async def escalate(settings: Settings, store: Store, esc: Escalation, *,
@@ -90,36 +119,97 @@ async def escalate(settings: Settings, store: Store, esc: Escalation, *,
     """
     from healer.selfheal.sanitize import ensure_publishable, scrub
 
-    body = scrub(esc.markdown())
+    now = time.time()
+    window = settings.play.dedup_window_s if esc.dedup_window_s is None else esc.dedup_window_s
+    key = esc.dedup_key or f"esc.{esc.target}"
+    prior = _open(store, key) if esc.one_open else None
+    count = int(prior.get("count", 1)) + 1 if prior else 1
+    repeat = (f"Escalated {count} times since {prior.get('first', '?')}; this file is "
+              "rewritten with the latest each time." if prior else "")
+    body = scrub(esc.markdown(repeat))
     title = scrub(esc.title)[:200]
     seed_path: Path | None = None
+    updated = False
     try:
         ensure_publishable(body, "escalation")
-        seed_path = seeds.write(settings.fleet_path, seeds.Seed(
-            sender=settings.node, to=seeds.HUMAN, subject=title, body=body, type=esc.kind,
-            severity=esc.severity, incident=esc.incident))
+        seed = seeds.Seed(sender=settings.node, to=seeds.HUMAN, subject=title, body=body,
+                          type=esc.kind, severity=esc.severity, incident=esc.incident)
+        if prior:
+            seed_path = Path(prior["seed_file"])
+            atomic_write_bytes(seed_path, seeds.render(seed).encode())
+            updated = True
+        else:
+            seed_path = seeds.write(settings.fleet_path, seed)
+            if esc.one_open:  # found again from any working directory
+                seed_path = seed_path.resolve()
         _count(metrics, "seed")
     except Exception:
         log.exception("escalation seed file for %s could not be written", esc.target)
     ref: IssueRef | None = None
-    try:
-        issues = issues or Issues(settings, store)
-        ref = await issues.open(key=esc.dedup_key or f"esc.{esc.target}", title=title,
-                                body=body, labels=esc.labels,
-                                window_s=settings.play.dedup_window_s)
-        _count(metrics, "forge")
-    except Exception:
-        log.exception("escalation issue for %s could not be opened", esc.target)
+    posted = not prior
+    if esc.publish:
+        try:
+            issues = issues or Issues(settings, store)
+            number = int(prior.get("issue_number") or 0) if prior else 0
+            if number and prior is not None:
+                ref = IssueRef(number, str(prior.get("issue_url", "")), created=False)
+                posted = (title != prior.get("title")
+                          or now - float(prior.get("posted_at") or 0) >= esc.comment_every_s)
+                if posted:
+                    await asyncio.to_thread(issues.forge.comment_issue, number, body)
+            else:
+                ref = await issues.open(key=key, title=title, body=body, labels=esc.labels,
+                                        window_s=window)
+                posted = True
+            if posted:
+                _count(metrics, "forge")
+        except Exception:
+            log.exception("escalation issue for %s could not be opened", esc.target)
     sent = False
-    if esc.severity in NOTIFY_SEVERITIES and settings.notify.discord_webhook_url:
+    if (esc.publish and posted and esc.severity in NOTIFY_SEVERITIES
+            and settings.notify.discord_webhook_url):
         sent = await post_discord(settings.notify.discord_webhook_url, title, body,
                                   severity=esc.severity, url=ref.url if ref else "",
                                   timeout=settings.notify.timeout_s)
         if sent:
             _count(metrics, "discord")
-    log.warning("escalated to a human: %s (seed %s, issue %s, discord %s)", title, seed_path,
-                ref.url if ref else None, sent)
-    return EscalationRecord(seed_path, ref, sent)
+    if esc.one_open:
+        _remember(store, key, prior, seed_path, ref, title, now, count, posted)
+    log.warning("escalated to a human: %s (seed %s%s, issue %s, discord %s)", title, seed_path,
+                " updated" if updated else "", ref.url if ref else None, sent)
+    return EscalationRecord(seed_path, ref, sent, updated=updated, count=count)
+
+
+def _open(store: Store, key: str) -> dict[str, Any] | None:
+    """The open escalation of ``key``: its seed file is still waiting for a person."""
+    try:
+        rec = store.get(OPEN, dedup_key(key))
+    except Exception:
+        log.exception("could not read the open escalation of %s", key)
+        return None
+    seed_file = (rec.data.get("seed_file") or "") if rec else ""
+    if not seed_file or not Path(seed_file).is_file():
+        return None  # never written, or a person archived it: the next one starts anew
+    return dict(rec.data) if rec else None
+
+
+def _remember(store: Store, key: str, prior: dict[str, Any] | None, seed_path: Path | None,
+              ref: IssueRef | None, title: str, now: float, count: int, posted: bool) -> None:
+    data: dict[str, Any] = {
+        **(prior or {}), "key": key, "last_at": now, "count": count, "title": title,
+        "first": (prior or {}).get("first") or seeds.now_iso(),
+        "seed_file": str(seed_path) if seed_path else (prior or {}).get("seed_file", ""),
+    }
+    if not prior:
+        data["first_at"] = now
+    if ref is not None:
+        data.update(issue_number=ref.number, issue_url=ref.url)
+    if posted:
+        data["posted_at"] = now
+    try:
+        store.put(OPEN, dedup_key(key), data)
+    except Exception:
+        log.exception("could not record the open escalation of %s", key)
 
 
 def _count(metrics: Any, channel: str) -> None:

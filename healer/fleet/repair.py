@@ -22,7 +22,16 @@ L5     peer_assist   ask a healthy peer to assist (at most once per ``assist_int
 =====  ============  ====================================================================
 
 L1–L3 wait ``fleet.ladder_wait_s`` (30 s) for the peer to recover, returning as soon as it
-does. The result is ``{repaired, level, reason | gate_blocked | error}``.
+does. The result is ``{repaired, level, reason | gate_blocked | error, escalation?}``.
+
+When the ladder runs out — L5 asked a peer (or could not), or every allow-listed level was
+tried — and the peer is still unhealthy, a person gets one escalation (``healer.core.
+escalation``): a seed file in ``.fleet-messages/human/`` and a forge issue naming the peer, how
+long it has been silent, each rung and how it ended, and the commands to run. It is one per
+peer: while that file is not archived, later ladders of the same peer (the watchdog retries
+every ``fleet.repair_cooldown_s``) rewrite it, and its issue gets a comment at most every
+``fleet.alert_interval_s``. The ladder stopping at L4 for a person's interactive session
+leaves a notice on the node instead; a gate-blocked or crashed ladder does not escalate.
 """
 
 from __future__ import annotations
@@ -36,11 +45,14 @@ from typing import Any
 
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import NodeEntry
+from healer.core.escalation import Attempt, Escalation, escalate
+from healer.core.forge_issues import dedup_key
 from healer.core.proc import run_async
 from healer.core.store import Store
 from healer.fleet import messages
 from healer.fleet.channels import FleetContext, probe_peer
 from healer.fleet.delivery import Reliability, send_with_fallback
+from healer.fleet.escalation import commands_for
 from healer.fleet.peers import as_agent_peer
 
 log = logging.getLogger(__name__)
@@ -69,10 +81,11 @@ class LadderResult:
     gate_blocked: str = ""
     error: str = ""
     steps: list[dict[str, Any]] = field(default_factory=list)
+    escalation: str = ""  # the seed file written for a person when the ladder ran out
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"repaired": self.repaired, "level": self.level}
-        for key in ("reason", "gate_blocked", "error"):
+        for key in ("reason", "gate_blocked", "error", "escalation"):
             if getattr(self, key):
                 out[key] = getattr(self, key)
         out["steps"] = self.steps
@@ -88,8 +101,10 @@ class Repairer:
     def __init__(self, ctx: FleetContext, store: Store, *, stats: Reliability | None = None,
                  run_agent: Callable[[AgentTask], Awaitable[RunOutcome]] | None = None,
                  healthy: Healthy | None = None, running: Callable[[str], bool] | None = None,
-                 busy: set[str] | None = None, clock: Callable[[], float] = time.time):
+                 busy: set[str] | None = None, clock: Callable[[], float] = time.time,
+                 metrics: Any = None):
         self.ctx = ctx
+        self.metrics = metrics
         self.store = store
         self.stats = stats or Reliability()
         self.run_agent = run_agent
@@ -140,12 +155,15 @@ class Repairer:
                 result.level = level
                 done = await getattr(self, f"_{action}")(node, problem, result)
                 if done is not None:
+                    if level == "L5":  # the last rung: a person is next
+                        await self._escalate(node, problem, result)
                     return done
                 if await self.healthy(node):
                     result.repaired = True
                     result.reason = f"{action} worked"
                     return result
             result.reason = "every level was tried; the peer is still unhealthy"
+            await self._escalate(node, problem, result)
             return result
         except Exception as exc:  # a ladder never takes the loop down
             log.exception("repair ladder for %s failed", node.node_id)
@@ -156,6 +174,17 @@ class Repairer:
             final = result.to_dict()
             self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last": final})
             log.info("repair ladder for %s: %s", node.node_id, final)
+
+    async def _escalate(self, node: NodeEntry, problem: str, result: LadderResult) -> None:
+        """Tell a person the ladder ran out; never raises (a ladder never takes the loop
+        down, and neither does its escalation)."""
+        try:
+            esc = ladder_escalation(self.ctx, node, problem, result,
+                                    self.ctx.heartbeats.age(node.node_id))
+            record = await escalate(self.ctx.settings, self.store, esc, metrics=self.metrics)
+            result.escalation = str(record.seed_file or "")
+        except Exception:
+            log.exception("escalation of the repair ladder for %s failed", node.node_id)
 
     async def _wait_healthy(self, node: NodeEntry, seconds: float) -> bool:
         deadline = time.monotonic() + seconds
@@ -253,3 +282,60 @@ class Repairer:
         r.reason = f"asked {helper.node_id} to assist" if d.delivered else \
             f"could not reach {helper.node_id} to ask for assistance"
         return r
+
+
+def _duration(seconds: float) -> str:
+    s = int(seconds)
+    if s >= 3600:
+        return f"{s // 3600} h {s % 3600 // 60} min"
+    if s >= 60:
+        return f"{s // 60} min"
+    return f"{s} s"
+
+
+def ladder_escalation(ctx: FleetContext, node: NodeEntry, problem: str, result: LadderResult,
+                      silent_s: float | None) -> Escalation:
+    """What a person gets when the ladder ran out for ``node``: which peer, how long it has
+    been silent, each rung and how it ended, and what to do."""
+    f = ctx.fleet
+    peer = node.node_id
+    silence = (f"has sent no heartbeat for {_duration(silent_s)} (stale after "
+               f"{f.stale_s:g} s)" if silent_s is not None
+               else "has sent no heartbeat since this healer started listening")
+    ran = [s for s in result.steps if not str(s.get("outcome", "")).startswith("skipped")]
+    what = (f"Fleet node `{peer}` ({node.host}:{node.port}) {silence}. The watchdog saw "
+            f"*{problem}* and climbed the whole repair ladder: {len(ran)} of "
+            f"{len(result.steps)} rung(s) ran (the others are not in `fleet.allowed_actions` "
+            "or had nothing to do), and the peer is still unhealthy.")
+    if result.reason and not result.reason.startswith("every level"):
+        what += f" The last rung ended: {result.reason}."
+    attempts = []
+    for i, step in enumerate(result.steps, 1):
+        extra = "; ".join(f"{k}: {v}" for k, v in step.items()
+                          if k not in ("level", "action", "outcome") and v not in ("", None))
+        attempts.append(Attempt(number=i, action=f"{step.get('level')} {step.get('action')}",
+                                outcome=str(step.get("outcome", "?")), detail=extra[:300]))
+    steps = [
+        "Run the commands below on the machine that runs healer (they use the fleet's SSH "
+        "settings) to see whether the machine, its daemon or its NATS link is down.",
+        "Bring it back — or, if the node is meant to be off, take it out of the fleet config "
+        f"({ctx.view.path}).",
+        f"While {peer} stays silent the watchdog climbs the ladder again every "
+        f"`fleet.repair_cooldown_s` ({f.repair_cooldown_s:g} s); each time it ends like this, "
+        "this file is rewritten rather than a new one written.",
+    ]
+    heard = "never heard" if silent_s is None else f"{silent_s:.0f} s ago"
+    evidence = [f"peer: {peer} ({node.host}:{node.port})", f"last heartbeat: {heard}",
+                f"problem: {problem}", f"ladder ended at: {result.level}",
+                *(f"{s.get('level')} {s.get('action')}: {s.get('outcome')}"
+                  for s in result.steps)]
+    age = "never heard from" if silent_s is None else f"silent for {_duration(silent_s)}"
+    return Escalation(
+        title=f"Fleet: {peer} {age} — the repair ladder ran out without bringing it back",
+        target=peer, severity="high", what_happened=what, attempts=attempts,
+        next_steps=steps, evidence=evidence,
+        commands=["# what healer sees of the whole fleet", "healer fleet status",
+                  *commands_for(ctx, node, ["nats", "http"], ["daemon", "nats"])],
+        incident=f"fleet-{peer}-ladder", kind="escalation",
+        labels=["heal", "fleet", "escalation"], dedup_key=dedup_key("fleet-ladder", peer),
+        one_open=True, comment_every_s=f.alert_interval_s)

@@ -16,7 +16,9 @@ never     never_seen      after 300 s of uptime: repair NATS and HTTP (cooldown 
 ========  ==============  =========================================================
 
 The cooldowns are what stop the "55 repair attempts on one stale heartbeat" incident the
-original had: a peer that stays stale for an hour gets 12 repair requests, not 120.
+original had: a peer that stays stale for an hour gets 12 repair requests, not 120. The repair
+is the ladder of ``healer.fleet.repair``; when it runs out the peer is escalated to a person —
+one seed file per peer, rewritten (not repeated) by later ladders while it is open.
 ``check()`` is pure bookkeeping (the clock is injected); the fleet service executes actions.
 """
 

@@ -14,10 +14,20 @@ Records live in the store:
 * ``heal-admission/gate`` — what the gates decide on, updated by compare-and-set so that every
   process sees one truth: the fingerprints being investigated (``active``), those with an open
   PR (``open_prs``), when each fingerprint's last attempt ended (``ended``, for the cooldown)
-  and the outcomes of the latest attempts (``outcomes``, for the circuit breaker).
+  and the outcomes of the latest attempts (``outcomes``, for the circuit breaker);
+* ``heal-escalations-due`` (a store set) — attempts that still owe a person an escalation.
 
 A transition writes the attempt first and the admission record second; ``recover()`` repairs
 the admission record if a crash fell between the two.
+
+**Escalation.** An investigation of a ``report_error`` attempt that ends ``unfixable``,
+``failed``, ``timeout`` or ``anonymization_failed`` (``ESCALATES``) is marked
+``escalation_due`` in the same write as its status, and joined to the due set. Whoever settled
+it (the worker, recovery) then escalates it (``healer.selfheal.escalate``) and records the seed
+file as ``escalation``; what a crash left undone is picked up from the due set by the next
+``SelfHealService.recover()``. A PR closed without merging (``pr_open`` → ``failed``) is not
+escalated: a person closed it. Attempts of living-context incidents (``incident`` set) are
+escalated by that capability, not here.
 """
 
 from __future__ import annotations
@@ -57,6 +67,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
 ACTIVE = frozenset({DISPATCH_PENDING, INVESTIGATING})  # count against the concurrency cap
 TERMINAL = frozenset({PR_MERGED, FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})
 BREAKER_FAILURES = frozenset({FAILED, TIMEOUT, ANONYMIZATION_FAILED})  # unfixable: not counted
+ESCALATES = frozenset({FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})  # after an investigation
+ESCALATIONS_DUE = "heal-escalations-due"
+ESCALATION_CLAIM_S = 600.0  # a claim older than this belonged to a process that died
+MAX_ESCALATION_TRIES = 5
 MAX_OUTCOMES = 50
 MAX_PER_FINGERPRINT = 50
 PENDING_GRACE_S = 300.0  # a dispatch_pending older than this at start-up never got a worker
@@ -227,10 +241,14 @@ class Attempts:
             cur["history"] = [*cur.get("history", []), {"status": to, "at": now}]
             if status in ACTIVE and to not in ACTIVE:
                 cur["ended_at"] = now
+                if to in ESCALATES and not cur.get("incident"):
+                    cur["escalation_due"] = True
             return cur
 
         rec = self.store.update(ATTEMPTS, attempt_id, fn)
         assert rec is not None
+        if rec.data.get("escalation_due") and previous["status"] in ACTIVE:
+            self.store.add_member(ESCALATIONS_DUE, attempt_id)
         self._admit_transition(rec.data, previous["status"], to, now)
         return rec.data
 
@@ -257,6 +275,69 @@ class Attempts:
 
         self.store.update(ADMISSION, GATE_KEY, fn)
 
+    # --- escalation bookkeeping ---------------------------------------------------------------
+
+    def escalations_due(self) -> list[str]:
+        """Attempt ids that still owe a person an escalation, oldest first."""
+        return sorted(self.store.members(ESCALATIONS_DUE))
+
+    def claim_escalation(self, attempt_id: str) -> dict[str, Any] | None:
+        """Take the attempt's escalation (one process writes it); None if it is not due,
+        already done, or claimed by a live process in the last ``ESCALATION_CLAIM_S``."""
+        now = self.clock()
+        claimed: dict[str, bool] = {}
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            claimed["ok"] = False
+            if cur is None or not cur.get("escalation_due"):
+                return None
+            if now - float(cur.get("escalation_claim") or 0) < ESCALATION_CLAIM_S:
+                return None
+            cur["escalation_claim"] = now
+            claimed["ok"] = True
+            return cur
+
+        rec = self.store.update(ATTEMPTS, attempt_id, fn)
+        if rec is None or not claimed.get("ok"):
+            if rec is None or not rec.data.get("escalation_due"):
+                self.store.remove_member(ESCALATIONS_DUE, attempt_id)
+            return None
+        return rec.data
+
+    def escalation_done(self, attempt_id: str, *, seed_file: str, issue_url: str) -> None:
+        """Record where the attempt's escalation went; it is no longer due."""
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.pop("escalation_due", None)
+            cur.pop("escalation_claim", None)
+            cur.update(escalation=seed_file, escalation_issue=issue_url,
+                       escalated_at=self.clock())
+            return cur
+
+        self.store.update(ATTEMPTS, attempt_id, fn)
+        self.store.remove_member(ESCALATIONS_DUE, attempt_id)
+
+    def escalation_failed(self, attempt_id: str, why: str) -> None:
+        """Release the claim; after ``MAX_ESCALATION_TRIES`` stop trying (logged by caller)."""
+        gave_up: dict[str, bool] = {}
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.pop("escalation_claim", None)
+            cur["escalation_tries"] = int(cur.get("escalation_tries") or 0) + 1
+            cur["escalation_error"] = why[:500]
+            gave_up["yes"] = cur["escalation_tries"] >= MAX_ESCALATION_TRIES
+            if gave_up["yes"]:
+                cur.pop("escalation_due", None)
+            return cur
+
+        self.store.update(ATTEMPTS, attempt_id, fn)
+        if gave_up.get("yes"):
+            self.store.remove_member(ESCALATIONS_DUE, attempt_id)
+
     # --- recovery -----------------------------------------------------------------------------
 
     def recover(self, *, timeout_s: float, alive: Callable[[dict[str, Any] | None], bool]
@@ -266,13 +347,19 @@ class Attempts:
         * ``investigating`` whose worker is gone → ``timeout`` if its deadline passed, else
           ``failed``; also ``timeout`` when far past the deadline even if something still runs;
         * ``dispatch_pending`` older than ``PENDING_GRACE_S`` → ``failed`` (no worker started);
-        * admission entries that point at finished or missing attempts are dropped.
+        * admission entries that point at finished or missing attempts are dropped;
+        * an attempt marked ``escalation_due`` but missing from the due set (a crash between
+          the two writes) joins it. The escalations themselves are written by the caller
+          (``SelfHealService.recover``), which needs the settings.
         """
         now = self.clock()
         changed: list[dict[str, Any]] = []
+        due = set(self.store.members(ESCALATIONS_DUE))
         for att in list(self.all()):
             status = att.get("status")
             aid = att["attempt_id"]
+            if att.get("escalation_due") and aid not in due:
+                self.store.add_member(ESCALATIONS_DUE, aid)
             try:
                 if status == INVESTIGATING:
                     deadline = att.get("deadline") or att["updated_at"] + timeout_s
@@ -319,8 +406,11 @@ def empty_admission() -> dict[str, Any]:
 
 
 def public_view(att: dict[str, Any]) -> dict[str, Any]:
-    """What ``get_healing_status`` shows of an attempt (no worker internals)."""
+    """What ``get_healing_status`` shows of an attempt (no worker internals).
+
+    ``escalation``: the seed file in ``.fleet-messages/human/`` that told a person about it,
+    when it ended without a fix (the file may since have moved to ``archive/``)."""
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
-            "reason", "unfixable_reason", "findings")
+            "reason", "unfixable_reason", "findings", "escalation")
     return {k: att[k] for k in keys if att.get(k) not in (None, "", [])}

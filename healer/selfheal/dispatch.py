@@ -16,6 +16,11 @@ or personal data in the diff or PR text
 no commits                                 ``failed``
 =========================================  ==========================================
 
+Every end but ``pr_open`` is then escalated to a person (``healer.selfheal.escalate``: a seed
+file in ``.fleet-messages/human/`` and a forge issue, one per fingerprint, updated by later
+failures); the attempt records the seed file as ``escalation``. An escalation that fails is
+logged and left for ``recover()``; it never fails the run.
+
 Run it in-process (``await Dispatcher(...).run(id)``) or as a detached worker process:
 ``python -m healer.selfheal.dispatch ATTEMPT_ID`` with the settings as JSON on stdin — that
 is how ``report_error`` starts it, so the run outlives the server that accepted the report.
@@ -145,10 +150,17 @@ class Dispatcher:
             result = (st.FAILED, {"reason": self._clean(f"{type(exc).__name__}: {exc}")})
         status, fields = result
         try:
-            return self.attempts.transition(attempt_id, status, expect=st.INVESTIGATING,
-                                            **fields)
+            final = self.attempts.transition(attempt_id, status, expect=st.INVESTIGATING,
+                                             **fields)
         except st.TransitionError:
-            return self.attempts.require(attempt_id)  # recovery settled it meanwhile
+            return self.attempts.require(attempt_id)  # recovery settled (and escalates) it
+        if final.get("escalation_due"):
+            from healer.selfheal.escalate import escalate_attempt
+
+            if await escalate_attempt(self.settings, self.store, attempt_id,
+                                      clock=self.clock) is not None:
+                final = self.attempts.get(attempt_id) or final
+        return final
 
     def _clean(self, text: str) -> str:
         assert self.sanitizer is not None

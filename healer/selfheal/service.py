@@ -7,7 +7,9 @@ The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
   (``{"accepted", "fingerprint", "attempt_id"?, "reason"?, "message"}``);
 * ``status(fingerprint=None, limit=20)`` — the attempts of one fingerprint, or the latest;
 * ``refresh()`` — ask the forge about open PRs (``pr_open`` → ``pr_merged`` / ``failed``);
-* ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping.
+* ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping; recovery
+  also writes the escalations still due (``healer.selfheal.escalate``), including those of the
+  attempts it settled.
 
 Background runs are detached worker processes by default (``selfheal.worker: process``), so
 an MCP server that exits (the Claude Code session ended) does not take the run with it; with
@@ -248,6 +250,23 @@ class SelfHealService:
             self.attempts.transition(attempt_id, st.FAILED, expect=st.DISPATCH_PENDING,
                                      reason=f"the healing worker did not start: "
                                             f"{type(exc).__name__}")
+            self._escalate_soon(attempt_id)
+
+    def _escalate_soon(self, attempt_id: str) -> None:
+        """Escalate without blocking a running event loop (a task there; else right now)."""
+        from healer.selfheal.escalate import escalate_attempt
+
+        def make() -> Any:
+            return escalate_attempt(self.settings, self.store, attempt_id, clock=self.clock)
+
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            asyncio.run(make())  # never raises: failures are logged and left for recover()
+            return
+        task = loop.create_task(make(), name=f"escalate-{attempt_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _start_task(self, attempt_id: str) -> None:
         from healer.selfheal.dispatch import Dispatcher
@@ -333,8 +352,16 @@ class SelfHealService:
         return changed
 
     def recover(self) -> list[dict[str, Any]]:
-        """Settle attempts left behind by processes that died (call at start-up)."""
-        return self.attempts.recover(timeout_s=self.settings.selfheal.timeout_s)
+        """Settle attempts left behind by processes that died (call at start-up), then write
+        the escalations still due — theirs, and any a dead worker did not get to."""
+        from healer.selfheal.escalate import escalate_due, run_blocking
+
+        changed = self.attempts.recover(timeout_s=self.settings.selfheal.timeout_s)
+        try:
+            run_blocking(lambda: escalate_due(self.settings, self.store, clock=self.clock))
+        except Exception:  # recovery must finish; what is left stays due for the next one
+            log.exception("escalations after recovery failed")
+        return [self.attempts.get(a["attempt_id"]) or a for a in changed]
 
     def reap(self) -> list[str]:
         """Remove worktrees past ``selfheal.worktree_ttl_s`` (call periodically)."""

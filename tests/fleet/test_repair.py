@@ -1,5 +1,5 @@
-"""The repair ladder (repair_with_escalation): its gate, its levels, and the interactive-session
-rule, on the real local fleet."""
+"""The repair ladder (repair_with_escalation): its gate, its levels, the interactive-session
+rule, and the escalation when it runs out, on the real local fleet."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fleet_helpers import human_seeds
 
 from healer.core.store import FileStore
 from healer.fleet.service import FleetService
@@ -49,7 +50,7 @@ class TestGate:
         assert "already running" in busy.gate_blocked
         service.healer.busy_peers.discard("n2")
         first = await rep.repair_with_escalation(node)  # healthy: L1 already "works"
-        assert first.repaired and first.level == "L1"
+        assert first.repaired and first.level == "L1" and first.escalation == ""
         again = await rep.repair_with_escalation(node)
         assert "cooldown" in again.gate_blocked
         assert set(again.to_dict()) == {"repaired", "level", "gate_blocked", "steps"}
@@ -81,7 +82,8 @@ class TestLevels:
     async def test_interactive_session_stops_the_ladder_at_l4(self, fleet: Any,
                                                               service: FleetService) -> None:
         """L4 with a person's interactive session on the node: a notice, no restart, and
-        the ladder ends there (no L5)."""
+        the ladder ends there (no L5, no escalation: the person at the node has the notice)."""
+        seen = set(human_seeds(service.settings))
         fleet.set_interactive("n2")
         fleet.kill_daemon("n2")
         result = await service.repairer.repair_with_escalation(service.view.peer("n2"))
@@ -90,6 +92,8 @@ class TestLevels:
         assert [s["level"] for s in result.steps if not s["outcome"].startswith("skipped")] \
             == ["L4"]
         assert fleet.pid("n2") is None
+        assert result.escalation == ""
+        assert [p for p in human_seeds(service.settings) if p not in seen] == []
 
     @only("restart")
     async def test_l4_restarts_the_daemon(self, fleet: Any, service: FleetService) -> None:
@@ -114,3 +118,33 @@ class TestLevels:
         fleet.break_restart("n2")
         second = await service.repairer.repair_with_escalation(service.view.peer("n2"))
         assert second.steps[-1]["outcome"].startswith("skipped: a peer was asked")
+
+
+class TestEscalation:
+    @only("restart", "peer_assist")
+    async def test_exhausted_ladder_escalates_once_per_peer(self, fleet: Any,
+                                                            service: FleetService) -> None:
+        """L5 without recovery: one seed file for a person naming the peer, every rung and
+        how it ended, and the commands; a local forge issue. The next exhausted ladder of the
+        same peer rewrites that file instead of writing another."""
+        seen = set(human_seeds(service.settings))
+        fleet.break_restart("n3", "unit file missing")
+        first = await service.repairer.repair_with_escalation(service.view.peer("n3"))
+        assert (first.repaired, first.level) == (False, "L5")
+        new = [p for p in human_seeds(service.settings) if p not in seen]
+        assert len(new) == 1 and str(new[0]) == first.escalation
+        assert first.to_dict()["escalation"] == first.escalation
+        text = new[0].read_text()
+        assert "type: escalation" in text and "Target:** `n3`" in text
+        assert "Fleet: n3 " in text and "repair ladder ran out" in text
+        assert "L4 restart" in text and "L5 peer_assist" in text
+        assert "asked n1 to assist" in text
+        assert "healer fleet heal n3" in text and "healer fleet probe n3" in text
+        issues = list((service.settings.state_path / "forge" / "issues").glob("*.md"))
+        assert len(issues) == 1 and "Fleet: n3 " in issues[0].read_text()
+
+        service.settings.fleet.repair_cooldown_s = 0  # the watchdog's next ladder
+        second = await service.repairer.repair_with_escalation(service.view.peer("n3"))
+        assert not second.repaired and second.escalation == first.escalation
+        assert [p for p in human_seeds(service.settings) if p not in seen] == new
+        assert "Escalated 2 times" in new[0].read_text()
