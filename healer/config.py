@@ -347,7 +347,8 @@ class FleetSettings:
     ladder_wait_s: float = setting(30.0, "Repair ladder: wait after L1 notify, L2 guide and L3 "
                                    "assist before re-probing (returns early once healthy).",
                                    minimum=0)
-    restart_verify_s: float = setting(10.0, "Longest wait for a restarted daemon's /health.",
+    restart_verify_s: float = setting(10.0, "Longest wait for a restarted daemon's /health, "
+                                      "and for a restarted NATS server's routes to answer.",
                                       minimum=0)
     recovery_script: list[str] = setting([], "Repair ladder L3.5: argv run on this machine "
                                          "with `{node}` substituted; empty skips the level.")

@@ -62,6 +62,7 @@ class AttemptView(TypedDict):
     reason: NotRequired[str]
     unfixable_reason: NotRequired[str]
     findings: NotRequired[list[str]]
+    escalation: NotRequired[str]  # the seed file in .fleet-messages/human/, once escalated
 
 
 class HealingStatus(TypedDict):

@@ -223,6 +223,7 @@ async def _heal(ctx: Any, args: argparse.Namespace) -> int:
             con.print(f"{e['peer']}: {e['agent']} → {e['status']}: {e['summary']}")
 
     loop = HealLoop(ctx, store, on_event=show)
+    probes: dict[str, Any] = {}
     if args.peer:
         peers = [ctx.view.peer(args.peer).node_id]
     else:
@@ -230,7 +231,8 @@ async def _heal(ctx: Any, args: argparse.Namespace) -> int:
         peers = [name for name, p in probes.items() if not p.ok]
     episodes = []
     for peer in peers:
-        why = loop.blocked(peer)
+        # With the probe, a cooldown on one problem does not hide a new, different one.
+        why = loop.blocked(peer, probes.get(peer))
         if why and args.peer is None:
             con.print(f"{peer}: skipped ({why})")
             continue

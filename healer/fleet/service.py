@@ -58,7 +58,7 @@ class FleetService:
         self.repairer = Repairer(self.ctx, store, stats=self.reliability,
                                  run_agent=self.healer.run_agent,
                                  running=lambda p: p in self.healer.active,
-                                 busy=self.healer.busy_peers)
+                                 busy=self.healer.busy_peers, metrics=metrics)
         self.probes: dict[str, PeerProbe] = {}
         self.findings: dict[str, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=200)
