@@ -103,8 +103,11 @@ class TestPlugin:
 
         init = next(m for m in messages if type(m).__name__ == "SystemMessage"
                     and m.subtype == "init").data
-        assert {"name": "plugin:healer:healer", "status": "connected", "source": "plugin"} \
-            in init["mcp_servers"], init["mcp_servers"]
+        # On a busy machine Claude Code may report the server still "pending" at init; the
+        # MCP tool's answer below is what proves it connected.
+        assert [m for m in init["mcp_servers"] if m["name"] == "plugin:healer:healer"
+                and m["source"] == "plugin" and m["status"] in ("connected", "pending")], \
+            init["mcp_servers"]
         assert set(DESCRIPTIONS) <= set(init["skills"])
 
         skill_turn, bash_turn, mcp_turn = model.turns[1], model.turns[2], model.turns[3]
