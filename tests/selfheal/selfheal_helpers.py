@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import textwrap
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,27 @@ def child_env(**extra: str) -> dict[str, str]:
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env
+
+
+@asynccontextmanager
+async def serve(service: Any) -> AsyncIterator[Any]:
+    """healer's API app holding this service, on a free loopback port, with a client for it."""
+    import httpx
+    import uvicorn
+
+    from healer.api.app import ApiContext, create_app
+    from healer.testing.wait import until
+
+    app = create_app(ApiContext(settings=service.settings, store=service.store,
+                                services={"selfheal": service}))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
+                                           lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    await until(lambda: server.started, 10)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+            yield c
+    finally:
+        server.should_exit = True
+        await task

@@ -3,30 +3,25 @@ and a forge issue, one per fingerprint, seen through files, the CLI and HTTP."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-import uvicorn
 import yaml
 from selfheal_helpers import TRACEBACK, child_env, wait_status
+from selfheal_helpers import serve as api
 
-from healer.api.app import ApiContext, create_app
 from healer.core import seeds
 from healer.core.store import FileStore
 from healer.selfheal.dispatch import Dispatcher
 from healer.selfheal.service import SelfHealService
-from healer.testing.wait import until, wait_for
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -63,24 +58,6 @@ def healer_cli(settings: Any, *args: str) -> subprocess.CompletedProcess[str]:
          f"selfheal.repo={settings.selfheal.repo}"],
         cwd=settings.state_path.parent, capture_output=True, text=True, env=child_env(),
         timeout=60)
-
-
-@asynccontextmanager
-async def api(svc: SelfHealService) -> AsyncIterator[httpx.AsyncClient]:
-    """healer's API app holding this service on a free loopback port, and a client."""
-    app = create_app(ApiContext(settings=svc.settings, store=svc.store,
-                                services={"selfheal": svc}))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    await until(lambda: server.started, 10)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            yield c
-    finally:
-        server.should_exit = True
-        await task
 
 
 class TestUnfixable:

@@ -3,39 +3,19 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 import uvicorn
-from selfheal_helpers import SEED_REPORT
+from selfheal_helpers import SEED_REPORT, serve
 
 from healer.api.app import ApiContext, create_app
 from healer.core.store import FileStore
 from healer.selfheal.service import SelfHealService
 
 pytestmark = pytest.mark.e2e
-
-
-@asynccontextmanager
-async def serve(service: SelfHealService) -> AsyncIterator[httpx.AsyncClient]:
-    """healer's API app holding this service, on a free loopback port, with a client for it."""
-    app = create_app(ApiContext(settings=service.settings, store=service.store,
-                                services={"selfheal": service}))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning",
-                                           lifespan="off"))
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
-            yield c
-    finally:
-        server.should_exit = True
-        await task
 
 
 @pytest.fixture
