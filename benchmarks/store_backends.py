@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from healer.core.bus import AgentResult, ResultsBus
-from healer.core.jetstream import JetStreamResultsBus, JetStreamStore
+from healer.core.bus.jetstream import JetStreamResultsBus
 from healer.core.store import FileStore, Store
+from healer.core.store.jetstream import JetStreamStore
 from healer.errors import ConflictError
 from healer.testing.nats import NatsServer
 

@@ -151,4 +151,4 @@ def run_all(settings: Settings) -> list[Check]:
 
 # Checks of optional backends: ``module:function`` returning (ok, detail), or None when the
 # backend is not in use.
-_HEALTH_CHECKS = (("jetstream", "healer.core.jetstream:health"),)
+_HEALTH_CHECKS = (("jetstream", "healer.core.bus.jetstream:health"),)

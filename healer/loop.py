@@ -105,7 +105,7 @@ def build(settings: Settings) -> Healer:
     store = open_store(settings)
     bus_class: type[ResultsBus] = ResultsBus
     if settings.store.backend == "jetstream":
-        from healer.core.jetstream import JetStreamResultsBus
+        from healer.core.bus.jetstream import JetStreamResultsBus
 
         bus_class = JetStreamResultsBus
     bus = bus_class(

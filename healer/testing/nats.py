@@ -86,6 +86,6 @@ class NatsServer:
 
 def jetstream_store(url: str, bucket: str) -> Any:
     """A JetStream store on one bucket of the server at ``url`` (for tests and benchmarks)."""
-    from healer.core.jetstream import JetStreamStore
+    from healer.core.store.jetstream import JetStreamStore
 
     return JetStreamStore({"servers": [url], "connect_timeout": 5}, bucket=bucket)

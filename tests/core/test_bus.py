@@ -36,7 +36,7 @@ class Harness:
         self.lock = threading.Lock()
         bus_class: Any = ResultsBus
         if backend[0] == "jetstream":
-            from healer.core.jetstream import JetStreamResultsBus
+            from healer.core.bus.jetstream import JetStreamResultsBus
 
             bus_class = JetStreamResultsBus
         self.bus = bus_class(self.results, self.store, settle_s=settle_s, rescan_s=0.5,

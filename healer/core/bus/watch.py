@@ -2,30 +2,19 @@
 
 Agents (playbooks, Claude, any command) finish by writing
 ``<results dir>/heal-<kind>-<target>-<epoch>.json``. The bus notices it (a watchdog observer,
-plus a start-up scan and a slow safety rescan), checks it, and hands it to its subscribers.
-
-Exactly once, also across ``kill -9``:
-
-1. the file's id is the sha256 of its name and bytes;
-2. a marker ``sets/results-pending/<id>`` is made, then the ledger record ``results/<id>`` is
-   *created* (create-only: a second creation of the same id fails atomically) — this creation
-   is the application;
-3. subscribers are called with the result; they get ``result.id`` so their own state changes
-   can be idempotent;
-4. the marker is removed and the file moves to ``applied/``.
-
-A crash before 2 leaves the file to be seen again; a crash after 2 finds the ledger record, so
-the file is only moved; a crash during 3 leaves the marker, and start-up delivers the ledger
-record to the subscribers again.
+plus a start-up scan and a slow safety rescan), checks it (``healer.core.bus.validate``), and
+applies it once (``healer.core.bus.ledger``); the file then moves to ``applied/``.
 
 Files that are not strict JSON (no NaN/Infinity, no 1e400, no lone surrogates, no integers
 past Python's digit limit), fail ``schemas/agent-result.schema.json``, are too big, too deep,
 not UTF-8, symlinks, hard links, not regular files, or oddly named move to ``rejected/`` with a
-``.reason`` file beside them (checks in ``healer.core.bus_validate``). A file that ends before
-its document does may still be being written: it is waited for while it changes or its writer
-holds it open, up to ``bus.max_wait_s``, and rejected as incomplete once its writer closed it
-and it stayed unchanged for ``bus.settle_s``. Dot-files and ``*.tmp``/``*.part`` files are
-writes in progress and are left alone (until they are abandoned for 10 minutes).
+``.reason`` file beside them. A file that ends before its document does may still be being
+written: it is waited for while it changes or its writer holds it open, up to
+``bus.max_wait_s``, and rejected as incomplete once its writer closed it and it stayed
+unchanged for ``bus.settle_s``. Dot-files and ``*.tmp``/``*.part`` files are writes in
+progress and are left alone (until they are abandoned for 10 minutes).
+
+The same watcher also takes the fleet's seed files from this node's inbox.
 """
 
 from __future__ import annotations
@@ -39,7 +28,6 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +35,17 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from healer.core import seeds
-from healer.core.bus_validate import RESULT_NAME as RESULT_NAME
-from healer.core.bus_validate import Incomplete, LinkInProgress, PartialFiles, check_file
+from healer.core.bus.ledger import AgentResult, Ledger
+from healer.core.bus.validate import (
+    RESULT_NAME,
+    Incomplete,
+    LinkInProgress,
+    PartialFiles,
+    check_file,
+)
 from healer.core.files import atomic_write_bytes
-from healer.core.store import Store
-from healer.errors import ConflictError, RejectedFile
+from healer.core.store.base import Store
+from healer.errors import RejectedFile
 
 log = logging.getLogger(__name__)
 
@@ -71,52 +65,17 @@ def _no_move_pairing_delay() -> None:
         return
     InotifyMoveEventGrouper.delay = 0.0
 
+
 # Writes in progress: dot-files, *.tmp/*.part/*.swp, editor backups, and Claude Code's
 # Write tool, which writes "<name>.tmp.<pid>.<hex>" and renames it into place.
 _IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
 ABANDONED_S = 600.0
-LEDGER = "results"
-PENDING = "results-pending"
 SUBDIRS = ("applied", "rejected")
 
-
-@dataclass(frozen=True)
-class AgentResult:
-    """One applied agent result."""
-
-    id: str
-    name: str
-    kind: str
-    target: str
-    epoch: int
-    data: dict[str, Any]
-    received_at: float
-
-    @property
-    def status(self) -> str:
-        return str(self.data.get("status", ""))
-
-    @property
-    def incident(self) -> str:
-        return str(self.data.get("incident", ""))
-
-
-Subscriber = Callable[[AgentResult], None]
 SeedSubscriber = Callable[[seeds.Seed], None]
 
 
-@dataclass
-class BusStats:
-    applied: int = 0
-    duplicates: int = 0
-    rejected: int = 0
-    subscriber_errors: int = 0
-    seeds: int = 0
-    waits: int = 0  # looks at an incomplete file that left it waiting for its writer
-    last_rejections: list[tuple[str, str]] = field(default_factory=list)
-
-
-class ResultsBus:
+class ResultsBus(Ledger):
     """Watches the results dir (and the fleet seed inbox) and applies what lands there."""
 
     def __init__(
@@ -133,8 +92,8 @@ class ResultsBus:
         node: str | None = None,
         clock: Callable[[], float] = time.time,
     ):
+        super().__init__(store)
         self.results_dir = Path(results_dir)
-        self.store = store
         self.max_file_bytes = max_file_bytes
         self.settle_s = settle_s
         self.max_wait_s = max(max_wait_s, settle_s)
@@ -144,9 +103,7 @@ class ResultsBus:
         self.node = node
         self._clock = clock
         self.partials = PartialFiles(settle_s=settle_s, max_wait_s=max_wait_s, clock=clock)
-        self._subs: list[tuple[str | None, Subscriber]] = []
         self._seed_subs: list[SeedSubscriber] = []
-        self.stats = BusStats()
         self._cond = threading.Condition()
         self._queue: list[tuple[float, int, Path]] = []  # (due, seq, path) heap
         self._queued: set[Path] = set()
@@ -156,14 +113,8 @@ class ResultsBus:
         self._worker: threading.Thread | None = None
         self._observer: Any = None
         self._last_rescan = 0.0
-        # Results this process is delivering; a shared store gives each node its own set.
-        self.pending_set = PENDING
 
     # -- wiring ----------------------------------------------------------------------------
-
-    def subscribe(self, fn: Subscriber, kind: str | None = None) -> None:
-        """Call ``fn`` for every applied result (of ``kind``, if given)."""
-        self._subs.append((kind, fn))
 
     def subscribe_seeds(self, fn: SeedSubscriber) -> None:
         """Call ``fn`` for every seed file that arrives for this node."""
@@ -339,50 +290,6 @@ class ResultsBus:
     def _apply(self, path: Path, result: AgentResult) -> None:
         self.dispatch(result)
         self._move(path, "applied")
-
-    def dispatch(self, result: AgentResult) -> None:
-        """Where a valid result goes: applied here (a shared-bus subclass publishes it)."""
-        self.apply_result(result)
-
-    def apply_result(self, result: AgentResult) -> bool:
-        """Apply once: create the ledger record, then run the subscribers. False if the
-        result was applied before (by this process, an earlier run or another node)."""
-        self.store.add_member(self.pending_set, result.id)
-        try:
-            self.store.create(LEDGER, result.id, {
-                "name": result.name, "kind": result.kind, "target": result.target,
-                "epoch": result.epoch, "received_at": result.received_at, "data": result.data,
-            })
-        except ConflictError:
-            self.store.remove_member(self.pending_set, result.id)
-            self.stats.duplicates += 1
-            return False
-        self._deliver(result)
-        self.store.remove_member(self.pending_set, result.id)
-        self.stats.applied += 1
-        return True
-
-    def _deliver(self, result: AgentResult) -> None:
-        for kind, fn in list(self._subs):
-            if kind is not None and kind != result.kind:
-                continue
-            try:
-                fn(result)
-            except Exception:
-                self.stats.subscriber_errors += 1
-                log.exception("bus: subscriber %r failed on %s", fn, result.name)
-
-    def recover(self) -> None:
-        """Deliver ledger records whose delivery a crash interrupted."""
-        for rid in self.store.members(self.pending_set):
-            rec = self.store.get(LEDGER, rid)
-            if rec is not None:
-                d = rec.data
-                log.info("bus: re-delivering %s after an interrupted run", d["name"])
-                self._deliver(AgentResult(id=rid, name=d["name"], kind=d["kind"],
-                                          target=d["target"], epoch=d["epoch"], data=d["data"],
-                                          received_at=d["received_at"]))
-            self.store.remove_member(self.pending_set, rid)
 
     def _move(self, path: Path, sub: str) -> Path:
         dest = self.results_dir / sub / path.name

@@ -1,11 +1,6 @@
-"""The state store: JSON records with revisions, compare-and-set, and small member sets.
+"""``FileStore``: one JSON file per record under the state dir, for one machine.
 
-Records (sessions, incidents, attempts, applied results, ...) are addressed by ``kind`` and
-``key``, both safe names. Every write bumps the record's ``revision``; a write that names the
-revision it expects fails with ``ConflictError`` when someone else wrote first, so two
-processes (or two nodes, with the JetStream backend) can never both win the same incident.
-
-``FileStore`` keeps one JSON file per record under the state dir::
+::
 
     <state>/records/<kind>/<key>.json     {"kind", "key", "revision", "updated_at", "data"}
     <state>/locks/<kind>/<key>.lock       filelock guarding compare-and-set
@@ -17,13 +12,10 @@ never half of one.
 
 from __future__ import annotations
 
-import abc
 import contextlib
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -31,93 +23,8 @@ from filelock import FileLock, Timeout
 
 from healer.core.files import atomic_create_bytes, atomic_write_bytes
 from healer.core.names import safe_name
-from healer.errors import ConflictError, NotFoundError, StoreError
-
-Clock = Callable[[], float]
-Updater = Callable[[dict[str, Any] | None], dict[str, Any] | None]
-
-
-@dataclass(frozen=True)
-class Record:
-    kind: str
-    key: str
-    revision: int
-    data: dict[str, Any]
-    updated_at: float
-
-
-class Store(abc.ABC):
-    """What every state backend offers. ``expected_revision``: None = don't care,
-    0 = the record must not exist yet, N = the record must be at revision N."""
-
-    @abc.abstractmethod
-    def get(self, kind: str, key: str) -> Record | None: ...
-
-    @abc.abstractmethod
-    def put(
-        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None
-    ) -> Record: ...
-
-    @abc.abstractmethod
-    def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool: ...
-
-    @abc.abstractmethod
-    def keys(self, kind: str) -> list[str]: ...
-
-    @abc.abstractmethod
-    def add_member(self, set_name: str, key: str) -> None: ...
-
-    @abc.abstractmethod
-    def remove_member(self, set_name: str, key: str) -> None: ...
-
-    @abc.abstractmethod
-    def members(self, set_name: str) -> list[str]: ...
-
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections; the file store holds none."""
-
-    def stamp(self, kind: str, key: str) -> object | None:
-        """A cheap token that changes whenever the record changes, or None if the backend
-        has none (callers then re-read). Lets hot paths cache records safely."""
-        return None
-
-    # Shared behaviour built on the primitives above --------------------------------------
-
-    def require(self, kind: str, key: str) -> Record:
-        rec = self.get(kind, key)
-        if rec is None:
-            raise NotFoundError(kind, key)
-        return rec
-
-    def create(self, kind: str, key: str, data: dict[str, Any]) -> Record:
-        """Create the record; ``ConflictError`` if it already exists."""
-        return self.put(kind, key, data, expected_revision=0)
-
-    def update(self, kind: str, key: str, fn: Updater, *, attempts: int = 50) -> Record | None:
-        """Read-modify-write with optimistic concurrency.
-
-        ``fn`` gets the current data (None if absent) and returns the new data, or None to
-        leave the record as it is. It may be called more than once, so it must not have side
-        effects. Returns the record written (or the unchanged one).
-        """
-        for _ in range(attempts):
-            current = self.get(kind, key)
-            new = fn(json.loads(json.dumps(current.data)) if current else None)
-            if new is None:
-                return current
-            try:
-                return self.put(
-                    kind, key, new, expected_revision=current.revision if current else 0
-                )
-            except ConflictError:
-                continue
-        raise StoreError(f"{kind}/{key}: gave up after {attempts} conflicting updates")
-
-    def list(self, kind: str) -> Iterator[Record]:
-        for key in self.keys(kind):
-            rec = self.get(kind, key)
-            if rec is not None:
-                yield rec
+from healer.core.store.base import Clock, Record, Store
+from healer.errors import ConflictError, StoreError
 
 
 class FileStore(Store):
@@ -248,15 +155,3 @@ class FileStore(Store):
                           if not n.startswith("."))
         except FileNotFoundError:
             return []
-
-
-def open_store(settings: Any) -> Store:
-    """The store the settings ask for."""
-    backend = settings.store.backend
-    if backend == "file":
-        return FileStore(settings.state_path)
-    if backend == "jetstream":
-        from healer.core.jetstream import JetStreamStore
-
-        return JetStreamStore.connect(settings)
-    raise StoreError(f"unknown store backend {backend!r}")

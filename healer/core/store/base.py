@@ -1,0 +1,103 @@
+"""The Store interface every state backend implements, and the Record it returns.
+
+Records are addressed by ``kind`` and ``key``, both safe names. Every write bumps the record's
+``revision``; a write that names the revision it expects fails with ``ConflictError`` when
+someone else wrote first. ``update``/``create``/``require``/``list`` are built here on the
+backend's primitives, so every backend shares their semantics.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from healer.errors import ConflictError, NotFoundError, StoreError
+
+Clock = Callable[[], float]
+Updater = Callable[[dict[str, Any] | None], dict[str, Any] | None]
+
+
+@dataclass(frozen=True)
+class Record:
+    kind: str
+    key: str
+    revision: int
+    data: dict[str, Any]
+    updated_at: float
+
+
+class Store(abc.ABC):
+    """What every state backend offers. ``expected_revision``: None = don't care,
+    0 = the record must not exist yet, N = the record must be at revision N."""
+
+    @abc.abstractmethod
+    def get(self, kind: str, key: str) -> Record | None: ...
+
+    @abc.abstractmethod
+    def put(
+        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None
+    ) -> Record: ...
+
+    @abc.abstractmethod
+    def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool: ...
+
+    @abc.abstractmethod
+    def keys(self, kind: str) -> list[str]: ...
+
+    @abc.abstractmethod
+    def add_member(self, set_name: str, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def remove_member(self, set_name: str, key: str) -> None: ...
+
+    @abc.abstractmethod
+    def members(self, set_name: str) -> list[str]: ...
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections; the file store holds none."""
+
+    def stamp(self, kind: str, key: str) -> object | None:
+        """A cheap token that changes whenever the record changes, or None if the backend
+        has none (callers then re-read). Lets hot paths cache records safely."""
+        return None
+
+    # Shared behaviour built on the primitives above --------------------------------------
+
+    def require(self, kind: str, key: str) -> Record:
+        rec = self.get(kind, key)
+        if rec is None:
+            raise NotFoundError(kind, key)
+        return rec
+
+    def create(self, kind: str, key: str, data: dict[str, Any]) -> Record:
+        """Create the record; ``ConflictError`` if it already exists."""
+        return self.put(kind, key, data, expected_revision=0)
+
+    def update(self, kind: str, key: str, fn: Updater, *, attempts: int = 50) -> Record | None:
+        """Read-modify-write with optimistic concurrency.
+
+        ``fn`` gets the current data (None if absent) and returns the new data, or None to
+        leave the record as it is. It may be called more than once, so it must not have side
+        effects. Returns the record written (or the unchanged one).
+        """
+        for _ in range(attempts):
+            current = self.get(kind, key)
+            new = fn(json.loads(json.dumps(current.data)) if current else None)
+            if new is None:
+                return current
+            try:
+                return self.put(
+                    kind, key, new, expected_revision=current.revision if current else 0
+                )
+            except ConflictError:
+                continue
+        raise StoreError(f"{kind}/{key}: gave up after {attempts} conflicting updates")
+
+    def list(self, kind: str) -> Iterator[Record]:
+        for key in self.keys(kind):
+            rec = self.get(kind, key)
+            if rec is not None:
+                yield rec
