@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from healer import config
-from healer.config import load_multifleet, load_settings
+from healer.config import load_multifleet, load_settings, schema
 from healer.errors import ConfigError
 
 
@@ -29,7 +28,7 @@ class TestDefaults:
 
     def test_schema_file_matches_tree(self) -> None:
         """schemas/config.schema.json is generated from the settings tree and kept in step."""
-        assert config._main(["--check"]) == 0
+        assert schema.main(["--check"]) == 0
 
 
 class TestPrecedence:

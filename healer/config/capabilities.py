@@ -1,0 +1,201 @@
+"""The sections of the settings tree that belong to one capability each: detect, play,
+selfheal, fleet and context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from healer.config.fields import setting
+
+
+@dataclass
+class DetectSettings:
+    catalog: str = setting("", "A user catalog (YAML). Empty uses the embedded catalog.")
+    catalog_mode: Literal["extend", "replace"] = setting(
+        "extend", "Whether a user catalog adds to the embedded one or replaces it."
+    )
+    preflight_window_s: float = setting(60.0, "Priority-1 patterns count only this long after "
+                                        "an agent starts.", minimum=0)
+    group_window_s: float = setting(1800.0, "Alerts of one code in one workflow family within "
+                                    "this window share one incident.", minimum=0)
+    max_line_chars: int = setting(200, "Alert lines are cut to this many characters.",
+                                  minimum=20)
+
+
+@dataclass
+class PlaySettings:
+    healer_endpoint: str = setting("http://localhost:8083", "Where orchestrators reach healer "
+                                   "(cto-config `defaults.play.healerEndpoint`).")
+    max_iterations: int = setting(3, "Remediation attempts before escalating to a human "
+                                  "(cto-config `defaults.remediation.maxIterations`).", minimum=1)
+    sync_timeout_s: float = setting(300.0, "cto-config `defaults.remediation.syncTimeoutSecs`.",
+                                    minimum=1)
+    evaluate_interval_s: float = setting(300.0, "How often active sessions are evaluated.",
+                                         minimum=0.1)
+    reevaluate_after_s: float = setting(120.0, "Re-evaluation delay after a remediation.",
+                                        minimum=0)
+    dedup_window_s: float = setting(1800.0, "Alerts of one code and workflow family share one "
+                                    "forge issue within this window.", minimum=0)
+    actions: dict[str, list[str]] = setting(
+        {}, "What the remediation playbook runs per strategy (fix_config, fix_code, restart, "
+        "retry): an argv, no shell. `{play_id}`, `{agent}`, `{issue_type}`, `{level}`, "
+        "`{missing_tools}`, `{task_id}`, `{repository}`, `{namespace}` are substituted.",
+    )
+    action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
+    tools_server_hosts: list[str] = setting(
+        [], "Hosts the pre-flight may connect to when a session names a `tools_server` "
+        "(`tools.cto.svc`, `.svc` for a domain and its subdomains); empty allows any.",
+        items={"type": "string", "minLength": 1})
+    stuck_after_s: float = setting(600.0, "An active agent silent this long (no logs, no "
+                                   "inventory) is stuck (alert A9).", minimum=1)
+
+
+@dataclass
+class SelfhealSettings:
+    enabled: bool = setting(True, "Whether report_error may dispatch healing agents.")
+    severity_threshold: int = setting(2, "Investigate only severities at or below this "
+                                      "(0 critical … 4 info).", minimum=0, maximum=4)
+    cooldown_s: float = setting(3600.0, "No new attempt for a fingerprint this long after its "
+                                "last attempt ended.", minimum=0)
+    max_concurrent: int = setting(2, "Attempts investigating at once.", minimum=1)
+    breaker_window: int = setting(5, "Stop when this many latest terminal attempts all failed.",
+                                  minimum=1)
+    timeout_s: float = setting(1800.0, "Wall-clock limit of one healing run.", minimum=1)
+    worktree_ttl_s: float = setting(86400.0, "Worktrees are removed this long after the "
+                                    "attempt ends.", minimum=0)
+    repo: str = setting("", "Repository being healed; empty means the git repository of the "
+                        "working directory.")
+    breaker_reset_s: float = setting(3600.0, "After the circuit breaker opened, let one attempt "
+                                     "through again this long after the last failure.", minimum=0)
+    base_branch: str = setting("", "Branch healing worktrees start from and PRs target; empty "
+                               "uses `main` if it exists, else the current branch.")
+    allowed_hosts: list[str] = setting([], "Host names (and their subdomains) the sanitiser "
+                                       "keeps, in addition to loopback and the reserved "
+                                       "example domains.")
+    refresh_interval_s: float = setting(300.0, "How often the loop asks the forge about open "
+                                        "fix PRs (pr_open → pr_merged).", minimum=1)
+    worker: Literal["process", "task"] = setting(
+        "process", "Where a healing run happens: `process` (a detached worker that outlives the "
+        "server that accepted the report) or `task` (an asyncio task in that server).",
+    )
+
+
+@dataclass
+class FleetSettings:
+    config: str = setting(".multifleet/config.json", "The fleet's node list (multifleet format).",
+                          env="HEALER_FLEET_CONFIG")
+    node_port: int = setting(8855, "Port of each node daemon's HTTP endpoint.",
+                             minimum=1, maximum=65535)
+    heartbeat_s: float = setting(10.0, "Heartbeat interval.", minimum=0.1)
+    watchdog_start_s: float = setting(60.0, "Watchdog starts this long after boot.", minimum=0)
+    watchdog_interval_s: float = setting(30.0, "Watchdog period.", minimum=0.1)
+    slow_s: float = setting(45.0, "A peer silent this long is slow.", minimum=0)
+    stale_s: float = setting(90.0, "A peer silent this long is stale: repair its channel.",
+                             minimum=0)
+    readdress_s: float = setting(300.0, "Re-read a silent peer's address after this long.",
+                                 minimum=0)
+    alert_chief_s: float = setting(600.0, "Alert the chief about a peer silent this long.",
+                                   minimum=0)
+    repair_cooldown_s: float = setting(300.0, "Per-peer cooldown between repairs.", minimum=0)
+    send_budget_s: float = setting(30.0, "Whole time budget of one send_with_fallback.",
+                                   minimum=1)
+    order: Literal["strict", "reliability"] = setting(
+        "reliability", "Channel order: `strict` ladder or by recent `reliability` score."
+    )
+    heal_wait_s: float = setting(30.0, "Longest wait for a healing agent before re-probing.",
+                                 minimum=0)
+    max_heal_attempts: int = setting(3, "Attempts per broken channel before a human escalation.",
+                                     minimum=1)
+    nats_url: str = setting(
+        "", "NATS server this healer uses for the P1 channel and heartbeats; empty: this node's "
+        "`nats_url` in the fleet config, else the chief's.", env="HEALER_FLEET_NATS_URL")
+    channels: list[str] = setting(
+        ["nats", "http", "tunnel", "relay", "seed", "ssh", "wol", "git"],
+        "Channels in ladder order (P1 NATS, P2 HTTP direct and via the SSH tunnel, P3 chief "
+        "relay, P4 seed file, P5 SSH, P6 Wake-on-LAN, P7 git). Leave one out to disable it.")
+    timeouts: dict[str, float] = setting(
+        {"nats": 2.0, "http": 3.0, "tunnel": 3.0, "relay": 3.0, "seed": 2.0, "ssh": 8.0,
+         "wol": 3.0, "git": 10.0, "discord": 10.0},
+        "Per-channel timeout in seconds; a channel failing more than half the time gets half "
+        "of it, and no send outlives `send_budget_s`.")
+    heal_interval_s: float = setting(60.0, "How often the loop probes every peer and heals "
+                                     "what is broken.", minimum=0.1)
+    agent_timeout_s: float = setting(120.0, "Wall-clock limit of one fleet healing agent run.",
+                                     minimum=1)
+    ssh_identity: str = setting("", "Private key for SSH to the nodes; empty uses ssh's "
+                                "defaults.")
+    ssh_strict_host_key_checking: Literal["yes", "accept-new", "no"] = setting(
+        "accept-new", "ssh's StrictHostKeyChecking for every fleet SSH call (BatchMode is "
+        "always on, so an unknown key never prompts).")
+    ssh_known_hosts: str = setting("", "UserKnownHostsFile for fleet SSH; empty uses ssh's "
+                                   "default.")
+    ssh_keepalive_s: float = setting(15.0, "ServerAliveInterval of SSH tunnels (3 missed "
+                                     "answers end the tunnel).", minimum=1)
+    wol_address: str = setting(
+        "127.0.0.1", "Where Wake-on-LAN magic packets go. Set your LAN's broadcast address to "
+        "wake real machines; the loopback default keeps the packet on this machine.")
+    wol_port: int = setting(9, "UDP port of Wake-on-LAN packets.", minimum=1, maximum=65535)
+    git_push: bool = setting(False, "Whether the git channel (P7) pushes its commit.")
+    discovery_command: list[str] = setting(
+        [], "argv printing a moved node's current address as JSON `{\"host\", \"port\"}`; "
+        "`{node}` is substituted. Used by the config updater when no heartbeat announced it.")
+    interactive_marker: str = setting(
+        ".healer/interactive-session", "File on a node that an interactive agent session "
+        "holds while a person works there (relative to the SSH user's home); while it exists, "
+        "healer leaves a notice instead of restarting that node's daemon.")
+    ladder_wait_s: float = setting(30.0, "Repair ladder: wait after L1 notify, L2 guide and L3 "
+                                   "assist before re-probing (returns early once healthy).",
+                                   minimum=0)
+    restart_verify_s: float = setting(10.0, "Longest wait for a restarted daemon's /health, "
+                                      "and for a restarted NATS server's routes to answer.",
+                                      minimum=0)
+    recovery_script: list[str] = setting([], "Repair ladder L3.5: argv run on this machine "
+                                         "with `{node}` substituted; empty skips the level.")
+    recovery_timeout_s: float = setting(60.0, "Timeout of the L3.5 recovery script.", minimum=1)
+    assist_interval_s: float = setting(900.0, "Repair ladder L5: at most one request to a "
+                                       "healthy peer to assist per this many seconds.", minimum=0)
+    alert_interval_s: float = setting(900.0, "At most one alert to the chief per silent peer "
+                                      "per this many seconds.", minimum=0)
+    allowed_actions: list[str] = setting(
+        ["notify", "guide", "assist", "recovery", "restart", "peer_assist", "daemon", "tunnel",
+         "config", "nats", "inbox"],
+        "Repairs healer may run (ladder levels and healing agents); anything else is refused "
+        "by the gate.")
+    token: str = setting("", "Bearer token node daemons require on POST routes; empty allows "
+                         "loopback callers only.", env="HEALER_FLEET_TOKEN", secret=True)
+
+
+@dataclass
+class ContextSettings:
+    dir: str = setting(".healer/context", "Folder with the four living-context layers.")
+    max_iterations: int = setting(5, "Fix iterations before escalating.", minimum=1)
+    scenario_timeout_s: float = setting(30.0, "Timeout of one scenario's test_command.",
+                                        minimum=1)
+    max_blast_radius: int = setting(5, "A fix whose blast radius (changed files plus the files "
+                                    "that import them, from the impact map) reaches this many "
+                                    "files is rejected.", minimum=1)
+    enabled: bool = setting(True, "Whether incidents from webhooks and Loki rules are healed; "
+                            "false only records them.")
+    require_scenarios: bool = setting(
+        True, "A fix no scenario verifies is not a pass (escalated); false accepts it when the "
+        "other checks pass, with a warning in the PR.")
+    heal_without_file: bool = setting(
+        False, "Heal incidents that name no source file (e.g. metric alerts); by default they "
+        "are only recorded.")
+    agent_timeout_s: float = setting(600.0, "Wall-clock limit of one healing iteration's agent "
+                                     "run.", minimum=1)
+    watch_s: float = setting(86400.0, "Post-fix watch: the same alert firing this long after "
+                             "the fix PR was merged reopens the incident as a regression.",
+                             minimum=0)
+    watch_interval_s: float = setting(60.0, "How often the loop checks fix PRs, ends watches and "
+                                      "retries incidents the concurrency cap held back.",
+                                      minimum=0.1)
+    delivery_ttl_s: float = setting(86400.0, "Webhook deliveries are remembered this long to "
+                                    "drop replays.", minimum=0)
+    loki_url: str = setting("", "Loki base URL for the LogQL rule runner (setups without a "
+                            "ruler); empty disables it.")
+    loki_rules: str = setting("", "LogQL rules file; empty means `loki-rules.yaml` in "
+                              "`context.dir`.")
+    loki_interval_s: float = setting(60.0, "How often the LogQL rules are evaluated.",
+                                     minimum=1)

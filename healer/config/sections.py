@@ -1,0 +1,177 @@
+"""The sections of the settings tree that every capability shares: logging, the API, the bus,
+the store, how agents run, the forge, notifications and webhook secrets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from healer.config.fields import section, setting
+
+
+@dataclass
+class LogSettings:
+    level: Literal["debug", "info", "warning", "error"] = setting(
+        "info", "Lowest level that is logged.", env="HEALER_LOG_LEVEL"
+    )
+    format: Literal["text", "json"] = setting(
+        "text", "`json` writes one JSON object per line (for log shippers).",
+        env="HEALER_LOG_FORMAT",
+    )
+
+
+@dataclass
+class ApiSettings:
+    host: str = setting(
+        "127.0.0.1", "Address the HTTP API binds to. Binding off loopback requires `api.token`.",
+        env="HEALER_HOST",
+    )
+    port: int = setting(8083, "TCP port of the HTTP API (0 picks a free one).",
+                        env="HEALER_PORT", minimum=0, maximum=65535)
+    token: str = setting(
+        "", "Bearer token every route needs when set (webhooks carry their own signatures; "
+        "see `public_health` and `public_metrics`). Empty disables the check, which is allowed "
+        "on loopback only; off loopback it must be at least 16 characters.",
+        env="HEALER_TOKEN", secret=True,
+    )
+    max_body_bytes: int = setting(1 << 20, "Largest request body accepted (bytes).", minimum=1024)
+    enabled: bool = setting(True, "Whether `healer loop` serves the HTTP API.")
+    allowed_hosts: list[str] = setting(
+        [], "Host header values accepted besides loopback names and addresses and the bound "
+        "address (DNS-rebinding protection): `healer.example.com`, `.example.com` for a domain "
+        "and its subdomains, `*` for any.", items={"type": "string", "minLength": 1},
+    )
+    allowed_origins: list[str] = setting(
+        [], "Browser origins (`https://ops.example.com`) allowed to call the API besides "
+        "healer's own; a request with any other `Origin` gets 403.",
+        items={"type": "string", "pattern": "^https?://[^/]+$"},
+    )
+    public_health: bool = setting(
+        True, "Whether `GET /health` answers without the token (liveness probes rarely carry "
+        "one).")
+    public_metrics: bool = setting(
+        False, "Whether `GET /metrics` answers without the token (for scrapers that cannot "
+        "send `Authorization`).")
+    header_timeout_s: float = setting(
+        10.0, "A client must send a request's complete headers within this long of connecting "
+        "(or of its previous response); slower ones are disconnected.", minimum=0.1)
+    body_timeout_s: float = setting(
+        30.0, "A request's whole body must arrive within this long; slower ones get 408.",
+        minimum=0.1)
+    keepalive_s: float = setting(
+        5.0, "Idle keep-alive connections are closed after this long (uvicorn "
+        "`timeout_keep_alive`).", minimum=0.1)
+    max_json_depth: int = setting(32, "Deepest JSON nesting accepted in a request body.",
+                                  minimum=4, maximum=512)
+    max_connections: int = setting(
+        2048, "Open connections and requests in flight at most (uvicorn `limit_concurrency`); "
+        "past it new requests get 503.", minimum=16)
+
+
+@dataclass
+class BusSettings:
+    max_file_bytes: int = setting(1 << 20, "Result files larger than this are rejected.",
+                                  minimum=1)
+    settle_s: float = setting(
+        2.0, "How long a result file that ends before its JSON does must stay unchanged, after "
+        "its writer closed it, before it is rejected as incomplete; also how long a fresh hard "
+        "link may take to drop back to one name (link-then-unlink writers).", minimum=0,
+    )
+    max_wait_s: float = setting(
+        60.0, "Longest wait for an incomplete result file whose writer keeps it open or keeps "
+        "changing it (a writer pausing mid-file); then it is rejected, saying whether it was "
+        "still being written. At least `bus.settle_s`.", minimum=0,
+    )
+    rescan_s: float = setting(
+        5.0, "Interval of the safety rescan of the results dir, in case an event was missed.",
+        minimum=0.1,
+    )
+    max_json_depth: int = setting(64, "Deepest JSON nesting accepted in a result file.",
+                                  minimum=4)
+
+
+@dataclass
+class StoreSettings:
+    backend: Literal["file", "jetstream"] = setting(
+        "file", "`file`: records under the state dir (one machine). `jetstream`: NATS JetStream "
+        "key-value buckets shared by every node's healer.", env="HEALER_STORE",
+    )
+    nats_urls: list[str] = setting(["nats://127.0.0.1:4222"], "NATS servers for `jetstream`.",
+                                   env="HEALER_NATS_URLS")
+    bucket: str = setting("healer", "JetStream key-value bucket holding the records.")
+    history: int = setting(5, "Revisions kept per record in the bucket.", minimum=1,
+                           maximum=64)
+    replicas: int = setting(1, "Replicas of the bucket and the results stream when healer "
+                            "creates them (3 in a NATS cluster).", minimum=1, maximum=5)
+    credentials: str = setting("", "NATS credentials file (.creds), passed to nats-py.")
+    tls_ca: str = setting("", "CA bundle to verify the NATS servers (enables TLS).")
+    tls_cert: str = setting("", "Client certificate for NATS mutual TLS.")
+    tls_key: str = setting("", "Client key for NATS mutual TLS.")
+    connect_timeout_s: float = setting(5.0, "Timeout of the first NATS connection.", minimum=0.1)
+    lease_ttl_s: float = setting(30.0, "How long a node's lease on a peer or incident lasts "
+                                 "unless renewed; a dead node's lease is taken over after it.",
+                                 minimum=1)
+
+
+@dataclass
+class ClaudeSettings:
+    model: str = setting("", "Model name passed to Claude Code; empty uses the CLI's default.")
+    max_turns: int = setting(30, "Turn cap for one agent run (an agent's own maxTurns wins if "
+                             "lower).", minimum=1)
+    max_budget_usd: float = setting(2.0, "Spending cap for one agent run, in US dollars.",
+                                    minimum=0)
+    cli_path: str = setting("", "Path to the `claude` CLI; empty uses the one bundled in "
+                            "claude-agent-sdk.")
+
+
+@dataclass
+class ExecutorSettings:
+    default: Literal["auto", "playbook", "claude", "command"] = setting(
+        "auto", "How agents run. `auto`: claude when a model is reachable, else playbook.",
+        env="HEALER_EXECUTOR",
+    )
+    timeout_s: float = setting(600.0, "Wall-clock limit of one agent run.", minimum=1)
+    max_concurrent: int = setting(4, "Agent runs in flight at once on this machine, of every "
+                                  "kind (play, code, fleet, by hand) and from every healer "
+                                  "process together; more wait for a slot.",
+                                  minimum=1)
+    slot_wait_s: float = setting(3600.0, "Longest a run waits for a free agent slot; past it "
+                                 "the run fails without starting.", minimum=0.1)
+    commands: dict[str, list[str]] = setting(
+        {}, "For the `command` executor: agent name → argv (no shell). `{prompt_file}`, "
+        "`{result_file}` and `{cwd}` are substituted.",
+    )
+    claude: ClaudeSettings = section(ClaudeSettings, "Claude Code executor.")
+
+
+@dataclass
+class ForgeSettings:
+    kind: Literal["local", "github"] = setting(
+        "local", "`local`: issues and PR records as Markdown/JSON under the state dir. "
+        "`github`: the GitHub REST API.", env="HEALER_FORGE",
+    )
+    github_repo: str = setting("", "`owner/name` on GitHub for the `github` forge.")
+    token_env: str = setting("GITHUB_TOKEN", "Environment variable holding the forge token.")
+    api_url: str = setting("https://api.github.com", "GitHub API base URL.")
+    remote: str = setting("origin", "Git remote the `github` forge pushes healing branches to.")
+
+
+@dataclass
+class NotifySettings:
+    discord_webhook_url: str = setting(
+        "", "Discord webhook for P0/P1 escalations; empty disables.",
+        env="HEALER_DISCORD_WEBHOOK", secret=True,
+    )
+    timeout_s: float = setting(10.0, "Timeout of one notification post.", minimum=0.1)
+
+
+@dataclass
+class WebhookSettings:
+    sentry_client_secret: str = setting("", "Sentry integration client secret (HMAC key).",
+                                        env="HEALER_SENTRY_SECRET", secret=True)
+    alertmanager_token: str = setting("", "Bearer token Alertmanager sends.",
+                                      env="HEALER_ALERTMANAGER_TOKEN", secret=True)
+    slack_signing_secret: str = setting("", "Slack app signing secret.",
+                                        env="HEALER_SLACK_SECRET", secret=True)
+    slack_max_age_s: float = setting(300.0, "Slack requests whose timestamp is further than "
+                                     "this from now are refused (replay window).", minimum=1)

@@ -1,0 +1,79 @@
+"""``Settings``: the root of the tree, one section per concern, and the paths it names."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from healer.config.capabilities import (
+    ContextSettings,
+    DetectSettings,
+    FleetSettings,
+    PlaySettings,
+    SelfhealSettings,
+)
+from healer.config.fields import section, setting
+from healer.config.sections import (
+    ApiSettings,
+    BusSettings,
+    ExecutorSettings,
+    ForgeSettings,
+    LogSettings,
+    NotifySettings,
+    StoreSettings,
+    WebhookSettings,
+)
+
+
+@dataclass
+class Settings:
+    """The whole settings tree. Paths are relative to the working directory."""
+
+    state_dir: str = setting(".healer", "Where records, the ledger and worktrees live.",
+                             env="HEALER_STATE_DIR")
+    results_dir: str = setting("/tmp/atlas-agent-results", "Where agents drop result JSON.",
+                               env="HEALER_RESULTS_DIR")
+    fleet_dir: str = setting(".fleet-messages", "Seed-file folders, one per recipient.",
+                             env="HEALER_FLEET_DIR")
+    node_id: str = setting("", "This machine's fleet node id; empty derives it from the "
+                           "hostname.", env="HEALER_NODE_ID")
+    cto_config: str = setting("cto-config.json", "The orchestrator's config, read if present.",
+                              env="HEALER_CTO_CONFIG")
+    log: LogSettings = section(LogSettings, "Logging.")
+    api: ApiSettings = section(ApiSettings, "The HTTP API.")
+    bus: BusSettings = section(BusSettings, "The results bus.")
+    store: StoreSettings = section(StoreSettings, "Where state lives.")
+    executor: ExecutorSettings = section(ExecutorSettings, "How agents run.")
+    forge: ForgeSettings = section(ForgeSettings, "Where issues and PRs go.")
+    notify: NotifySettings = section(NotifySettings, "Human notifications.")
+    detect: DetectSettings = section(DetectSettings, "Log pattern detection.")
+    play: PlaySettings = section(PlaySettings, "Play sessions and remediation.")
+    selfheal: SelfhealSettings = section(SelfhealSettings, "report_error gates and healing runs.")
+    fleet: FleetSettings = section(FleetSettings, "Fleet channels, watchdog and healing loop.")
+    context: ContextSettings = section(ContextSettings, "Living-context healing.")
+    webhooks: WebhookSettings = section(WebhookSettings, "Inbound webhook secrets.")
+
+    # Where each value came from is not a setting; the loader notes the files it read here.
+    sources: list[str] = field(default_factory=list, metadata={"internal": True})
+
+    @property
+    def state_path(self) -> Path:
+        return Path(self.state_dir).expanduser()
+
+    @property
+    def results_path(self) -> Path:
+        return Path(self.results_dir).expanduser()
+
+    @property
+    def fleet_path(self) -> Path:
+        return Path(self.fleet_dir).expanduser()
+
+    @property
+    def node(self) -> str:
+        """This node's id: configured, or the hostname's first label made safe."""
+        if self.node_id:
+            return self.node_id
+        raw = socket.gethostname().split(".")[0].lower()
+        cleaned = "".join(c if c.isalnum() or c in "-_" else "-" for c in raw).strip("-_")
+        return cleaned[:64] or "node"
