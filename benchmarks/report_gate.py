@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from healer.config import Settings
+from healer.core.identity import identify
+from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import FileStore
-from healer.selfheal.fingerprint import identify
 from healer.selfheal.runner import HealingTask, RunResult
-from healer.selfheal.sanitize import Sanitizer
 from healer.selfheal.service import SelfHealService
 
 TARGET = 5000.0

@@ -197,6 +197,7 @@ def verify(settings: Any, args: Any) -> int:
     from healer.context.diff import diff_of, parse_patch
     from healer.context.scenarios import scenario_env
     from healer.context.scenarios import verify as run_verify
+    from healer.core.git import git
     from healer.selfheal import worktree as wt
 
     cx = settings.context
@@ -218,11 +219,11 @@ def verify(settings: Any, args: Any) -> int:
         base = args.base or "HEAD"
         with tempfile.TemporaryDirectory(prefix="healer-verify-") as tmp:
             path = Path(tmp) / "checkout"
-            wt.git(repo, "worktree", "add", "--quiet", "--detach", str(path), base)
+            git(repo, "worktree", "add", "--quiet", "--detach", str(path), base)
             try:
                 patch_file = Path(tmp) / "fix.diff"
                 patch_file.write_text(patch, encoding="utf-8")
-                res = wt.git(path, "apply", "--whitespace=nowarn", str(patch_file), check=False)
+                res = git(path, "apply", "--whitespace=nowarn", str(patch_file), check=False)
                 if not res.ok:
                     raise UsageError(f"the diff does not apply to {base}: "
                                      f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -231,7 +232,7 @@ def verify(settings: Any, args: Any) -> int:
                 wt.remove(repo, path)
     else:
         base_ref = args.base or wt.base_branch(repo, settings.selfheal.base_branch)
-        base = wt.git(repo, "merge-base", base_ref, "HEAD").stdout.strip()
+        base = git(repo, "merge-base", base_ref, "HEAD").stdout.strip()
         verdict = run_verify(layers, repo, diff_of(repo, base, committed=False), **kw)
     if args.json:
         print_json(verdict.as_dict())

@@ -35,14 +35,15 @@ from healer.context.outcomes import Iteration
 from healer.context.prompt import context_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
 from healer.core.escalation import escalate
+from healer.core.git import git, git_env
+from healer.core.publish.findings import AnonymizationError
+from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.store import Store
 from healer.errors import HealerError
 from healer.selfheal import attempts as st
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import worker_identity
 from healer.selfheal.dispatch import pr_title
-from healer.selfheal.forge import Forge, PullRequest, open_forge
-from healer.selfheal.sanitize import AnonymizationError
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +69,12 @@ class HealOutcome:
 
 def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> bool:
     """Commit tracked changes the agent left uncommitted; untracked files are not the fix."""
-    if not wt.git(tree.path, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+    if not git(tree.path, "status", "--porcelain", "--untracked-files=no").stdout.strip():
         return False
-    wt.git(tree.path, "add", "-u")
-    wt.git(tree.path, "commit", "--quiet", "--no-verify", "-m",
+    git(tree.path, "add", "-u")
+    git(tree.path, "commit", "--quiet", "--no-verify", "-m",
            f"healer: changes the healing agent left uncommitted (iteration {iteration})",
-           env={**wt.git_env(), **env})
+           env={**git_env(), **env})
     return True
 
 
@@ -83,7 +84,7 @@ def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, se
     cx = settings.context
     diff = diff_of(tree.path, tree.base_sha)
     path = tree.path.parent / f"verify-{label}"
-    wt.git(tree.repo, "worktree", "add", "--quiet", "--detach", str(path), sha)
+    git(tree.repo, "worktree", "add", "--quiet", "--detach", str(path), sha)
     try:
         return verify(layers, path, diff, failing_file=failing_file,
                       timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,

@@ -37,12 +37,12 @@ from typing import Any
 from filelock import FileLock
 
 from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
+from healer.core.identity import identify
+from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import ConflictError
 from healer.selfheal import gates
 from healer.selfheal.attempts import Attempts, new_attempt_id
-from healer.selfheal.fingerprint import identify
-from healer.selfheal.sanitize import Sanitizer
 
 log = logging.getLogger(__name__)
 

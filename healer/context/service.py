@@ -165,7 +165,7 @@ class ContextService:
             await asyncio.to_thread(self.book.prune_deliveries)
 
     def _watch_fixes(self) -> None:
-        from healer.selfheal import forge as fg
+        from healer.core.publish import forge as fg
 
         now = self.clock()
         for inc in self.book.all(FIXED):

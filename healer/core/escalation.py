@@ -7,11 +7,11 @@ ended, what to do next (with exact commands), and the evidence. All text is scru
 validated before it is written or sent.
 
 Dedup: the forge issue is shared by escalations with one ``dedup_key`` within a window (later
-ones become comments, ``healer.core.forge_issues``). An escalation with ``one_open`` also keeps
-**one open seed file** per key: while that file is still in ``human/`` (a person has not moved
-it to ``archive/``), the next escalation rewrites it in place instead of adding a file, and its
-forge issue gets a comment (at most once per ``comment_every_s`` while the title stays the
-same). The record of the open escalation is ``escalations/<dedup_key>`` in the store.
+ones become comments, ``healer.core.publish.forge_issues``). An escalation with ``one_open``
+also keeps **one open seed file** per key: while that file is still in ``human/`` (a person has
+not moved it to ``archive/``), the next escalation rewrites it in place instead of adding a
+file, and its forge issue gets a comment (at most once per ``comment_every_s`` while the title
+stays the same). The record of the open escalation is ``escalations/<dedup_key>`` in the store.
 """
 
 from __future__ import annotations
@@ -23,11 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from healer.config import Settings
 from healer.core import seeds
 from healer.core.files import atomic_write_bytes
-from healer.core.forge_issues import IssueRef, Issues, dedup_key
-from healer.core.notify import post_discord
+from healer.core.publish.forge_issues import IssueRef, Issues, dedup_key
+from healer.core.publish.notify import post_discord
 from healer.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -110,14 +109,18 @@ class EscalationRecord:
     count: int = 1  # ``one_open``: escalations of this key since its seed file was opened
 
 
-async def escalate(settings: Settings, store: Store, esc: Escalation, *,
+async def escalate(settings: Any, store: Store, esc: Escalation, *,
                    issues: Issues | None = None, metrics: Any = None) -> EscalationRecord:
     """Write the human seed file, open/comment the forge issue, post to Discord for P0/P1.
 
     Each output is independent: one failing (network, validation) does not stop the others,
     and the seed file — the one that always works offline — is written first.
+
+    ``settings`` is healer's Settings (``node``, ``fleet_path``, ``play.dedup_window_s``,
+    ``notify``, and what ``Issues`` reads), typed ``Any`` so that core does not import the
+    config layer.
     """
-    from healer.selfheal.sanitize import ensure_publishable, scrub
+    from healer.core.publish.sanitizer import ensure_publishable, scrub
 
     now = time.time()
     window = settings.play.dedup_window_s if esc.dedup_window_s is None else esc.dedup_window_s

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from healer.config import NodeEntry
 from healer.core.escalation import Attempt, Escalation
-from healer.core.forge_issues import dedup_key
+from healer.core.publish.forge_issues import dedup_key
 from healer.fleet.channels import FleetContext, PeerProbe
 from healer.fleet.diagnosis import Plan, Repair, incident_id
 from healer.fleet.ssh import shell_line, ssh_command, tunnel_argv

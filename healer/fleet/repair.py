@@ -46,8 +46,8 @@ from typing import Any
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import NodeEntry
 from healer.core.escalation import Attempt, Escalation, escalate
-from healer.core.forge_issues import dedup_key
 from healer.core.proc import run_async
+from healer.core.publish.forge_issues import dedup_key
 from healer.core.store import Store
 from healer.fleet import messages
 from healer.fleet.channels import FleetContext, probe_peer

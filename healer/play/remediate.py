@@ -20,7 +20,7 @@ from typing import Any
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core.escalation import Attempt, Escalation, escalate
-from healer.core.forge_issues import Issues, dedup_key
+from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.store import Store
 from healer.errors import ConflictError, HealerError
 from healer.play import evaluate

@@ -37,12 +37,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.core.publish.findings import AnonymizationError
+from healer.core.publish.forge import Forge, PullRequest, open_forge
+from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import HealerError
 from healer.selfheal import attempts as st
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
-from healer.selfheal.forge import Forge, PullRequest, open_forge
 from healer.selfheal.runner import (
     AgentRunner,
     HealingTask,
@@ -50,7 +52,6 @@ from healer.selfheal.runner import (
     result_path_for,
     runner_for,
 )
-from healer.selfheal.sanitize import AnonymizationError, Sanitizer
 
 log = logging.getLogger(__name__)
 

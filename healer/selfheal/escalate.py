@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.core.escalation import Attempt, Escalation, escalate
-from healer.core.forge_issues import dedup_key
+from healer.core.publish.forge_issues import dedup_key
 from healer.core.store import Store
 from healer.selfheal import attempts as st
 from healer.selfheal.attempts import Attempts

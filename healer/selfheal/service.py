@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.core.identity import identify
+from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import UsageError
 from healer.selfheal import attempts as st
 from healer.selfheal import gates
 from healer.selfheal.attempts import Attempts, new_attempt_id, public_view
-from healer.selfheal.fingerprint import identify
 from healer.selfheal.runner import HEALING_ENV, AgentRunner, runner_for
-from healer.selfheal.sanitize import Sanitizer
 
 log = logging.getLogger(__name__)
 
@@ -329,7 +329,7 @@ class SelfHealService:
 
     def refresh(self) -> list[dict[str, Any]]:
         """Poll the forge for every open PR; settle merged/closed ones. Returns the changed."""
-        from healer.selfheal import forge as fg
+        from healer.core.publish import forge as fg
 
         changed = []
         for att in list(self.attempts.all()):

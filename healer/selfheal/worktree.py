@@ -9,36 +9,17 @@ The branch stays after the worktree is removed when a PR points at it.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from healer.core import proc
+from healer.core.git import GitError, git
 from healer.core.names import safe_name
 from healer.errors import UsageError
 
-GIT_TIMEOUT_S = 120.0
 UNFIXABLE = "UNFIXABLE"
 MAX_UNFIXABLE_BYTES = 64 * 1024
 MAX_DIFF_BYTES = 1 << 20
-
-
-class GitError(UsageError):
-    """A git command failed (``argv``, ``stderr``)."""
-
-    def __init__(self, argv: tuple[str, ...], stderr: str):
-        self.argv = argv
-        self.stderr = stderr.strip()
-        super().__init__(f"{' '.join(argv[:4])}: {self.stderr.splitlines()[-1:] or 'failed'}")
-
-
-def git_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for a password nobody will type
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    return env
 
 
 def git_identity(worktree: Path) -> dict[str, str]:
@@ -47,15 +28,6 @@ def git_identity(worktree: Path) -> dict[str, str]:
         return {}
     return {"GIT_AUTHOR_NAME": "healer", "GIT_AUTHOR_EMAIL": "healer@localhost",
             "GIT_COMMITTER_NAME": "healer", "GIT_COMMITTER_EMAIL": "healer@localhost"}
-
-
-def git(repo: Path | str, *args: str, check: bool = True, timeout: float = GIT_TIMEOUT_S,
-        env: dict[str, str] | None = None) -> proc.ProcResult:
-    """Run ``git -C repo args…`` (argv, timeout); ``GitError`` on failure when ``check``."""
-    res = proc.run(["git", "-C", str(repo), *args], timeout=timeout, env=env or git_env())
-    if check and not res.ok:
-        raise GitError(res.argv, res.stderr or ("timed out" if res.timed_out else "failed"))
-    return res
 
 
 def repo_root(path: Path | str) -> Path:

@@ -7,9 +7,9 @@ import asyncio
 import pytest
 
 from healer.config import load_settings
-from healer.core.forge_issues import Issues
+from healer.core.publish.findings import AnonymizationError
+from healer.core.publish.forge_issues import Issues
 from healer.core.store import FileStore
-from healer.selfheal.sanitize import AnonymizationError
 from healer.testing.fake_github import FakeGitHub
 
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from healer.selfheal.fingerprint import (
+from healer.core.identity import (
     call_site_from_traceback,
     fingerprint,
     identify,
@@ -52,7 +52,7 @@ class TestStability:
     @pytest.mark.e2e
     def test_stable_across_processes(self) -> None:
         """The fingerprint does not depend on the process (no salted hashing)."""
-        code = ("from healer.selfheal.fingerprint import fingerprint;"
+        code = ("from healer.core.identity import fingerprint;"
                 "print(fingerprint('KeyError', 'src/a.py:f', 'no key 42'))")
         outs = {subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                                check=True).stdout.strip() for _ in range(2)}

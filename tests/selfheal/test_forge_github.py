@@ -12,10 +12,10 @@ import pytest
 from selfheal_fake_github import FakeGitHub
 from selfheal_helpers import TRACEBACK, git
 
+from healer.core.publish.findings import AnonymizationError
+from healer.core.publish.forge import ForgeError, GitHubForge
 from healer.core.store import FileStore
 from healer.selfheal.dispatch import Dispatcher
-from healer.selfheal.forge import ForgeError, GitHubForge
-from healer.selfheal.sanitize import AnonymizationError
 from healer.selfheal.service import SelfHealService
 
 pytestmark = pytest.mark.e2e

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from selfheal_corpus import CASES, HARMLESS
 
-from healer.selfheal import AnonymizationError, Sanitizer, ensure_publishable, scrub, validate
+from healer.core.publish import AnonymizationError, Sanitizer, ensure_publishable, scrub, validate
 
 FAST = Sanitizer()
 PURE_RE = Sanitizer(prefilter=False)

@@ -7,7 +7,7 @@ import random
 import pytest
 from secret_corpus import BENIGN, BY_ID, CATEGORIES, FORMS, Form
 
-from healer.selfheal import AnonymizationError, Sanitizer, ensure_publishable, entropy, validate
+from healer.core.publish import AnonymizationError, Sanitizer, ensure_publishable, entropy, validate
 
 HYPERSCAN = Sanitizer()
 LITERAL = Sanitizer(prefilter="literal")

@@ -55,8 +55,8 @@ def main() -> int:
     need_healer()
 
     from healer.config import load_settings
+    from healer.core.publish import validate
     from healer.errors import HealerError
-    from healer.selfheal import validate
 
     try:
         hosts = load_settings(None).selfheal.allowed_hosts

@@ -63,7 +63,7 @@ def main() -> int:
         fail(f"cannot read {path}: {exc}")
     need_healer()
 
-    from healer.selfheal import validate
+    from healer.core.publish import validate
 
     findings = [{"kind": f.kind, "line": text.count("\n", 0, f.start) + 1, "hint": f.hint}
                 for f in sorted(validate(text), key=lambda f: f.start)]

@@ -26,7 +26,7 @@ async def post_discord(webhook_url: str, title: str, body: str, *, severity: str
     """Post to a Discord webhook; False (logged) on failure — a notification never raises."""
     if not webhook_url:
         return False
-    from healer.selfheal.sanitize import scrub
+    from healer.core.publish.sanitizer import scrub
 
     payload = discord_payload(scrub(title), scrub(body), severity, url)
     try:

@@ -26,7 +26,7 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 
-from healer.selfheal.detectors import (
+from healer.core.publish.detectors import (
     PLACEHOLDERS,
     Detector,
     Hit,

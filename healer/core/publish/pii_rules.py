@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import string
 
-from healer.selfheal.detectors import Hit, View, luhn, marker
+from healer.core.publish.detectors import Hit, View, luhn, marker
 
 # ISO 13616 lengths by country (the registry's current members).
 IBAN_LENGTHS: dict[str, int] = {

@@ -24,10 +24,10 @@ from urllib.parse import urlsplit
 
 from healer import __version__
 from healer.core.files import atomic_create_bytes, atomic_write_bytes, atomic_write_text, dumps
+from healer.core.git import git, git_env
 from healer.core.names import safe_name
+from healer.core.publish.sanitizer import Sanitizer
 from healer.errors import HealerError, UsageError
-from healer.selfheal.sanitize import Sanitizer
-from healer.selfheal.worktree import git, git_env
 
 OPEN, MERGED, CLOSED = "open", "merged", "closed"
 HTTP_TIMEOUT_S = 30.0

@@ -1,7 +1,7 @@
 """Issues on the forge, deduplicated: where analyses and escalations are written for people.
 
 The forge itself (``local`` Markdown files under ``<state>/forge/issues/``, or GitHub's REST
-API) is ``healer.selfheal.forge``; this adds the dedup rule of the play healer: reports that
+API) is ``healer.core.publish.forge``; this adds the dedup rule of the play healer: reports that
 share a key within a window are one issue, later ones become comments. The forge validates
 every title and body with the publication validator before anything is written or sent.
 """
@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from healer.config import Settings
 from healer.core.store import Store
 from healer.errors import ConflictError
 
@@ -37,7 +36,9 @@ def dedup_key(*parts: str) -> str:
 class Issues:
     """Open-or-comment with dedup on top of the configured forge."""
 
-    def __init__(self, settings: Settings, store: Store, forge: Any = None):
+    def __init__(self, settings: Any, store: Store, forge: Any = None):
+        # ``settings``: healer's Settings (``selfheal.repo``, and what ``open_forge`` reads);
+        # typed loosely so that core does not import the config layer.
         self.settings = settings
         self.store = store
         self._forge = forge
@@ -45,7 +46,7 @@ class Issues:
     @property
     def forge(self) -> Any:
         if self._forge is None:
-            from healer.selfheal.forge import open_forge
+            from healer.core.publish.forge import open_forge
 
             repo = Path(self.settings.selfheal.repo or ".").resolve()
             self._forge = open_forge(self.settings, repo)

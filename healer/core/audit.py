@@ -1,0 +1,64 @@
+"""The audit trail: every decision and step about every incident, one JSON object per line.
+
+``<state>/heal-audit.jsonl`` is appended under a lock and rotated at 20 MiB (the previous file
+is kept as ``heal-audit.jsonl.1``). Writing it never fails the step it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+log = logging.getLogger(__name__)
+
+AUDIT_FILE = "heal-audit.jsonl"
+MAX_AUDIT_BYTES = 20 << 20
+
+
+class Audit:
+    """Append-only, process-safe, size-bounded."""
+
+    def __init__(self, state_dir: Path | str, clock: Callable[[], float] = time.time):
+        self.path = Path(state_dir) / AUDIT_FILE
+        self._clock = clock
+
+    def write(self, event: str, incident: str = "", **fields: Any) -> None:
+        record = {"ts": round(self._clock(), 3), "event": event, "incident": incident, **fields}
+        line = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str) + "\n"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.path) + ".lock", timeout=30):
+                if self.path.exists() and self.path.stat().st_size > MAX_AUDIT_BYTES:
+                    os.replace(self.path, self.path.with_suffix(".jsonl.1"))
+                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                try:
+                    os.write(fd, line.encode())
+                finally:
+                    os.close(fd)
+        except OSError:
+            log.exception("could not append to the audit trail %s", self.path)
+
+    def read(self, incident: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
+        """The events (of one incident), oldest first; the newest ``limit`` if given."""
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines()
+        except FileNotFoundError:
+            return []
+        out = []
+        for line in lines:
+            if not line.strip() or (incident and f'"{incident}"' not in line):
+                continue  # cheap pre-filter before parsing
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue  # a torn line from a crash mid-append
+            if not incident or rec.get("incident") == incident:
+                out.append(rec)
+        return out[-limit:] if limit else out

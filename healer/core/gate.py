@@ -1,0 +1,267 @@
+"""The gate every incident passes before an agent is started for it — one for every kind.
+
+In order, each with the reason recorded on the incident when it says no:
+
+1. **no recursion** — trouble reported by a healing agent is never healed (``recursion``);
+2. **enabled** — the kind is switched on (``disabled``);
+3. **severity** — at or above the kind's threshold (``below_threshold``);
+4. **novelty** — one attempt (or open fix) per novelty key; a duplicate joins it
+   (``already_investigating`` with that attempt's id);
+5. **cooldown** — the kind's ``cooldown_s`` after the key's last attempt ended;
+6. **concurrency** — the kind's cap on attempts running, and ``executor.max_concurrent``
+   over every kind together (``concurrency_cap``; the incident stays open and is retried);
+7. **circuit breaker, per kind** — when the kind's latest ``breaker_window`` finished
+   attempts all failed; one attempt may try again ``breaker_reset_s`` after the last;
+8. **executor available** — something can run the agent (``no_model``).
+
+Gates 1–3 are the caller's (``precheck``: no store access); 4–8 and the claim are one
+compare-and-set on the admission record (``heal-admission/gate``), so any number of processes
+racing with one key start exactly one attempt and the caps hold across processes.
+Refusals never feed the breaker.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from healer.core.store import FileStore, Store
+
+ADMISSION = "heal-admission"
+GATE_KEY = "gate"
+MAX_OUTCOMES = 50
+
+ACCEPTED = "accepted"
+RECURSION = "recursion"
+DISABLED = "disabled"
+BELOW_THRESHOLD = "below_threshold"
+ALREADY_INVESTIGATING = "already_investigating"
+COOLDOWN = "cooldown"
+CONCURRENCY_CAP = "concurrency_cap"
+CIRCUIT_BREAKER = "circuit_breaker"
+NO_MODEL = "no_model"
+REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, ALREADY_INVESTIGATING, COOLDOWN,
+           CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL)
+RETRYABLE = frozenset({COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL})
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What one kind's gates read."""
+
+    kind: str = "code"
+    cooldown_s: float = 3600.0
+    max_concurrent: int = 2
+    breaker_window: int = 5
+    breaker_reset_s: float = 3600.0
+    global_max: int = 0  # executor.max_concurrent over every kind; 0 = no global cap
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What the gate said. ``attempt_id``: the new attempt, or the one a duplicate joins."""
+
+    reason: str
+    message: str
+    attempt_id: str = ""
+
+    @property
+    def accepted(self) -> bool:
+        return self.reason == ACCEPTED
+
+
+def _minutes(seconds: float) -> str:
+    return f"{max(1, round(seconds / 60))} min"
+
+
+def _kind_of(entry: dict[str, Any]) -> str:
+    return str(entry.get("kind") or "code")  # records from before kinds were code's
+
+
+def _failed(outcome: dict[str, Any]) -> bool:
+    if "breaker" in outcome:
+        return bool(outcome["breaker"])
+    return outcome.get("status") in _OLD_FAILURES  # written before outcomes said so
+
+
+_OLD_FAILURES = frozenset({"failed", "timeout", "anonymization_failed"})
+
+
+def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
+           available: Callable[[], bool]) -> Decision:
+    """Gates 4–8 over the admission record; pure, so it can run inside compare-and-set."""
+    active = adm["active"].get(novelty)
+    if active:
+        return Decision(ALREADY_INVESTIGATING, "This error is already under investigation",
+                        active["attempt_id"])
+    held = adm["open_prs"].get(novelty)
+    if held:
+        return Decision(ALREADY_INVESTIGATING, "This error is already under investigation: a "
+                        "fix PR is open and awaiting review", held)
+    ended = adm["ended"].get(novelty)
+    if ended is not None and now - ended < policy.cooldown_s:
+        return Decision(COOLDOWN, "Cooldown period active: the last attempt for this error "
+                        f"ended {_minutes(now - ended)} ago; a new attempt is possible in "
+                        f"{_minutes(policy.cooldown_s - (now - ended))}. Continue normally.")
+    mine = sum(1 for e in adm["active"].values() if _kind_of(e) == policy.kind)
+    if mine >= policy.max_concurrent or (policy.global_max and
+                                         len(adm["active"]) >= policy.global_max):
+        return Decision(CONCURRENCY_CAP, f"Concurrency cap reached: {len(adm['active'])} "
+                        "healing agents are already investigating other problems. Continue "
+                        "normally.")
+    window = [o for o in adm["outcomes"] if _kind_of(o) == policy.kind][-policy.breaker_window:]
+    tripped = len(window) >= policy.breaker_window and all(_failed(o) for o in window)
+    # Half-open: long after the last failure, with nothing of this kind running, one may try.
+    if tripped and (mine or now - window[-1]["at"] < policy.breaker_reset_s):
+        return Decision(CIRCUIT_BREAKER, f"Circuit breaker open: the last "
+                        f"{policy.breaker_window} healing attempts all failed. Continue "
+                        "normally; a person has to look first.")
+    if not available():
+        return Decision(NO_MODEL, "No model available to run a healing agent here. Continue "
+                        "normally.")
+    return Decision(ACCEPTED, "Healing agent dispatched")
+
+
+def empty_admission() -> dict[str, Any]:
+    return {"active": {}, "open_prs": {}, "ended": {}, "outcomes": []}
+
+
+class AdmissionReader:
+    """Reads the admission record, re-parsing it only when the file changed.
+
+    Every write of a FileStore record is a rename of a new file, so the file's identity
+    (inode, mtime, ctime, size) changes with each revision; other stores are simply read.
+    A stale read can only reject (the acceptance itself is re-decided under compare-and-set).
+    """
+
+    def __init__(self, store: Store):
+        self.store = store
+        root = getattr(store, "root", None)
+        self._path = (Path(root) / "records" / ADMISSION / f"{GATE_KEY}.json"
+                      if isinstance(store, FileStore) and root is not None else None)
+        self._key: tuple[int, ...] | None = None
+        self._data: dict[str, Any] = empty_admission()
+
+    def read(self) -> dict[str, Any]:
+        if self._path is not None:
+            try:
+                st = os.stat(self._path)
+            except FileNotFoundError:
+                return empty_admission()
+            key = (st.st_ino, st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+            if key == self._key:
+                return self._data
+        rec = self.store.get(ADMISSION, GATE_KEY)
+        self._data = rec.data if rec else empty_admission()
+        self._key = key if self._path is not None else None
+        return self._data
+
+
+def admit(store: Store, novelty: str, new_id: Callable[[], str], now: float, policy: Policy,
+          available: Callable[[], bool], reader: AdmissionReader | None = None, *,
+          record: Callable[[str], object]) -> Decision:
+    """Run gates 4–8 and, if they pass, claim the key and a slot in one atomic write for a
+    new attempt (``new_id()`` names it; only called then), then ``record(attempt_id)``.
+
+    Claiming and recording are one step: if ``record`` raises, the claim is released before
+    the error propagates, so a write that fails can never leave a slot taken."""
+    outcome: dict[str, Decision] = {}
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        adm = cur or empty_admission()
+        decision = decide(adm, novelty, now, policy, available)
+        outcome["d"] = decision
+        if not decision.accepted:
+            return None  # nothing to write: refusals leave no trace in this record
+        adm["active"][novelty] = {"attempt_id": attempt_id, "since": now, "kind": policy.kind}
+        # Forget cooldowns that are over so the record stays small.
+        adm["ended"] = {k: v for k, v in adm["ended"].items()
+                        if now - v < policy.cooldown_s and k != novelty}
+        return adm
+
+    # The hot path (duplicates, cooldowns, a full cap) is one read: no lock, no copy, no write.
+    adm = reader.read() if reader is not None else AdmissionReader(store).read()
+    first = decide(adm, novelty, now, policy, available)
+    if not first.accepted:
+        return first
+    attempt_id = new_id()
+    store.update(ADMISSION, GATE_KEY, fn)  # decides again on the latest revision, atomically
+    d = outcome["d"]
+    if not d.accepted:
+        return d
+    try:
+        record(attempt_id)
+    except BaseException:
+        release(store, novelty, attempt_id)
+        raise
+    return Decision(d.reason, d.message, attempt_id)
+
+
+def release(store: Store, novelty: str, attempt_id: str) -> None:
+    """Undo a claim whose attempt was never recorded (no cooldown, nothing for the breaker)."""
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        if cur is None or cur["active"].get(novelty, {}).get("attempt_id") != attempt_id:
+            return None
+        del cur["active"][novelty]
+        return cur
+
+    store.update(ADMISSION, GATE_KEY, fn)
+
+
+def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str,
+           ended: bool, outcome: str = "", breaker: bool = False, held: bool = False) -> None:
+    """Reflect an attempt's change in the admission record.
+
+    ``held``: a fix waits for review (the key stays taken, not running); ``ended``: the
+    attempt is over — the cooldown starts and, unless ``outcome`` is empty, the kind's
+    breaker learns it (``breaker``: it counts as a failure)."""
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+        adm = cur or empty_admission()
+        if adm["active"].get(novelty, {}).get("attempt_id") == attempt_id and (held or ended):
+            del adm["active"][novelty]
+        if held:
+            adm["open_prs"][novelty] = attempt_id
+        elif adm["open_prs"].get(novelty) == attempt_id:
+            del adm["open_prs"][novelty]
+        if ended:
+            adm["ended"][novelty] = now
+            if outcome:
+                adm["outcomes"] = [*adm["outcomes"], {
+                    "status": outcome, "at": now, "attempt_id": attempt_id, "kind": kind,
+                    "breaker": breaker}][-MAX_OUTCOMES:]
+        return adm
+
+    store.update(ADMISSION, GATE_KEY, fn)
+
+
+def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str],
+              held_status: str, now: float) -> None:
+    """Drop admission entries whose attempts finished or vanished (after a crash)."""
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        if cur is None:
+            return None
+        changed = False
+        for key, entry in list(cur["active"].items()):
+            status = statuses.get(entry.get("attempt_id"))
+            missing_for_long = status is None and now - entry.get("since", 0) > 60
+            if (status is not None and status not in running) or missing_for_long:
+                del cur["active"][key]
+                changed = True
+        for key, aid in list(cur["open_prs"].items()):
+            if statuses.get(aid) != held_status:
+                del cur["open_prs"][key]
+                changed = True
+        return cur if changed else None
+
+    store.update(ADMISSION, GATE_KEY, fn)
+
+
+def admission(store: Store) -> dict[str, Any]:
+    rec = store.get(ADMISSION, GATE_KEY)
+    return rec.data if rec else empty_admission()

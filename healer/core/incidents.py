@@ -1,0 +1,520 @@
+"""Incidents: one record and one state machine for every kind of trouble healer handles.
+
+A capability's intake turns what it saw into a ``Signal``; ``Ledger.receive`` files it under
+``(kind, key)`` — one incident however often and in however many batches it arrives
+(``count``, ``first_seen``, ``last_seen``). Everything that happens to it afterwards — what the
+gate said (a refusal is recorded and counted, never dropped), each attempt, the fix, the
+escalation, the resolution — is a transition of the same record::
+
+    open ──► healing ──► open         the attempt ended; another may follow
+     │          ├──────► fixed ─────► resolved      a fix waits for review / was merged
+     │          └──────► escalated    a person has to act (a seed file says what)
+     ├──► escalated
+     └──► resolved                    the source said it cleared, or the heal was verified
+    resolved / fixed ──► open         firing again (reopened, or a regression)
+
+Records: ``incidents/<kind>-<key>``. Indexes kept with every write, so no read lists the
+whole folder: a store set per status (``incidents-open`` …), the ring of the most recently
+changed ids (``incident-index/recent``) for paging, and one record of counters
+(``incident-stats/all``: incidents by kind and status, gate decisions, attempts,
+escalations) that ``/metrics`` and ``healer status`` read whichever process wrote them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from healer.core.audit import Audit
+from healer.core.gate import Decision
+from healer.core.names import is_safe_name
+from healer.core.store import Store
+from healer.errors import NotFoundError, UsageError
+
+INCIDENTS = "incidents"
+INDEX, RECENT = "incident-index", "recent"
+STATS, STATS_KEY = "incident-stats", "all"
+
+FIRING, RESOLVED_SIGNAL = "firing", "resolved"
+OPEN, HEALING, FIXED, ESCALATED, RESOLVED = "open", "healing", "fixed", "escalated", "resolved"
+STATUSES = (OPEN, HEALING, FIXED, ESCALATED, RESOLVED)
+ACTIVE = frozenset({OPEN, HEALING, FIXED})
+KINDS = ("play", "code", "fleet")
+SEVERITIES = ("critical", "high", "medium", "low", "info")
+
+MAX_HISTORY = 100
+RECENT_SIZE = 2000
+MAX_KEY = 100
+
+Clock = Callable[[], float]
+Refire = Callable[[dict[str, Any], float], str]
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One thing a source said about one incident: it is ``firing`` or it has ``resolved``.
+
+    ``key`` identifies the incident within its kind (a fingerprint, ``peer-problem``,
+    ``play-agent-code``): the intake derives it from what stays the same across repeats,
+    never from counts or times."""
+
+    kind: str
+    key: str
+    source: str
+    status: str = FIRING
+    severity: str = "medium"
+    summary: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"unknown incident kind {self.kind!r}")
+        if not is_safe_name(self.key) or len(self.key) > MAX_KEY:
+            raise UsageError(f"unusable incident key {self.key!r}")
+        if self.status not in (FIRING, RESOLVED_SIGNAL):
+            raise UsageError(f"status must be firing or resolved, got {self.status!r}")
+        if self.severity not in SEVERITIES:
+            raise UsageError(f"severity must be one of {', '.join(SEVERITIES)}")
+
+    @property
+    def id(self) -> str:
+        return incident_id(self.kind, self.key)
+
+
+def incident_id(kind: str, key: str) -> str:
+    return f"{kind}-{key}"
+
+
+@dataclass(frozen=True)
+class Receipt:
+    """What the ledger did with a signal: ``opened``, ``duplicate``, ``reopened``,
+    ``regression``, ``resolved`` or ``ignored`` (a resolution of something never seen)."""
+
+    id: str
+    action: str
+    status: str = ""
+    incident: dict[str, Any] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if v not in ("", None)}
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    total: int
+    offset: int
+    limit: int
+
+    @property
+    def next_offset(self) -> int | None:
+        end = self.offset + len(self.items)
+        return end if end < self.total else None
+
+
+def _hist(rec: dict[str, Any], at: float, event: str, **detail: Any) -> None:
+    rec["history"] = [*rec.get("history", []), {"at": round(at, 3), "event": event, **detail}][
+        -MAX_HISTORY:]
+
+
+def _status_set(status: str) -> str:
+    return f"incidents-{status}"
+
+
+def empty_stats() -> dict[str, Any]:
+    return {"status": {}, "opened": {}, "decisions": {}, "attempts": {}, "escalations": {}}
+
+
+class Ledger:
+    """The incident records of one store. Process-safe: every write is compare-and-set."""
+
+    def __init__(self, store: Store, *, clock: Clock = time.time, audit: Audit | None = None):
+        self.store = store
+        self.clock = clock
+        self.audit = audit
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def get(self, iid: str) -> dict[str, Any] | None:
+        if not is_safe_name(iid):
+            return None
+        rec = self.store.get(INCIDENTS, iid)
+        return rec.data if rec else None
+
+    def require(self, iid: str) -> dict[str, Any]:
+        found = self.get(iid)
+        if found is None:
+            raise NotFoundError(INCIDENTS, iid)
+        return found
+
+    def find(self, kind: str, key: str) -> dict[str, Any] | None:
+        return self.get(incident_id(kind, key))
+
+    def ids(self, status: str) -> list[str]:
+        return self.store.members(_status_set(status))
+
+    def active(self, kind: str | None = None) -> list[dict[str, Any]]:
+        """Open, healing and fixed incidents (of one kind), most recently seen first."""
+        return self._read_ids(
+            (i for s in sorted(ACTIVE) for i in self.ids(s)), kind=kind, status=None)
+
+    def list(self, *, kind: str | None = None, status: str | None = None, limit: int = 20,
+             offset: int = 0) -> Page:
+        """A page of incidents, the active ones first (most recently seen first), then the
+        finished ones, most recently changed first. Cost: the active set plus the page, not
+        every incident ever recorded (only paging past the recent ring scans the folder)."""
+        if kind is not None and kind not in KINDS:
+            raise UsageError(f"kind must be one of {', '.join(KINDS)}")
+        if status is not None and status not in STATUSES:
+            raise UsageError(f"status must be one of {', '.join(STATUSES)}")
+        limit = max(1, min(int(limit), 500))
+        offset = max(0, int(offset))
+        stats = self.stats()["status"]
+        kinds = [kind] if kind else list(stats)
+        statuses = [status] if status else list(STATUSES)
+        total = sum(int(stats.get(k, {}).get(s, 0)) for k in kinds for s in statuses)
+        wanted = offset + limit
+        first: list[dict[str, Any]] = []
+        if status is None or status in ACTIVE:
+            first = self._read_ids((i for s in (statuses if status else sorted(ACTIVE))
+                                    for i in self.ids(s)), kind=kind, status=status)
+        seen = {d["id"] for d in first}
+        rest: list[dict[str, Any]] = []
+        if status is None or status not in ACTIVE:
+            for iid in reversed(self._recent()):
+                if len(first) + len(rest) >= wanted:
+                    break
+                if iid in seen:
+                    continue
+                seen.add(iid)
+                data = self.get(iid)
+                if data and data.get("status") not in ACTIVE and _matches(data, kind, status):
+                    rest.append(data)
+            if len(first) + len(rest) < min(wanted, total):
+                rest += self._scan(seen, kind, status)  # deep pages only
+        items = (first + rest)[offset:wanted]
+        return Page(items, max(total, offset + len(items)), offset, limit)
+
+    def _read_ids(self, ids: Iterable[str], *, kind: str | None,
+                  status: str | None) -> list[dict[str, Any]]:
+        out = []
+        for iid in dict.fromkeys(ids):
+            data = self.get(iid)
+            if data and _matches(data, kind, status):
+                out.append(data)
+        return sorted(out, key=lambda d: d.get("last_seen", 0), reverse=True)
+
+    def _scan(self, seen: set[str], kind: str | None, status: str | None
+              ) -> list[dict[str, Any]]:
+        found = [r.data for r in self.store.list(INCIDENTS)
+                 if r.key not in seen and r.data.get("status") not in ACTIVE
+                 and _matches(r.data, kind, status)]
+        return sorted(found, key=lambda d: d.get("updated_at", 0), reverse=True)
+
+    def _recent(self) -> list[str]:
+        rec = self.store.get(INDEX, RECENT)
+        return list(rec.data.get("ids", [])) if rec else []
+
+    def stats(self) -> dict[str, Any]:
+        rec = self.store.get(STATS, STATS_KEY)
+        return rec.data if rec else empty_stats()
+
+    # --- intake -------------------------------------------------------------------------------
+
+    def receive(self, signal: Signal, *, fields: dict[str, Any] | None = None,
+                refire: Refire | None = None, decision: Decision | None = None) -> Receipt:
+        """File one signal: open, count, reopen or resolve its incident.
+
+        ``fields``: kind-specific data stored with a new (or reopened) incident.
+        ``refire(incident, now)`` decides what a firing signal does to a ``fixed`` or
+        ``resolved`` incident (``reopened``, ``regression`` or ``duplicate``); by default a
+        resolved one reopens and a fixed one is a duplicate.
+        ``decision``: what the gate already said about it, recorded in the same write (the
+        hot path of a repeated report is one write)."""
+        now = self.clock()
+        out: dict[str, str] = {}
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if signal.status == FIRING:
+                new = self._firing(cur, signal, fields or {}, now, out, refire)
+            else:
+                new = _resolving(cur, signal.source, now, out)
+            if new is not None and decision is not None:
+                _gate(new, decision, now)
+            return new
+
+        data = self._write(signal.id, fn,
+                           stat=("decisions", decision.reason) if decision else None)
+        action = out.get("action", "ignored")
+        self._audit(action, signal.id, source=signal.source, signal=signal.status,
+                    status=data.get("status", "") if data else "")
+        return Receipt(signal.id, action, data.get("status", "") if data else "", data)
+
+    def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: dict[str, Any],
+                now: float, out: dict[str, str], refire: Refire | None) -> dict[str, Any]:
+        if cur is None:
+            out["action"] = "opened"
+            rec = {"id": signal.id, "kind": signal.kind, "key": signal.key,
+                   "source": signal.source, "sources": [signal.source], "status": OPEN,
+                   "severity": signal.severity, "summary": signal.summary[:500],
+                   "count": signal.count, "first_seen": now, "last_seen": now,
+                   "attempts": 0, "attempt_ids": [], "rejections": {},
+                   "detail": dict(signal.detail), **fields}
+            _hist(rec, now, "opened", source=signal.source)
+            return rec
+        cur["count"] = int(cur.get("count", 0)) + signal.count
+        cur["last_seen"] = now
+        if signal.source not in cur.get("sources", []):
+            cur["sources"] = [*cur.get("sources", []), signal.source][-10:]
+        status = cur.get("status")
+        action = "duplicate"
+        if status in (RESOLVED, FIXED):
+            action = (refire(cur, now) if refire else
+                      ("reopened" if status == RESOLVED else "duplicate"))
+        if action in ("reopened", "regression"):
+            cur.update(fields)
+            cur.update(status=OPEN, summary=signal.summary[:500] or cur.get("summary", ""),
+                       severity=signal.severity, resolved_at=None, resolved_by=None,
+                       stop_requested=False, reopened=int(cur.get("reopened", 0)) + 1)
+            _hist(cur, now, action, source=signal.source)
+        out["action"] = action
+        return cur
+
+    # --- transitions --------------------------------------------------------------------------
+
+    def decided(self, iid: str, decision: Decision) -> dict[str, Any] | None:
+        """Record what the gate said. A refusal stays visible on the incident with its
+        reason, and counts (``rejections``); the incident stays open for a later retry."""
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            _gate(cur, decision, now)
+            return cur
+
+        data = self._write(iid, fn, stat=("decisions", decision.reason))
+        self._audit("gate", iid, decision=decision.reason, message=decision.message[:500],
+                    attempt_id=decision.attempt_id)
+        return data
+
+    def started(self, iid: str, attempt_id: str, doing: str) -> dict[str, Any] | None:
+        """An attempt began: ``healing``, attempt n+1."""
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None or attempt_id in cur.get("attempt_ids", []):
+                return None
+            cur.update(status=HEALING, doing=doing[:300], attempt_id=attempt_id,
+                       attempts=int(cur.get("attempts", 0)) + 1,
+                       attempt_ids=[*cur.get("attempt_ids", []), attempt_id][-50:])
+            _hist(cur, now, "attempt_started", attempt_id=attempt_id, n=cur["attempts"])
+            return cur
+
+        data = self._write(iid, fn, stat=("attempts", ""))
+        self._audit("attempt_started", iid, attempt_id=attempt_id, doing=doing[:300])
+        return data
+
+    def attempt_ended(self, iid: str, attempt_id: str, outcome: str, *, status: str = OPEN,
+                      reason: str = "", **fields: Any) -> dict[str, Any] | None:
+        """An attempt ended with ``outcome``; the incident goes to ``status`` (open for a
+        retry, fixed, resolved) unless it was resolved meanwhile or escalated already."""
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.update(fields)
+            cur["last_outcome"] = {"attempt_id": attempt_id, "outcome": outcome,
+                                   "reason": reason[:500], "at": now}
+            if cur.get("status") not in (RESOLVED, ESCALATED):
+                cur["status"] = status
+            if cur.get("attempt_id") == attempt_id or cur["status"] != HEALING:
+                cur["doing"] = ""
+            _hist(cur, now, "attempt_ended", attempt_id=attempt_id, outcome=outcome)
+            return cur
+
+        data = self._write(iid, fn)
+        self._audit("attempt_ended", iid, attempt_id=attempt_id, outcome=outcome,
+                    reason=reason[:500])
+        return data
+
+    def escalated(self, iid: str, *, seed_file: str, reason: str, issue_url: str = ""
+                  ) -> dict[str, Any] | None:
+        """A person was told (``seed_file`` in ``.fleet-messages/human/``)."""
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            if cur.get("status") != RESOLVED:
+                cur["status"] = ESCALATED
+            cur.update(doing="", escalation={"seed_file": seed_file, "reason": reason[:2000],
+                                             "issue_url": issue_url, "at": now})
+            _hist(cur, now, "escalated", seed_file=seed_file)
+            return cur
+
+        data = self._write(iid, fn, stat=("escalations", ""))
+        self._audit("escalated", iid, seed_file=seed_file, reason=reason[:500],
+                    issue_url=issue_url)
+        return data
+
+    def resolve(self, iid: str, by: str) -> dict[str, Any] | None:
+        """Resolved (the source cleared it, or healer verified the heal). A running attempt
+        sees ``stop_requested`` and stops; nothing retries it."""
+        now = self.clock()
+        out: dict[str, str] = {}
+        data = self._write(iid, lambda cur: _resolving(cur, by, now, out))
+        if out.get("action") == "resolved":
+            self._audit("resolved", iid, by=by)
+        return data
+
+    def update(self, iid: str, event: str = "", **fields: Any) -> dict[str, Any] | None:
+        """Set kind-specific ``fields`` (not the status) and note ``event``."""
+        if "status" in fields:
+            raise ValueError("the status changes only through the transitions")
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.update(fields)
+            if event:
+                _hist(cur, now, event)
+            return cur
+
+        return self._write(iid, fn)
+
+    def set_status(self, iid: str, status: str, event: str, *,
+                   unless: frozenset[str] = frozenset(), **fields: Any) -> dict[str, Any] | None:
+        """A kind's own transition (e.g. a watched fix passed: ``resolved``); ``unless``:
+        statuses that stay as they are (the fields are still set)."""
+        if status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}")
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.update(fields)
+            if cur.get("status") not in unless:
+                cur["status"] = status
+                if status != HEALING:
+                    cur["doing"] = ""
+            _hist(cur, now, event)
+            return cur
+
+        data = self._write(iid, fn, stat=("escalations", "") if status == ESCALATED else None)
+        self._audit(event, iid, status=status)
+        return data
+
+    def should_stop(self, iid: str) -> bool:
+        data = self.get(iid)
+        return bool(data and (data.get("stop_requested") or data.get("status") == RESOLVED))
+
+    # --- the one write path: record, indexes, counters -------------------------------------------
+
+    def _write(self, iid: str, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+               *, stat: tuple[str, str] | None = None) -> dict[str, Any] | None:
+        before: dict[str, Any] = {}
+
+        def wrapped(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            before["status"] = cur.get("status") if cur else None
+            before["new"] = cur is None
+            new = fn(cur)
+            if new is not None:
+                new["updated_at"] = self.clock()
+            return new
+
+        rec = self.store.update(INCIDENTS, iid, wrapped)
+        if rec is None:
+            return None
+        data = rec.data
+        old, new = before.get("status"), data.get("status")
+        if before.get("new") or old != new:
+            if old:
+                self.store.remove_member(_status_set(old), iid)
+            self.store.add_member(_status_set(new), iid)
+            self._touch_recent(iid)
+            self._count(data["kind"], old, new, opened=bool(before.get("new")), stat=stat)
+        elif stat:
+            self._count(data["kind"], None, None, stat=stat)
+        return data
+
+    def _touch_recent(self, iid: str) -> None:
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            ids = [i for i in (cur or {}).get("ids", []) if i != iid]
+            return {"ids": [*ids, iid][-RECENT_SIZE:]}
+
+        self.store.update(INDEX, RECENT, fn)
+
+    def _count(self, kind: str, old: str | None, new: str | None, *, opened: bool = False,
+               stat: tuple[str, str] | None = None) -> None:
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            s = cur or empty_stats()
+            by = s["status"].setdefault(kind, {})
+            if old:
+                by[old] = max(0, int(by.get(old, 0)) - 1)
+            if new:
+                by[new] = int(by.get(new, 0)) + 1
+            if opened:
+                s["opened"][kind] = int(s["opened"].get(kind, 0)) + 1
+            if stat:
+                table, label = stat
+                if label:
+                    row = s[table].setdefault(kind, {})
+                    row[label] = int(row.get(label, 0)) + 1
+                else:
+                    s[table][kind] = int(s[table].get(kind, 0)) + 1
+            return s
+
+        self.store.update(STATS, STATS_KEY, fn)
+
+    def _audit(self, event: str, iid: str, **fields: Any) -> None:
+        if self.audit is not None:
+            self.audit.write(event, iid, **fields)
+
+
+def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
+    gate = {"reason": decision.reason, "message": decision.message[:500], "at": now}
+    if decision.attempt_id:
+        gate["attempt_id"] = decision.attempt_id
+    cur["gate"] = gate
+    if not decision.accepted:
+        rej = dict(cur.get("rejections") or {})
+        rej[decision.reason] = int(rej.get(decision.reason, 0)) + 1
+        cur["rejections"] = rej
+    if not cur.get("history") or cur["history"][-1].get("reason") != decision.reason:
+        _hist(cur, now, "gate", reason=decision.reason)
+
+
+def _matches(data: dict[str, Any], kind: str | None, status: str | None) -> bool:
+    return (kind is None or data.get("kind") == kind) and (
+        status is None or data.get("status") == status)
+
+
+def _resolving(cur: dict[str, Any] | None, by: str, now: float,
+               out: dict[str, str]) -> dict[str, Any] | None:
+    if cur is None:
+        out["action"] = "ignored"  # a resolution of something never seen here
+        return None
+    if cur.get("status") == RESOLVED:
+        out["action"] = "duplicate"
+        return None
+    out["action"] = "resolved"
+    cur.update(status=RESOLVED, resolved_at=now, resolved_by=by, doing="",
+               stop_requested=cur.get("status") == HEALING)
+    _hist(cur, now, "resolved", by=by)
+    return cur
+
+
+def public_view(data: dict[str, Any]) -> dict[str, Any]:
+    """What the API and ``healer status`` show of an incident."""
+    keys = ("id", "kind", "key", "source", "sources", "status", "severity", "summary",
+            "count", "first_seen", "last_seen", "attempts", "attempt_id", "doing", "gate",
+            "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
+            "reopened", "links", "updated_at")
+    return {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}

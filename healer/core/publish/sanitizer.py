@@ -1,0 +1,227 @@
+"""Scrubbing secrets and personal data, and the validator that guards everything outbound.
+
+Two halves, which work differently on purpose:
+
+* ``Sanitizer.scrub(text)`` replaces each hit of its rules with a readable marker
+  (``[REDACTED-EMAIL]``, ``[REDACTED-API-KEY]`` …), turns paths inside the repository into
+  repo-relative ones and home directories into ``~``. It runs on every report before anything
+  is stored, fingerprinted or rendered into a prompt.
+* ``validate(text)`` / ``ensure_publishable(text, what)`` re-scan text that is about to leave
+  the machine (PR title/body/diff, forge issues, seed files, prompts) and block it on any hit:
+  the same rules, then an entropy census (``entropy``) that knows no shapes and no names and
+  flags any token random enough to be a key. What the first pass has no rule for, the second
+  still blocks (``HIGH-ENTROPY``). Other parts of healer call these before they publish.
+
+The rules (categories after Sentry Relay's PII rules, gitleaks and detect-secrets; their order
+is ``ruleset``, the tables are in ``secret_rules`` and ``pii_rules``; ``Finding`` and
+``AnonymizationError`` are in ``findings``): private keys (PEM, PuTTY); keys cut across lines;
+database URLs with userinfo; chat webhooks; URL credentials; JWTs; some 50 vendors' keys by
+prefix and shape; ``Authorization`` headers and bearer/basic credentials; passwords on command
+lines (``mysql -p…``, ``curl -u``, ``sshpass``, ``docker login``, ``redis-cli -a``); values
+under secret names in any syntax (``=``, ``:``, ``=>``, JSON also JSON-escaped, YAML, headers,
+query strings, flags, ``.netrc``); e-mail addresses; UUIDs; IBANs; IMEIs; card numbers; US SSNs;
+MAC addresses; IPv4/IPv6 addresses (loopback, unspecified and broadcast kept); phone numbers;
+home paths; host names not on the allow list; random values under any name; long random
+tokens.
+
+Speed matters (every report goes through here): patterns are compiled once; each detector
+runs its full pattern only in small windows a cheap locator found (see ``detectors``); and a
+pre-filter decides before any of them runs which can match at all — one Hyperscan pass when
+Hyperscan is installed, literal gates otherwise.
+"""
+
+
+from __future__ import annotations
+
+import heapq
+import re
+from collections.abc import Iterable
+from pathlib import Path
+
+from healer.core.publish import entropy, ruleset
+from healer.core.publish.detectors import MARK, Census, Hit, View, apply
+from healer.core.publish.findings import AnonymizationError, Finding, mask
+
+# Hosts that identify nobody: loopback, the RFC 2606/6761 reserved names, and the public
+# services a fix PR naturally mentions. ``selfheal.allowed_hosts`` adds to these.
+DEFAULT_ALLOWED_HOSTS = (
+    "localhost", "example.com", "example.net", "example.org", "github.com", "githubusercontent.com",
+    "python.org", "pypi.org", "anthropic.com", "claude.ai", "readthedocs.io", "npmjs.com",
+)
+_RESERVED_SUFFIXES = (".localhost", ".example", ".test", ".invalid")
+
+
+class Sanitizer:
+    """Scrubs and validates text. ``root``: the repository whose paths become relative;
+    ``allowed_hosts``: extra host names (and their subdomains) that may stay; ``prefilter``:
+    decide which detectors can match before running any — ``True`` with the one-pass
+    Hyperscan census when Hyperscan is installed, else with literal gates; ``"literal"`` /
+    ``"hyperscan"`` to choose; ``False`` runs every detector (the reference: same results,
+    slower)."""
+
+    def __init__(self, *, root: Path | str | None = None, allowed_hosts: Iterable[str] = (),
+                 prefilter: bool | str = True):
+        self.root = str(Path(root).resolve()) if root else ""
+        # The root as a whole path component: "/srv/app/x" → "x", "/srv/app" → ".", but
+        # "/srv/application" stays.
+        self._root_re = re.compile(re.escape(self.root) + r"(?:/|(?![\w.-]))") if root else None
+        hosts = {h.lower().strip(".") for h in (*DEFAULT_ALLOWED_HOSTS, *allowed_hosts) if h}
+        self._allowed = frozenset(hosts)
+        self._allowed_suffixes = tuple("." + h for h in hosts) + _RESERVED_SUFFIXES
+        self._detectors = ruleset.build(self.host_allowed)
+        engine = prefilter if isinstance(prefilter, str) else "auto"
+        self._census = Census(self._detectors if prefilter else [], engine)
+        self._brought_cache: dict[str, frozenset[int]] = {}
+        self._clean: set[str] = set()
+
+    # --- public -------------------------------------------------------------------------------
+
+    def scrub(self, text: str) -> str:
+        """``text`` with every secret and personal datum replaced by a marker.
+
+        The detectors run in list order, each on the text the ones before it left, so later
+        ones see markers, not secrets (an e-mail's domain is not reported again as a host).
+        A marker can also complete a match for a detector that already ran (a token now ends
+        at ``[``, a host name now ends before it): such detectors run again, so that
+        scrubbing the result a second time changes nothing.
+        """
+        if not text or text in self._clean:
+            return text
+        original = text
+        if self._root_re is not None and self.root in text:
+            text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
+        view = View(text)
+        census = self._census(text)
+        everyone = range(len(self._detectors))
+        # Only the detectors the census let through; with no census, all.
+        todo = list(everyone) if census is None else sorted(census)
+        for _pass in range(_MAX_PASSES):
+            heapq.heapify(todo)
+            again: set[int] = set()
+            done = -1
+            while todo:
+                i = heapq.heappop(todo)
+                if i <= done:
+                    continue
+                done = i
+                hits = self._detectors[i].find(view)
+                if not hits:
+                    continue
+                before = view.text
+                view = View(apply(before, hits))
+                woken = everyone if census is None else self._brought(before, hits)
+                for j in woken:
+                    if j > i:
+                        heapq.heappush(todo, j)
+                    else:
+                        again.add(j)
+            if not again:
+                break
+            todo = list(again)
+        if view.text == original and len(original) <= _CLEAN_MAX_LEN:
+            # Short texts that come back unchanged recur (error types, tool names, call
+            # sites): remember them. Only clean ones, so no secret is kept in memory.
+            if len(self._clean) >= _CLEAN_MAX_ITEMS:
+                self._clean.clear()
+            self._clean.add(original)
+        return view.text
+
+    def _brought(self, text: str, hits: list[Hit]) -> frozenset[int]:
+        """The detectors the replacements of ``hits`` may wake: the census of each
+        replacement (its markers collapsed to ``[]``, whose words wake nobody) with the text
+        glued to it — the run of non-space characters before (up to 64: a host's
+        ``.internal``, a key now ending at ``[``) and after (up to 3: ``]@host``, ``[]::1``).
+        Cached when the glue is short (then it holds nothing worth keeping secret)."""
+        parts = set()
+        n = len(text)
+        for s, e, rep in hits:
+            if ((s == 0 or text[s - 1] in _NEUTRAL) and (e == n or text[e] in _NEUTRAL)
+                    and rep.startswith(MARK) and rep.find("]") == len(rep) - 1):
+                parts.add("[]")  # the common case: one marker between spaces or brackets
+                continue
+            left = text[max(0, s - _GLUE_BEFORE):s]
+            left = left[max(left.rfind(" "), left.rfind("\n"), left.rfind("\t")) + 1:]
+            right = text[e:e + _GLUE_AFTER].split(None, 1)[0] if text[e:e + 1].strip() else ""
+            parts.add(left + _MARKERS.sub("[]", rep) + right)
+        key = "\n".join(sorted(parts))
+        found = self._brought_cache.get(key)
+        if found is None:
+            found = frozenset(self._census(key) or ())
+            if len(key) <= 48 and len(self._brought_cache) < 512:
+                self._brought_cache[key] = found
+        return found
+
+    def findings(self, text: str, *, entropy_census: bool = True) -> list[Finding]:
+        """Every hit in ``text`` (empty when it is safe to publish): the rules' hits, then the
+        entropy census's (``HIGH-ENTROPY``: random tokens no rule knows; see ``entropy``).
+
+        ``entropy_census=False``: the rules only — what ``scrub`` guarantees to leave clean.
+        """
+        if not text:
+            return []
+        view = View(text)
+        census = self._census(text)
+        found = [Finding(det.kind, start, end, mask(text[start:end]))
+                 for i, det in enumerate(self._detectors)
+                 if census is None or i in census
+                 for start, end, _rep in det.find(view)]
+        if entropy_census:
+            found += [Finding(entropy.KIND, start, end, mask(text[start:end]))
+                      for start, end in entropy.census(text)]
+        return found
+
+    def ensure_publishable(self, text: str, what: str) -> str:
+        """Return ``text`` unchanged, or raise ``AnonymizationError`` if anything is found."""
+        hits = self.findings(text)
+        if hits:
+            raise AnonymizationError(what, hits)
+        return text
+
+    def host_allowed(self, host: str) -> bool:
+        host = host.lower().rstrip(".")
+        return host in self._allowed or host.endswith(self._allowed_suffixes)
+
+
+_MAX_PASSES = 3
+_GLUE_BEFORE = 64
+_GLUE_AFTER = 3
+_MARKERS = re.compile(re.escape(MARK) + r"[A-Z0-9-]+\]")
+# Characters next to a marker that no census expression can use to match across its edge:
+# no key, host, address or assignment character.
+_NEUTRAL = frozenset(" \t\r\n\"'`(),;[]{}<>|")
+_CLEAN_MAX_LEN = 256
+_CLEAN_MAX_ITEMS = 4096
+
+
+_DEFAULT: Sanitizer | None = None
+
+
+def default() -> Sanitizer:
+    """A shared sanitizer with the default allow list and no repository root."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Sanitizer()
+    return _DEFAULT
+
+
+def scrub(text: str) -> str:
+    """Scrub ``text`` with the default sanitizer."""
+    return default().scrub(text)
+
+
+def validate(text: str, *, allowed_hosts: Iterable[str] = ()) -> list[Finding]:
+    """The validator: every secret or personal datum left in ``text`` (empty = publishable).
+
+    Call this on anything that leaves the machine: PR titles, bodies and diffs, forge issues,
+    escalation seed files, prompts sent to a model.
+    """
+    s = Sanitizer(allowed_hosts=allowed_hosts) if allowed_hosts else default()
+    return s.findings(text)
+
+
+def ensure_publishable(text: str, what: str, *, allowed_hosts: Iterable[str] = ()) -> str:
+    """Return ``text``, or raise ``AnonymizationError`` (kinds only, no values) on any hit."""
+    hits = validate(text, allowed_hosts=allowed_hosts)
+    if hits:
+        raise AnonymizationError(what, hits)
+    return text
