@@ -14,7 +14,10 @@ from typing import Any
 
 from healer.config import Settings
 from healer.core import seeds
+from healer.core.incidents import Ledger, public_view
 from healer.core.store import Store
+
+ACTIVE_SHOWN = 10
 
 
 def _loop(settings: Settings) -> dict[str, Any]:
@@ -53,20 +56,27 @@ def _play(store: Store) -> dict[str, Any]:
             "remediations_running": running}
 
 
+def _incidents(store: Store) -> dict[str, Any]:
+    """Every kind's incidents from the core ledger: counts (one record, kept with every
+    write) and the active ones — what is broken and what healer is doing about it."""
+    book = Ledger(store)
+    stats = book.stats()
+    by_kind = {k: {s: n for s, n in v.items() if n} for k, v in stats["status"].items()}
+    active = [public_view(i) for i in book.active()[:ACTIVE_SHOWN]]
+    escalated = [public_view(i) for i in book.list(status="escalated", limit=ACTIVE_SHOWN).items]
+    return {"by_kind": {k: v for k, v in by_kind.items() if v}, "active": active,
+            "escalated": escalated, "decisions": stats.get("decisions", {})}
+
+
 def _selfheal(store: Store) -> dict[str, Any]:
+    """Healing attempts not finished yet (read from their index, not the whole folder)."""
+    from healer.selfheal.attempts import Attempts
+
     counts: dict[str, int] = {}
-    for rec in store.list("heal-attempts"):
-        status = str(rec.data.get("status", "?"))
+    for att in Attempts(store).unfinished():
+        status = str(att.get("status", "?"))
         counts[status] = counts.get(status, 0) + 1
     return {"attempts": counts}
-
-
-def _context(store: Store) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for rec in store.list("context-incidents"):
-        status = str(rec.data.get("status", "?"))
-        counts[status] = counts.get(status, 0) + 1
-    return {"incidents": counts}
 
 
 def _fleet(store: Store) -> dict[str, Any]:
@@ -103,8 +113,8 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
     return {
         "loop": _loop(settings),
         "play": _play(store),
+        "incidents": _incidents(store),
         "selfheal": _selfheal(store),
-        "context": _context(store),
         "fleet": _fleet(store),
         "needs_a_person": _human(settings),
     }
@@ -122,14 +132,20 @@ def render(data: dict[str, Any]) -> str:
     for i in play["open_issues"][:10]:
         mark = " [escalated]" if i["escalated"] else ""
         lines.append(f"  - {i['play_id']}: {i['description']}{mark}")
-    att = data["selfheal"]["attempts"]
-    if att:
-        lines.append("healing attempts: " + ", ".join(f"{v} {k}" for k, v in sorted(
-            att.items())))
-    inc = data["context"]["incidents"]
-    if inc:
-        lines.append("production incidents: " + ", ".join(f"{v} {k}" for k, v in sorted(
-            inc.items())))
+    inc = data["incidents"]
+    if inc["by_kind"]:
+        lines.append("incidents: " + "; ".join(
+            f"{kind} " + ", ".join(f"{n} {s}" for s, n in sorted(row.items()))
+            for kind, row in sorted(inc["by_kind"].items())))
+    for i in inc["active"]:
+        doing = i.get("doing") or (i.get("gate") or {}).get("message", "")
+        lines.append(f"  - {i['id']} [{i['status']}] {i.get('summary', '')[:80]} "
+                     f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
+                     + (f": {' '.join(doing.split())[:100]}" if doing else ""))
+    for i in inc["escalated"]:
+        seed = (i.get("escalation") or {}).get("seed_file", "")
+        lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
+                     + (f" → {seed}" if seed else ""))
     fleet = data["fleet"]
     if fleet:
         lines.append(f"fleet ({fleet['node']}): {fleet['peers']} peer(s), "

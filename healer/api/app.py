@@ -1,7 +1,8 @@
 """The ASGI app: routes from every capability, auth, body limits, JSON errors.
 
-Capabilities contribute routes through ``ROUTE_PROVIDERS`` ("module:function" taking the
-``ApiContext`` and returning Starlette routes); a module that is not installed is skipped.
+Each capability's routes live in ``healer.api.routes`` and are listed in ``ROUTE_PROVIDERS``
+("module:function" taking the ``ApiContext`` and returning Starlette routes; a module that is
+not installed is skipped), so capabilities never import the API.
 Every request first passes ``healer.api.guard`` (Host, Origin, token, content type, body size
 and time); handlers parse bodies with ``healer.api.http.json_body`` (strict JSON).
 """
@@ -31,10 +32,11 @@ from healer.resources import optional
 log = logging.getLogger(__name__)
 
 ROUTE_PROVIDERS = [
-    "healer.play.http:routes",
-    "healer.selfheal.http:routes",
-    "healer.context.http:routes",
-    "healer.fleet.http:routes",
+    "healer.api.routes.play:routes",
+    "healer.api.routes.errors:routes",
+    "healer.api.routes.context:routes",
+    "healer.api.routes.fleet:routes",
+    "healer.api.routes.incidents:routes",
 ]
 
 

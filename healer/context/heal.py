@@ -28,7 +28,7 @@ from typing import Any
 
 from healer.context import outcomes
 from healer.context.diff import diff_of
-from healer.context.incidents import ESCALATED, FIXED, RESOLVED, IncidentBook
+from healer.context.incidents import ESCALATED, FIXED, IncidentBook
 from healer.context.ingest import NormalizedError
 from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
@@ -55,7 +55,7 @@ STOP_STATUSES = ("unfixable", "escalated")
 class HealOutcome:
     incident: str
     attempt_id: str
-    status: str  # fixed | escalated | failed
+    status: str  # fixed | escalated | failed | stopped (resolved at its source)
     iterations: list[Iteration] = field(default_factory=list)
     pr_url: str = ""
     reason: str = ""
@@ -207,6 +207,14 @@ class ContextHealer:
         iterations: list[Iteration] = []
         previous = ""
         for n in range(1, cx.max_iterations + 1):
+            if self.book.ledger.should_stop(self.book._id(inc["key"])):
+                # The source said it cleared: no more attempts, nothing to tell a person.
+                self._end(aid, st.FAILED, reason="the incident was resolved at its source "
+                          "during the healing run", iterations=len(iterations), stopped=True)
+                self.book.audit.write("stopped", inc["key"], attempt_id=aid,
+                                      reason="resolved at its source")
+                return HealOutcome(inc["key"], aid, "stopped", iterations,
+                                   reason="resolved at its source")
             it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
                                        previous)
             iterations.append(it)
@@ -274,16 +282,7 @@ class ContextHealer:
 
     def _settle(self, key: str, status: str, event: str, **fields: Any) -> None:
         """Move the incident on, unless its source resolved it meanwhile (that stays)."""
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if cur is None:
-                return None
-            cur.update(fields)
-            if cur.get("status") != RESOLVED:
-                cur["status"] = status
-            cur["history"] = [*cur.get("history", []), {"at": self.clock(), "event": event}][-100:]
-            return cur
-
-        self.store.update("context-incidents", key, fn)
+        self.book.settle(key, status, event, **fields)
 
     def _remember(self, inc: dict[str, Any], entry: dict[str, Any]) -> None:
         try:

@@ -1,12 +1,12 @@
-"""Living-context incidents: one record per dedup key, admitted through the shared gate.
+"""Living-context incidents: the ``code`` kind's intake for Sentry, Alertmanager, Slack, Loki.
 
 ::
 
-    Signal ─► IncidentBook.receive ─► context-incidents/<key>  (create-only: one per key)
+    Signal ─► IncidentBook.receive ─► the core ledger, incidents/code-<key> (one per key)
                      │                    open ─► healing ─► fixed ─► (merged, watched) ─► resolved
                      │                      └──────────────► escalated
-                     └─► admit: recursion, enabled, severity, a file to heal, then
-                         healer.selfheal.gates.admit (novelty, cooldown, cap, breaker, model)
+                     └─► admit: recursion, enabled, severity, a file to heal, then the one
+                         gate (healer.core.gate: novelty, cooldown, cap, breaker, model)
                          → a heal-attempts record shared with report_error
 
 * A firing signal for a key that is open, healing, escalated or fixed-but-not-merged is a
@@ -14,18 +14,19 @@
   cooldown may be over, a slot free). For a resolved incident it reopens it; for a fix merged
   less than ``context.watch_s`` ago it is a **regression**: the incident reopens with the
   regression noted (and a person is told).
-* A resolved signal closes what the key opened; one for an unknown key is ignored.
+* A resolved signal closes what the key opened (a running heal stops at its next step); one
+  for an unknown key is ignored.
 * Webhook deliveries are remembered by the SHA-256 of their raw body
   (``context-deliveries``) so a replayed payload is dropped.
 
-Everything about an incident — every decision and step — is also appended to the audit trail
-``<state>/heal-audit.jsonl``.
+Every decision and step is also appended to the audit trail ``<state>/heal-audit.jsonl``.
+The records keep the shape this capability always showed (``occurrences``, ``decision``,
+``attempts`` as ids) in ``view()``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import time
@@ -34,9 +35,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
+from healer.core import gate
+from healer.core import incidents as core
+from healer.core.audit import Audit
 from healer.core.identity import identify
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
@@ -46,48 +48,15 @@ from healer.selfheal.attempts import Attempts, new_attempt_id
 
 log = logging.getLogger(__name__)
 
-INCIDENTS = "context-incidents"
+OLD_INCIDENTS = "context-incidents"  # where these records lived before the core ledger
 DELIVERIES = "context-deliveries"
-OPEN, HEALING, FIXED, ESCALATED, RESOLVED = "open", "healing", "fixed", "escalated", "resolved"
-STATUSES = (OPEN, HEALING, FIXED, ESCALATED, RESOLVED)
+OPEN, HEALING, FIXED, ESCALATED, RESOLVED = (core.OPEN, core.HEALING, core.FIXED,
+                                             core.ESCALATED, core.RESOLVED)
+STATUSES = core.STATUSES
 NO_FILE = "no_file"
 FIX_REJECTED = "fix_rejected"
 HUMAN_HOLDS = frozenset({FIX_REJECTED})  # decisions only a person undoes
-MAX_HISTORY = 100
-AUDIT_FILE = "heal-audit.jsonl"
-MAX_AUDIT_BYTES = 20 << 20
-
-
-class Audit:
-    """The audit trail: one JSON object per line, appended under a lock, rotated at 20 MiB."""
-
-    def __init__(self, state_dir: Path | str, clock: Callable[[], float] = time.time):
-        self.path = Path(state_dir) / AUDIT_FILE
-        self._clock = clock
-
-    def write(self, event: str, incident: str = "", **fields: Any) -> None:
-        record = {"ts": round(self._clock(), 3), "event": event, "incident": incident, **fields}
-        line = (json.dumps(record, sort_keys=True, ensure_ascii=False, default=str) + "\n")
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.path) + ".lock", timeout=30):
-                if self.path.exists() and self.path.stat().st_size > MAX_AUDIT_BYTES:
-                    os.replace(self.path, self.path.with_suffix(".jsonl.1"))
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode())
-                finally:
-                    os.close(fd)
-        except OSError:
-            log.exception("could not append to the audit trail %s", self.path)
-
-    def read(self, incident: str = "") -> list[dict[str, Any]]:
-        try:
-            lines = self.path.read_text(encoding="utf-8").splitlines()
-        except FileNotFoundError:
-            return []
-        out = [json.loads(x) for x in lines if x.strip()]
-        return [r for r in out if not incident or r.get("incident") == incident]
+INTAKE = "context"
 
 
 @dataclass(frozen=True)
@@ -106,13 +75,52 @@ class Receipt:
         return {k: v for k, v in asdict(self).items() if v not in ("", None)}
 
 
-def _hist(rec: dict[str, Any], at: float, event: str, **detail: Any) -> None:
-    rec["history"] = [*rec.get("history", []), {"at": at, "event": event, **detail}][
-        -MAX_HISTORY:]
+def view(data: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A ledger record in the shape this capability's routes and commands always showed."""
+    if data is None:
+        return None
+    return {**data, "occurrences": data.get("count", 1), "decision": data.get("gate") or {},
+            "attempts": list(data.get("attempt_ids") or [])}
+
+
+def migrate(store: Store, ledger: core.Ledger) -> int:
+    """Move records from before the core ledger (``context-incidents/<key>``) into it."""
+    n = 0
+    for rec in list(store.list(OLD_INCIDENTS)):
+        old = dict(rec.data)
+        iid = core.incident_id("code", rec.key)
+        if store.get(core.INCIDENTS, iid) is None:
+            status = old.get("status", OPEN)
+            data = {**old, "id": iid, "kind": "code", "key": rec.key, "intake": INTAKE,
+                    "sources": [old.get("source", "")], "count": old.get("occurrences", 1),
+                    "gate": old.get("decision") or {}, "attempt_ids": old.get("attempts", []),
+                    "attempts": len(old.get("attempts", [])), "status": OPEN,
+                    "severity": (old.get("error") or {}).get("severity", "high"),
+                    "summary": str((old.get("error") or {}).get("message", ""))[:500]}
+            for k in ("occurrences", "decision"):
+                data.pop(k, None)
+            store.put(core.INCIDENTS, iid, data)
+            ledger.set_status(iid, OPEN, "migrated")  # indexes and counters
+            if status != OPEN:
+                ledger.set_status(iid, status, "migrated")
+        store.delete(OLD_INCIDENTS, rec.key)
+        n += 1
+    return n
+
+
+class _KeyedAudit(Audit):
+    """The audit trail under the ledger's incident ids, addressed by this capability's keys."""
+
+    def write(self, event: str, incident: str = "", **fields: Any) -> None:
+        super().write(event, core.incident_id("code", incident) if incident else "", **fields)
+
+    def read(self, incident: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
+        return super().read(core.incident_id("code", incident) if incident else "",
+                            limit=limit)
 
 
 class IncidentBook:
-    """The incident records of one store, and the gate they pass through."""
+    """The living-context incidents of one store (in the core ledger), and their gate."""
 
     def __init__(self, settings: Any, store: Store, *, root: Path | str | None = None,
                  clock: Callable[[], float] = time.time,
@@ -123,12 +131,19 @@ class IncidentBook:
         self.root = str(root or "")
         self.clock = clock
         self.model_available = model_available
-        self.audit = audit or Audit(settings.state_path, clock)
+        base = audit or Audit(settings.state_path, clock)
+        self.audit = _KeyedAudit(base.path.parent, clock)
+        self.ledger = core.Ledger(store, clock=clock, audit=base)
         self.sanitizer = sanitizer or Sanitizer(root=root or None,
                                                 allowed_hosts=settings.selfheal.allowed_hosts)
         self.attempts = Attempts(store, clock)
-        self.limits = gates.Limits.from_settings(settings.selfheal)
-        self._admission = gates.AdmissionReader(store)
+        self.policy = gates.policy(settings)
+        self._admission = gate.AdmissionReader(store)
+        migrate(store, self.ledger)
+
+    @staticmethod
+    def _id(key: str) -> str:
+        return core.incident_id("code", key)
 
     # --- deliveries ---------------------------------------------------------------------------
 
@@ -157,28 +172,31 @@ class IncidentBook:
     # --- reading ------------------------------------------------------------------------------
 
     def get(self, key: str) -> dict[str, Any] | None:
-        rec = self.store.get(INCIDENTS, key)
-        return rec.data if rec else None
+        data = self.ledger.get(self._id(key))
+        return view(data) if data and data.get("intake") == INTAKE else None
 
     def all(self, status: str | None = None) -> list[dict[str, Any]]:
-        out = [r.data for r in self.store.list(INCIDENTS)
-               if status is None or r.data.get("status") == status]
-        return sorted(out, key=lambda d: d.get("last_seen", 0), reverse=True)
+        """This capability's incidents (of one status), most recently seen first."""
+        if status in core.ACTIVE:
+            found = self.ledger.active("code")
+            found = [d for d in found if d.get("status") == status]
+        else:
+            found = self.ledger.list(kind="code", status=status, limit=500).items
+        return [v for d in found if d.get("intake") == INTAKE and (v := view(d))]
 
     def update(self, key: str, event: str = "", **fields: Any) -> dict[str, Any] | None:
-        """Set ``fields`` on an incident (and note ``event`` in its history)."""
-        now = self.clock()
+        """Set ``fields`` on an incident (and note ``event`` in its history); a ``status``
+        among them is a transition of the ledger's state machine."""
+        if "status" in fields:
+            status = fields.pop("status")
+            return view(self.ledger.set_status(self._id(key), status, event or status,
+                                               **fields))
+        return view(self.ledger.update(self._id(key), event, **fields))
 
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if cur is None:
-                return None
-            cur.update(fields)
-            if event:
-                _hist(cur, now, event)
-            return cur
-
-        rec = self.store.update(INCIDENTS, key, fn)
-        return rec.data if rec else None
+    def settle(self, key: str, status: str, event: str, **fields: Any) -> None:
+        """Move the incident on, unless its source resolved it meanwhile (that stays)."""
+        self.ledger.set_status(self._id(key), status, event, unless=frozenset({RESOLVED}),
+                               **fields)
 
     # --- intake -------------------------------------------------------------------------------
 
@@ -196,81 +214,54 @@ class IncidentBook:
 
     def receive(self, signal: Signal) -> Receipt:
         """Record one signal (dedup, resolve, reopen, regression) and admit new work."""
-        now = self.clock()
         error = self.scrub(signal.error) if signal.error is not None else None
+        if signal.status == FIRING and error is None:
+            return Receipt(signal.key, "ignored")
         ident = identify(error.error_type or "Error", error.message, traceback=error.stack_trace,
                          call_site=error.call_site, root=self.root) if error else None
-        outcome: dict[str, str] = {}
+        fields: dict[str, Any] = {}
+        severity = "high"
+        summary = ""
+        if error is not None and ident is not None:
+            severity = error.severity if error.severity in core.SEVERITIES else "high"
+            summary = f"{ident.error_type}: {error.message}"
+            fields = {"intake": INTAKE, "error": error.as_dict(),
+                      "fingerprint": ident.fingerprint, "error_type": ident.error_type,
+                      "call_site": ident.call_site}
+        watch_s = self.settings.context.watch_s
+        message = error.message if error else ""
 
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if signal.status == FIRING:
-                return self._firing(cur, signal, error, ident, now, outcome)
-            return self._resolved(cur, signal, now, outcome)
+        def refire(cur: dict[str, Any], now: float) -> str:
+            fix = cur.get("fix") or {}
+            merged = fix.get("merged_at")
+            if cur.get("status") == FIXED and merged and now - merged <= watch_s:
+                cur["regressions"] = [*cur.get("regressions", []), {
+                    "at": now, "pr_url": fix.get("pr_url", ""), "merged_at": merged,
+                    "message": message[:500]}][-20:]
+                return "regression"
+            if cur.get("status") == RESOLVED or (cur.get("status") == FIXED and merged):
+                return "reopened"
+            return "duplicate"
 
-        rec = self.store.update(INCIDENTS, signal.key, fn)
-        action = outcome.get("action", "ignored")
-        status = rec.data["status"] if rec else ""
-        self.audit.write(action, signal.key, source=signal.source, status=status,
-                         signal=signal.status,
-                         **({"fingerprint": ident.fingerprint} if ident else {}))
+        sig = core.Signal(kind="code", key=signal.key, source=signal.source,
+                          status=signal.status, severity=severity, summary=summary,
+                          detail=dict(signal.detail))
+        if signal.status == FIRING and self.ledger.get(sig.id) is None:
+            fields["regressions"] = []
+        got = self.ledger.receive(sig, fields=fields, refire=refire)
+        data = got.incident
+        if data is not None and data.get("intake") != INTAKE and signal.status == FIRING:
+            self.ledger.update(sig.id, intake=INTAKE, **fields)
+        action, status = got.action, got.status
         receipt = Receipt(signal.key, action, status)
         if action in ("opened", "reopened"):
             return self.admit(signal.key, receipt)
-        if action == "duplicate" and status == OPEN and rec is not None and (
-                rec.data.get("decision") or {}).get("reason") not in HUMAN_HOLDS:
+        if action == "duplicate" and status == OPEN and data is not None and (
+                data.get("gate") or {}).get("reason") not in HUMAN_HOLDS:
             # Still firing and not being healed: the gate may say yes now (cooldown over,
             # a slot free, a model back).
             return self.admit(signal.key, receipt)
         return receipt
-
-    def _firing(self, cur: dict[str, Any] | None, signal: Signal, error: NormalizedError | None,
-                ident: Any, now: float, out: dict[str, str]) -> dict[str, Any] | None:
-        if error is None:
-            out["action"] = "ignored"
-            return None
-        if cur is None:
-            out["action"] = "opened"
-            rec = {"key": signal.key, "source": signal.source, "status": OPEN,
-                   "error": error.as_dict(), "fingerprint": ident.fingerprint,
-                   "error_type": ident.error_type, "call_site": ident.call_site,
-                   "occurrences": 1, "first_seen": now, "last_seen": now,
-                   "detail": dict(signal.detail), "attempts": [], "regressions": []}
-            _hist(rec, now, "opened")
-            return rec
-        cur["occurrences"] = cur.get("occurrences", 0) + 1
-        cur["last_seen"] = now
-        status = cur.get("status")
-        fix = cur.get("fix") or {}
-        merged = fix.get("merged_at")
-        if status == FIXED and merged and now - merged <= self.settings.context.watch_s:
-            out["action"] = "regression"
-            cur["regressions"] = [*cur.get("regressions", []), {
-                "at": now, "pr_url": fix.get("pr_url", ""), "merged_at": merged,
-                "message": error.message[:500]}][-20:]
-            cur["status"] = OPEN
-            _hist(cur, now, "regression", pr_url=fix.get("pr_url", ""))
-        elif status == RESOLVED or (status == FIXED and merged):
-            out["action"] = "reopened"
-            cur.update(status=OPEN, error=error.as_dict(), fingerprint=ident.fingerprint,
-                       error_type=ident.error_type, call_site=ident.call_site,
-                       reopened=cur.get("reopened", 0) + 1, resolved_at=None)
-            _hist(cur, now, "reopened")
-        else:
-            out["action"] = "duplicate"
-        return cur
-
-    def _resolved(self, cur: dict[str, Any] | None, signal: Signal, now: float,
-                  out: dict[str, str]) -> dict[str, Any] | None:
-        if cur is None:
-            out["action"] = "ignored"  # a resolution of something never seen here
-            return None
-        if cur.get("status") == RESOLVED:
-            out["action"] = "duplicate"
-            return None
-        out["action"] = "resolved"
-        cur.update(status=RESOLVED, resolved_at=now, resolved_by=signal.source)
-        _hist(cur, now, "resolved", by=signal.source)
-        return cur
 
     # --- the gate -----------------------------------------------------------------------------
 
@@ -288,53 +279,60 @@ class IncidentBook:
                 "call_site": inc["call_site"] or err.get("file", ""),
                 "error_message": err["message"], "traceback": err.get("stackTrace", ""),
                 "severity": err.get("severity", "high"), "normalised": "",
-                "tool_name": f"living-context:{inc['source']}", "incident": key})
+                "tool_name": f"living-context:{inc['source']}", "incident": key,
+                "incident_id": self._id(key)})
 
-        reason, message, attempt_id = self._decide(inc, record)
-        if reason == gates.ACCEPTED:
-
-            def claim(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-                if cur is None:
-                    return None
-                cur.update(status=HEALING, attempt_id=attempt_id,
-                           attempts=[*cur.get("attempts", []), attempt_id][-50:],
-                           decision={"reason": reason, "message": message})
-                _hist(cur, self.clock(), "healing", attempt_id=attempt_id)
-                return cur
-
-            self.store.update(INCIDENTS, key, claim)
-        else:
-            self.update(key, decision={"reason": reason, "message": message,
-                                       "attempt_id": attempt_id, "at": self.clock()})
-        self.audit.write("gate", key, decision=reason, message=message, attempt_id=attempt_id)
-        accepted = reason == gates.ACCEPTED
+        decision = self._decide(inc, record)
+        self.ledger.decided(self._id(key), decision)
+        if decision.accepted:
+            self.ledger.started(self._id(key), decision.attempt_id,
+                                "a healing agent is fixing it in a worktree")
+        accepted = decision.accepted
         return replace(base, status=HEALING if accepted else OPEN, heal=accepted,
-                       attempt_id=attempt_id, decision=reason, message=message)
+                       attempt_id=decision.attempt_id, decision=decision.reason,
+                       message=decision.message)
 
-    def _decide(self, inc: dict[str, Any], record: Callable[[str], None]
-                ) -> tuple[str, str, str]:
+    def _decide(self, inc: dict[str, Any], record: Callable[[str], None]) -> gate.Decision:
         sh, cx = self.settings.selfheal, self.settings.context
         err = inc["error"]
         if os.environ.get("HEALER_HEALING_RUN", "") not in ("", "0"):
-            return gates.RECURSION, "this process is a healing run: no recursion", ""
+            return gate.Decision(gate.RECURSION, "this process is a healing run: no recursion")
         if not (cx.enabled and sh.enabled):
-            return gates.DISABLED, "healing is disabled (context.enabled / selfheal.enabled)", ""
+            return gate.Decision(gate.DISABLED,
+                                 "healing is disabled (context.enabled / selfheal.enabled)")
         severity = err.get("severity", "high")
         if SEVERITIES.index(severity) > sh.severity_threshold:
-            return (gates.BELOW_THRESHOLD, f"severity {severity} is below the investigation "
-                    f"threshold ({SEVERITIES[sh.severity_threshold]})", "")
+            return gate.Decision(gate.BELOW_THRESHOLD, f"severity {severity} is below the "
+                                 f"investigation threshold ({SEVERITIES[sh.severity_threshold]})")
         if not err.get("file") and not cx.heal_without_file:
-            return (NO_FILE, "the error names no source file to heal; recorded only "
-                    "(context.heal_without_file)", "")
+            return gate.Decision(NO_FILE, "the error names no source file to heal; recorded "
+                                 "only (context.heal_without_file)")
+        if err.get("file") and self.root and not _in_repo(self.root, err["file"]):
+            return gate.Decision(NO_FILE, f"the culprit file {err['file']} is not in the "
+                                 "repository being healed; recorded only")
         now = self.clock()
-        d = gates.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
-                        self.limits, self.model_available, self._admission, record=record)
-        return d.reason, d.message, d.attempt_id
+        return gate.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
+                          self.policy, self.model_available, self._admission, record=record)
 
     def retry_held(self) -> list[Receipt]:
-        """Admit again the open incidents the concurrency cap held back."""
+        """Admit again the open incidents the gate held back for a while (the cap, the
+        cooldown, the breaker, no model)."""
         out = []
-        for inc in self.all(OPEN):
-            if (inc.get("decision") or {}).get("reason") == gates.CONCURRENCY_CAP:
+        for inc in self.ledger.active("code"):
+            if inc.get("intake") != INTAKE or inc.get("status") != OPEN:
+                continue
+            if (inc.get("gate") or {}).get("reason") in gate.RETRYABLE:
                 out.append(self.admit(inc["key"]))
         return out
+
+
+def _in_repo(root: str, file: str) -> bool:
+    """Whether ``file`` (repo-relative or absolute) names a file inside the repository."""
+    base = Path(root)
+    path = Path(file)
+    target = path if path.is_absolute() else base / path
+    try:
+        target.resolve().relative_to(base.resolve())
+    except ValueError:
+        return False
+    return target.is_file()

@@ -22,6 +22,8 @@ escalations) that ``/metrics`` and ``healer status`` read whichever process wrot
 
 from __future__ import annotations
 
+import hashlib
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -86,6 +88,15 @@ class Signal:
 
 def incident_id(kind: str, key: str) -> str:
     return f"{kind}-{key}"
+
+
+def digest(text: str, *, keep: int = 60) -> str:
+    """A usable key from ``text``: the text itself when it is a short safe name, else its
+    readable start and a hash of the whole (so operators still recognise it)."""
+    if is_safe_name(text) and len(text) <= keep + 17:
+        return text
+    head = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:keep].strip(".-_") or "k"
+    return f"{head}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ from healer.config import NodeEntry
 from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import UsageError
+from healer.fleet import incidents as fleet_incidents
 from healer.fleet.channels import FleetContext, Outcome, PeerProbe, probe_peer
 from healer.fleet.diagnosis import Plan, Repair, incident_id, person, plan
 from healer.fleet.peers import as_agent_peer
@@ -333,6 +334,7 @@ class HealLoop:
             if ep.verified_at:
                 self._verified[peer] = max(self._verified.get(peer, 0.0), ep.verified_at)
             self._save(ep)
+            fleet_incidents.episode_ended(self.store, ep)
             await asyncio.to_thread(lease.release)
         return ep
 
@@ -445,6 +447,7 @@ class HealLoop:
                                       time.time(), run_id=new_run_id())
                 ep.attempts.append(attempt)
                 attempt_of[r.kind] = attempt
+                await asyncio.to_thread(fleet_incidents.dispatched, self.store, ep, attempt)
                 inflight[r.kind] = self._dispatch(ep, node, r, probe, attempt)
             if not inflight:
                 # Pausing before the next run: watch the broken channels meanwhile, so a

@@ -43,12 +43,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from healer.agents.task import AgentTask, RunOutcome
+from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.proc import run_async
 from healer.core.publish.forge_issues import dedup_key
 from healer.core.store import Store
+from healer.fleet import incidents as fleet_incidents
 from healer.fleet import messages
 from healer.fleet.channels import FleetContext, probe_peer
 from healer.fleet.delivery import Reliability, send_with_fallback
@@ -141,7 +142,12 @@ class Repairer:
         blocked = self.gate(node, self.clock() if diagnosed_at is None else diagnosed_at)
         if blocked:
             log.info("repair of %s gate-blocked: %s", node.node_id, blocked)
+            await asyncio.to_thread(fleet_incidents.ladder_refused, self.store, node.node_id,
+                                    problem, blocked)
             return LadderResult(False, "gate", gate_blocked=blocked)
+        run_id = new_run_id()
+        await asyncio.to_thread(fleet_incidents.ladder_started, self.store, node.node_id,
+                                problem, run_id)
         self.busy.add(node.node_id)
         self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last_at": self.clock(),
                                                             "problem": problem})
@@ -173,6 +179,7 @@ class Repairer:
             self.busy.discard(node.node_id)
             final = result.to_dict()
             self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last": final})
+            fleet_incidents.ladder_ended(self.store, node.node_id, problem, run_id, result)
             log.info("repair ladder for %s: %s", node.node_id, final)
 
     async def _escalate(self, node: NodeEntry, problem: str, result: LadderResult) -> None:

@@ -19,6 +19,9 @@ from typing import Any
 
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
+from healer.core import gate
+from healer.core import incidents as inc
+from healer.core.audit import Audit
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.store import Store
@@ -29,6 +32,8 @@ from healer.play.sessions import SessionRegistry, iso
 log = logging.getLogger(__name__)
 
 KIND = "remediations"
+_SEVERITY = {"critical": "critical", "high": "high", "error": "high", "warning": "medium",
+             "medium": "medium", "low": "low", "info": "info"}
 RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
 
 
@@ -44,9 +49,19 @@ class Remediator:
         self.metrics = metrics
         self.clock = clock
         self.issues = Issues(settings, store)
+        self.ledger = inc.Ledger(store, clock=clock, audit=Audit(settings.state_path, clock))
 
     def _key(self, play_id: str, issue: dict[str, Any]) -> str:
         return dedup_key(play_id, issue.get("agent") or "play", issue["issue_type"])
+
+    def _signal(self, key: str, play_id: str, issue: dict[str, Any]) -> inc.Signal:
+        """The play kind's incident: one per (play, agent, issue type), as the claim."""
+        severity = _SEVERITY.get(str(issue.get("severity", "")), "medium")
+        return inc.Signal(kind="play", key=inc.digest(key), source="play", severity=severity,
+                          summary=f"{play_id}: {issue['description']}"[:300],
+                          detail={"play_id": play_id, "agent": issue.get("agent", ""),
+                                  "issue_type": issue["issue_type"], "issue_id": issue["id"],
+                                  "code": issue.get("code", ""), "remediation": key})
 
     def claim(self, play_id: str, issue: dict[str, Any]) -> str | None:
         """Take the (issue type, target) slot; None if a remediation already runs for it."""
@@ -68,20 +83,31 @@ class Remediator:
 
     async def handle(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
         """Run the whole cycle for one issue; returns the final remediation record."""
-        key = self.claim(play_id, issue)
-        if key is None:
+        key = self._key(play_id, issue)
+        signal = self._signal(key, play_id, issue)
+        if self.claim(play_id, issue) is None:
             log.info("remediation for %s/%s already running", play_id, issue["issue_type"])
+            self.ledger.receive(signal, decision=gate.Decision(
+                gate.ALREADY_INVESTIGATING, "a remediation already runs for this issue"))
             return {"status": "deduplicated"}
+        self.ledger.receive(signal, decision=gate.Decision(gate.ACCEPTED, "remediation started"))
         self.registry.set_issue_fields(play_id, issue["id"], remediation_spawned=True,
-                                       remediation=key)
+                                       remediation=key, incident_id=signal.id)
         try:
-            return await self._cycle(key, play_id, issue)
+            return await self._cycle(key, play_id, issue, signal.id)
+        except asyncio.CancelledError:
+            self.ledger.attempt_ended(signal.id, "", "interrupted", status=inc.OPEN,
+                                      reason="healer stopped during the remediation")
+            raise
         except Exception as exc:
             log.exception("remediation of %s failed unexpectedly", key)
             self._update(key, status="error", error=str(exc)[:2000])
+            self.ledger.attempt_ended(signal.id, "", "error", status=inc.OPEN,
+                                      reason=str(exc)[:500])
             raise
 
-    async def _cycle(self, key: str, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
+    async def _cycle(self, key: str, play_id: str, issue: dict[str, Any],
+                     iid: str) -> dict[str, Any]:
         s = self.settings.play
         session = self.registry.require(play_id)
         attempts: list[Attempt] = []
@@ -90,7 +116,12 @@ class Remediator:
             plan = evaluate.plan(issue, n, s.max_iterations)
             if plan.to_human:
                 break
+            if self.ledger.should_stop(iid):
+                return self._update(key, status="resolved", level=plan.level,
+                                    resolved_by="resolved at its source")
             started = self.clock()
+            run_id = f"{issue['id']}-r{n}-{int(started)}"
+            self.ledger.started(iid, run_id, f"remediation {n}: {plan.level} {plan.strategy}")
             outcome = await self._remediate(play_id, session, issue, plan, n)
             result = outcome.result or {}
             detail = result.get("error") or result.get("notes") or outcome.error or ""
@@ -102,12 +133,19 @@ class Remediator:
                 self.metrics.remediations.labels(outcome=outcome.status).inc()
             if s.reevaluate_after_s:
                 await asyncio.sleep(s.reevaluate_after_s)
-            if outcome.ok and not self.still_broken(play_id, issue, started):
+            healed = outcome.ok and not self.still_broken(play_id, issue, started)
+            self.ledger.attempt_ended(iid, run_id, outcome.status,
+                                      status=inc.RESOLVED if healed else inc.OPEN,
+                                      reason=str(detail)[:300])
+            if healed:
+                self.ledger.resolve(iid, "remediation verified")
                 self.registry.set_issue_fields(play_id, issue["id"], resolved=True,
                                                resolved_at=iso(self.clock()))
                 return self._update(key, status="resolved", level=plan.level)
         plan = evaluate.plan(issue, s.max_iterations + 1, s.max_iterations)
         record = await self._escalate(play_id, session, issue, attempts, plan, forge_url)
+        self.ledger.escalated(iid, seed_file=str(record.seed_file or ""), reason=plan.reason,
+                              issue_url=record.issue.url if record.issue else "")
         self.registry.set_issue_fields(play_id, issue["id"], escalated=True,
                                        github_issue=record.issue.url if record.issue else None)
         return self._update(key, status="escalated", level="L4",

@@ -11,10 +11,12 @@ Records live in the store:
 * ``heal-attempts/<attempt_id>`` — one per attempt (the sanitised report, status, history,
   worker, branch, PR, reason);
 * ``heal-fingerprints/<fingerprint>`` — the attempt ids of one fingerprint, newest last;
-* ``heal-admission/gate`` — what the gates decide on, updated by compare-and-set so that every
-  process sees one truth: the fingerprints being investigated (``active``), those with an open
-  PR (``open_prs``), when each fingerprint's last attempt ended (``ended``, for the cooldown)
-  and the outcomes of the latest attempts (``outcomes``, for the circuit breaker);
+* ``heal-admission/gate`` — the one gate's admission record (``healer.core.gate``): a status
+  change here is reflected there (running, a fix held for review, ended: cooldown and
+  breaker);
+* ``incidents/code-<fingerprint>`` — the incident of a ``report_error`` attempt in the core
+  ledger (``healer.core.incidents``), moved with the attempt: healing, fixed (PR open),
+  resolved (merged), open again after a failure, escalated when a person was told;
 * ``heal-escalations-due`` (a store set) — attempts that still owe a person an escalation.
 
 A transition writes the attempt first and the admission record second; ``recover()`` repairs
@@ -40,13 +42,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from healer.core import gate
+from healer.core import incidents as inc
 from healer.core.store import Store
 from healer.errors import ConflictError, NotFoundError, UsageError
 
 ATTEMPTS = "heal-attempts"
 FINGERPRINTS = "heal-fingerprints"
-ADMISSION = "heal-admission"
-GATE_KEY = "gate"
 
 DISPATCH_PENDING = "dispatch_pending"
 INVESTIGATING = "investigating"
@@ -69,9 +71,10 @@ TERMINAL = frozenset({PR_MERGED, FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILE
 BREAKER_FAILURES = frozenset({FAILED, TIMEOUT, ANONYMIZATION_FAILED})  # unfixable: not counted
 ESCALATES = frozenset({FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})  # after an investigation
 ESCALATIONS_DUE = "heal-escalations-due"
+UNFINISHED = "heal-attempts-unfinished"  # store set: dispatch_pending and investigating
+INDEXED = ("heal-index", "unfinished")  # marks that UNFINISHED covers every attempt
 ESCALATION_CLAIM_S = 600.0  # a claim older than this belonged to a process that died
 MAX_ESCALATION_TRIES = 5
-MAX_OUTCOMES = 50
 MAX_PER_FINGERPRINT = 50
 PENDING_GRACE_S = 300.0  # a dispatch_pending older than this at start-up never got a worker
 STALE_GRACE_S = 600.0  # investigating this long past its deadline is over, worker or not
@@ -171,9 +174,30 @@ class Attempts:
         for rec in self.store.list(ATTEMPTS):
             yield rec.data
 
+    def unfinished(self) -> list[dict[str, Any]]:
+        """Attempts not yet ended (and those owing an escalation) — read from their index,
+        so recovery costs O(unfinished), not O(every attempt ever made). The first call on
+        a state dir from before the index builds it once."""
+        if self.store.get(*INDEXED) is None and self.store.keys(ATTEMPTS):
+            for att in self.all():
+                if att.get("status") in ACTIVE:
+                    self.store.add_member(UNFINISHED, att["attempt_id"])
+                if att.get("escalation_due"):
+                    self.store.add_member(ESCALATIONS_DUE, att["attempt_id"])
+            self.store.put(*INDEXED, {"at": self.clock()})
+        ids = set(self.store.members(UNFINISHED)) | set(self.store.members(ESCALATIONS_DUE))
+        out = []
+        for aid in sorted(ids):
+            att = self.get(aid)
+            if att is None:
+                continue  # marked by a create still in flight (or one that failed)
+            if att.get("status") not in ACTIVE:
+                self.store.remove_member(UNFINISHED, aid)
+            out.append(att)
+        return out
+
     def admission(self) -> dict[str, Any]:
-        rec = self.store.get(ADMISSION, GATE_KEY)
-        return rec.data if rec else empty_admission()
+        return gate.admission(self.store)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -188,6 +212,7 @@ class Attempts:
             "updated_at": now,
             "history": [{"status": DISPATCH_PENDING, "at": now}],
         }
+        self.store.add_member(UNFINISHED, attempt_id)  # before the record: recovery sees it
         self.store.create(ATTEMPTS, attempt_id, record)
         fp = data["fingerprint"]
 
@@ -249,31 +274,39 @@ class Attempts:
         assert rec is not None
         if rec.data.get("escalation_due") and previous["status"] in ACTIVE:
             self.store.add_member(ESCALATIONS_DUE, attempt_id)
-        self._admit_transition(rec.data, previous["status"], to, now)
-        return rec.data
+        if to not in ACTIVE:
+            self.store.remove_member(UNFINISHED, attempt_id)
+        att = rec.data
+        ended = previous["status"] in ACTIVE and to not in ACTIVE
+        # The investigation is over: the cooldown starts, the breaker learns (an UNFIXABLE
+        # verdict says nothing about healer's health, so it is not an outcome for it).
+        gate.settle(self.store, att["fingerprint"], attempt_id, now=now, kind="code",
+                    ended=ended, outcome=to if ended and to != UNFIXABLE else "",
+                    breaker=to in BREAKER_FAILURES and not att.get("stopped"),
+                    held=to == PR_OPEN)
+        self._sync_incident(att, to)
+        return att
 
-    def _admit_transition(self, attempt: dict[str, Any], old: str, new: str, now: float) -> None:
-        """Reflect a status change in the admission record the gates read."""
-        fp = attempt["fingerprint"]
-        aid = attempt["attempt_id"]
-
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
-            adm = cur or empty_admission()
-            if new not in ACTIVE and adm["active"].get(fp, {}).get("attempt_id") == aid:
-                del adm["active"][fp]
-            if new == PR_OPEN:
-                adm["open_prs"][fp] = aid
-            elif adm["open_prs"].get(fp) == aid:
-                del adm["open_prs"][fp]
-            if old in ACTIVE and new not in ACTIVE:
-                # The investigation is over: the cooldown starts, the breaker learns.
-                adm["ended"][fp] = now
-                if new != UNFIXABLE:
-                    adm["outcomes"] = [*adm["outcomes"], {"status": new, "at": now,
-                                                          "attempt_id": aid}][-MAX_OUTCOMES:]
-            return adm
-
-        self.store.update(ADMISSION, GATE_KEY, fn)
+    def _sync_incident(self, att: dict[str, Any], to: str) -> None:
+        """Move the attempt's incident with it (living-context attempts move theirs)."""
+        iid = att.get("incident_id")
+        if not iid or att.get("incident"):
+            return
+        ledger = inc.Ledger(self.store, clock=self.clock)
+        aid = att["attempt_id"]
+        if to == INVESTIGATING:
+            ledger.update(iid, doing="a healing agent is investigating in a worktree")
+        elif to == PR_OPEN:
+            ledger.attempt_ended(iid, aid, to, status=inc.FIXED,
+                                 links={"pr_url": att.get("pr_url", "")})
+        elif to == PR_MERGED:
+            ledger.resolve(iid, "fix merged")
+        elif att.get("pr_url") and to == FAILED:
+            ledger.attempt_ended(iid, aid, to, status=inc.RESOLVED,
+                                 reason="the fix PR was closed without merging")
+        else:
+            ledger.attempt_ended(iid, aid, to, status=inc.OPEN,
+                                 reason=str(att.get("reason") or ""))
 
     # --- escalation bookkeeping ---------------------------------------------------------------
 
@@ -316,8 +349,14 @@ class Attempts:
                        escalated_at=self.clock())
             return cur
 
-        self.store.update(ATTEMPTS, attempt_id, fn)
+        rec = self.store.update(ATTEMPTS, attempt_id, fn)
         self.store.remove_member(ESCALATIONS_DUE, attempt_id)
+        iid = rec.data.get("incident_id") if rec else None
+        if iid and seed_file:
+            inc.Ledger(self.store, clock=self.clock).escalated(
+                iid, seed_file=seed_file, issue_url=issue_url,
+                reason=str(rec.data.get("unfixable_reason") or rec.data.get("reason") or
+                           rec.data.get("status", "")) if rec else "")
 
     def escalation_failed(self, attempt_id: str, why: str) -> None:
         """Release the claim; after ``MAX_ESCALATION_TRIES`` stop trying (logged by caller)."""
@@ -355,7 +394,7 @@ class Attempts:
         now = self.clock()
         changed: list[dict[str, Any]] = []
         due = set(self.store.members(ESCALATIONS_DUE))
-        for att in list(self.all()):
+        for att in self.unfinished():
             status = att.get("status")
             aid = att["attempt_id"]
             if att.get("escalation_due") and aid not in due:
@@ -379,30 +418,16 @@ class Attempts:
         return changed
 
     def _reconcile_admission(self) -> None:
-        statuses = {a["attempt_id"]: a["status"] for a in self.all()}
-        now = self.clock()
-
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
-            if cur is None:
-                return None
-            changed = False
-            for fp, entry in list(cur["active"].items()):
-                status = statuses.get(entry.get("attempt_id"))
-                missing_for_long = status is None and now - entry.get("since", 0) > 60
-                if (status is not None and status not in ACTIVE) or missing_for_long:
-                    del cur["active"][fp]
-                    changed = True
-            for fp, aid in list(cur["open_prs"].items()):
-                if statuses.get(aid) != PR_OPEN:
-                    del cur["open_prs"][fp]
-                    changed = True
-            return cur if changed else None
-
-        self.store.update(ADMISSION, GATE_KEY, fn)
-
-
-def empty_admission() -> dict[str, Any]:
-    return {"active": {}, "open_prs": {}, "ended": {}, "outcomes": []}
+        adm = gate.admission(self.store)
+        ids = {e.get("attempt_id") for e in adm["active"].values()} | set(
+            adm["open_prs"].values())
+        statuses = {}
+        for aid in ids:
+            att = self.get(aid) if isinstance(aid, str) and aid else None
+            if att is not None:
+                statuses[aid] = att["status"]
+        gate.reconcile(self.store, statuses, running=ACTIVE, held_status=PR_OPEN,
+                       now=self.clock())
 
 
 def public_view(att: dict[str, Any]) -> dict[str, Any]:

@@ -33,7 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.core import gate
+from healer.core.audit import Audit
 from healer.core.identity import identify
+from healer.core.incidents import Ledger, Signal
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import UsageError
@@ -164,8 +167,10 @@ class SelfHealService:
             _find_repo_root(self.cwd.resolve()))
         self.root = str(root)
         self.sanitizer = Sanitizer(root=root, allowed_hosts=sh.allowed_hosts)
-        self.limits = gates.Limits.from_settings(sh)
-        self._admission = gates.AdmissionReader(self.store)
+        self.policy = gates.policy(self.settings)
+        self._admission = gate.AdmissionReader(self.store)
+        self.ledger = Ledger(self.store, clock=self.clock,
+                             audit=Audit(self.settings.state_path, self.clock))
         self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
             in_healing_worktree(self.cwd)
 
@@ -183,19 +188,28 @@ class SelfHealService:
                          root=self.root)
         fp = ident.fingerprint
 
+        severity = gates.severity_verdict(error_type, message, r.severity_hint or None)
+        signal = Signal(kind="code", key=fp, source="report_error",
+                        severity=gates.SEVERITIES[severity],
+                        summary=f"{error_type} in {ident.call_site or 'unknown site'}",
+                        detail={"fingerprint": fp, "error_type": error_type,
+                                "call_site": ident.call_site,
+                                "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME))})
+
         def reject(reason: str, text: str) -> dict[str, Any]:
+            # Turned down is still an incident: recorded, counted, visible with the reason.
+            self.ledger.receive(signal, decision=gate.Decision(reason, text))
             return {"accepted": False, "fingerprint": fp, "reason": reason, "message": text}
 
         # 1–3: no recursion, enabled, severity — no store access needed.
         if r.healing_run or self._recursive_process:
-            return reject(gates.RECURSION, "Reports from a healing agent are not healed (no "
+            return reject(gate.RECURSION, "Reports from a healing agent are not healed (no "
                           "recursion). Describe the problem in your result instead.")
         sh = self.settings.selfheal
         if not sh.enabled:
-            return reject(gates.DISABLED, "Self-healing is disabled here. Continue normally.")
-        severity = gates.severity_verdict(error_type, message, r.severity_hint or None)
+            return reject(gate.DISABLED, "Self-healing is disabled here. Continue normally.")
         if severity > sh.severity_threshold:
-            return reject(gates.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
+            return reject(gate.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
                           "below the investigation threshold. Continue normally.")
 
         # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
@@ -206,17 +220,21 @@ class SelfHealService:
             "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
             "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
             "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
+            "incident_id": signal.id,
         }
-        decision = gates.admit(self.store, fp, lambda: new_attempt_id(now), now, self.limits,
-                               self.model_available, self._admission,
-                               record=lambda aid: self.attempts.create(aid, attempt))
-        if decision.reason == gates.ALREADY_INVESTIGATING:
+        decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now, self.policy,
+                              self.model_available, self._admission,
+                              record=lambda aid: self.attempts.create(aid, attempt))
+        if decision.reason == gate.ALREADY_INVESTIGATING:
+            self.ledger.receive(signal, decision=decision)
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
                     "attempt_id": decision.attempt_id, "message": decision.message}
         if not decision.accepted:
             return reject(decision.reason, decision.message)
 
         attempt_id = decision.attempt_id
+        self.ledger.receive(signal, decision=decision)
+        self.ledger.started(signal.id, attempt_id, "a healing agent is being dispatched")
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}
@@ -332,8 +350,9 @@ class SelfHealService:
         from healer.core.publish import forge as fg
 
         changed = []
-        for att in list(self.attempts.all()):
-            if att.get("status") != st.PR_OPEN or not att.get("pr_number"):
+        for aid in sorted(set(self.attempts.admission()["open_prs"].values())):
+            att = self.attempts.get(aid)
+            if att is None or att.get("status") != st.PR_OPEN or not att.get("pr_number"):
                 continue
             try:
                 forge = fg.open_forge(self.settings, att.get("repo") or self.root,

@@ -112,5 +112,8 @@ class TestRunner:
                "HEALER__EXECUTOR__DEFAULT": "playbook"}
         loop = LoopProcess(env, "--once").start()
         assert loop.proc is not None and loop.proc.wait(60) == 0, loop.log()
-        record = dirs.state / "records" / "context-incidents" / "loki-shop-errors.json"
-        assert record.is_file(), loop.log()
+        from healer.core.incidents import Ledger
+        from healer.core.store import FileStore
+
+        found = Ledger(FileStore(dirs.state)).find("code", "loki-shop-errors")
+        assert found is not None and found["source"] == "loki", loop.log()

@@ -67,7 +67,7 @@ class TestVerifiedFix:
         assert memory.success is True and memory.healing_iterations == 2
         assert memory.id == f"INC-{inc['attempt_id']}"
         events = audit_events(svc, "sentry-4242")
-        assert events[:3] == ["opened", "gate", "heal_started"]
+        assert events[:4] == ["opened", "gate", "attempt_started", "heal_started"]
         assert events.count("verdict") == 2 and "pr_opened" in events and "memory" in events
 
     async def test_uncommitted_tracked_changes_are_committed_for_the_agent(

@@ -84,7 +84,8 @@ class TestStateMachine:
         iid = book.receive(sig()).id
         book.started(iid, "a1", "an agent works on it")
         inc = book.require(iid)
-        assert (inc["status"], inc["attempts"], inc["doing"]) == ("healing", 1, "an agent works on it")
+        assert (inc["status"], inc["attempts"], inc["doing"]) == ("healing", 1,
+                                                                  "an agent works on it")
         book.attempt_ended(iid, "a1", "pr_open", status="fixed")
         book.resolve(iid, "fix merged")
         inc = book.require(iid)

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from selfheal_helpers import SEED_REPORT
 
+from healer.core.gate import Policy, decide
 from healer.selfheal import attempts as st
-from healer.selfheal.gates import Limits, decide, severity_verdict
+from healer.selfheal.gates import severity_verdict
 from healer.selfheal.service import ReportInput
 
 
@@ -205,7 +206,7 @@ class TestDecide:
         now = time.time()
         adm = {"active": {}, "open_prs": {}, "ended": {},
                "outcomes": [{"status": "failed", "at": now - 7200}] * 5}
-        limits = Limits(breaker_reset_s=3600)
+        limits = Policy(breaker_reset_s=3600)
         assert decide(adm, "f" * 64, now, limits, lambda: True).accepted
         adm["outcomes"][-1] = {"status": "failed", "at": now - 60}
         assert decide(adm, "f" * 64, now, limits, lambda: True).reason == "circuit_breaker"
@@ -215,7 +216,7 @@ class TestDecide:
         asked: list[bool] = []
         adm = {"active": {"a" * 64: {"attempt_id": "x", "since": 0}}, "open_prs": {},
                "ended": {}, "outcomes": []}
-        decide(adm, "a" * 64, time.time(), Limits(), lambda: asked.append(True) or True)
+        decide(adm, "a" * 64, time.time(), Policy(), lambda: asked.append(True) or True)
         assert asked == []
 
     def test_report_input_from_mapping(self) -> None:
