@@ -165,8 +165,10 @@ def _status_path(settings: Settings) -> Any:
     return settings.state_path / "loop.json"
 
 
-async def run(settings: Settings, *, once: bool = False, duration: float | None = None) -> int:
-    """Run the loop until a signal, ``once`` (one pass) or ``duration`` seconds."""
+async def run(settings: Settings, *, once: bool = False, duration: float | None = None,
+              on_started: Callable[[Healer], None] | None = None) -> int:
+    """Run the loop until a signal, ``once`` (one pass) or ``duration`` seconds;
+    ``on_started`` is called once every service is up (``healer serve`` prints its URL)."""
     settings.state_path.mkdir(parents=True, exist_ok=True)
     lock = FileLock(settings.state_path / "loop.lock", timeout=0)
     try:
@@ -178,12 +180,13 @@ async def run(settings: Settings, *, once: bool = False, duration: float | None 
         ) from exc
     try:
         healer = build(settings)
-        return await _run_built(healer, once=once, duration=duration)
+        return await _run_built(healer, once=once, duration=duration, on_started=on_started)
     finally:
         lock.release()
 
 
-async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> int:
+async def _run_built(healer: Healer, *, once: bool, duration: float | None,
+                     on_started: Callable[[Healer], None] | None = None) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
@@ -196,6 +199,7 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> i
             log.exception("recovery step failed")
 
     started: list[Service] = []
+    up = False
     try:
         await asyncio.to_thread(healer.bus.start)
         for svc in healer.services:
@@ -209,6 +213,9 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> i
                  healer.settings.node, healer.settings.results_path,
                  healer.settings.state_path, ", ".join(s.name for s in started) or "none")
         _write_status(healer, "running")
+        up = True
+        if on_started is not None:
+            on_started(healer)
         if once:
             await asyncio.to_thread(healer.bus.drain, 60.0)
             await _run_jobs(healer, once=True)
@@ -235,7 +242,8 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None) -> i
         await asyncio.to_thread(healer.bus.stop)
         healer.store.close()
         _write_status(healer, "stopped")
-        log.info("healer loop stopped: %s", healer.status()["bus"])
+        if up:  # one that never came up has said why already, in one line
+            log.info("healer loop stopped: %s", healer.status()["bus"])
     return 0
 
 

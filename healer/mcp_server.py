@@ -48,7 +48,8 @@ class AttemptView(TypedDict):
 
     attempt_id: str
     fingerprint: str
-    status: str
+    status: Literal["investigating", "pr_open", "pr_merged", "failed", "unfixable", "timeout",
+                    "anonymization_failed"]
     error_type: NotRequired[str]
     call_site: NotRequired[str]
     severity: NotRequired[str]

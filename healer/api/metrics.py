@@ -1,11 +1,25 @@
-"""Prometheus metrics: one registry per healer process (not the global one)."""
+"""Prometheus metrics: one registry per healer process (not the global one).
+
+What every process shares — incidents, gate decisions, attempts, escalations, report_error
+calls — is read from the core ledger's counters at scrape time, so work done by ``healer mcp``
+or another process on the same state shows up here. Counters of this process's own work
+(webhook deliveries, remediation runs, fleet heals) live in memory.
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+
+from healer.core.incidents import Ledger
+
+log = logging.getLogger(__name__)
 
 ACTIVE_SESSIONS_SET = "sessions-active"
 
@@ -26,16 +40,67 @@ class Metrics:
                                     ["outcome"], registry=r)
         self.escalations = Counter("healer_escalations", "Escalations to humans, by channel",
                                    ["channel"], registry=r)
-        self.reports = Counter("healer_error_reports", "report_error calls, by decision",
-                               ["decision"], registry=r)
         self.webhooks = Counter("healer_webhooks", "Webhook deliveries, by source and result",
                                 ["source", "result"], registry=r)
         self.heals = Counter("healer_fleet_heals", "Fleet healing runs, by kind and outcome",
                              ["kind", "outcome"], registry=r)
 
+        self._shared = _SharedState()
+        r.register(self._shared)
+
     def render(self, ctx: Any) -> tuple[bytes, str]:
+        self._shared.store = ctx.store
         try:
             self.sessions_active.set(len(ctx.store.members(ACTIVE_SESSIONS_SET)))
         except Exception:  # a broken store must not break the scrape
             self.sessions_active.set(float("nan"))
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+class _SharedState(Collector):
+    """The ledger's counters (``incident-stats/all``) as metrics, read at each scrape."""
+
+    def __init__(self) -> None:
+        self.store: Any = None
+
+    def collect(self) -> Iterator[Metric]:
+        if self.store is None:
+            return
+        try:
+            stats = Ledger(self.store).stats()
+        except Exception:  # a broken store must not break the scrape
+            log.exception("incident counters unreadable")
+            return
+        by_status = GaugeMetricFamily("healer_incidents_by_status",
+                                      "Incidents now, by kind and status (every process)",
+                                      labels=["kind", "status"])
+        for kind, row in sorted(stats.get("status", {}).items()):
+            for status, n in sorted(row.items()):
+                by_status.add_metric([kind, status], n)
+        yield by_status
+        yield _per_kind("healer_incidents_opened", "Incidents opened, by kind",
+                        stats.get("opened", {}))
+        yield _per_kind("healer_incident_attempts", "Healing attempts started, by kind",
+                        stats.get("attempts", {}))
+        yield _per_kind("healer_incident_escalations", "Incidents escalated to a person, by kind",
+                        stats.get("escalations", {}))
+        decisions = CounterMetricFamily("healer_gate_decisions",
+                                        "Gate decisions, by kind and reason (every process)",
+                                        labels=["kind", "reason"])
+        for kind, row in sorted(stats.get("decisions", {}).items()):
+            for reason, n in sorted(row.items()):
+                decisions.add_metric([kind, reason], n)
+        yield decisions
+        reports = CounterMetricFamily("healer_error_reports",
+                                      "report_error calls, by decision (every process)",
+                                      labels=["decision"])
+        for reason, n in sorted((stats.get("sources", {}).get("report_error") or {}).items()):
+            reports.add_metric([reason], n)
+        yield reports
+
+
+def _per_kind(name: str, doc: str, row: dict[str, Any]) -> CounterMetricFamily:
+    out = CounterMetricFamily(name, doc, labels=["kind"])
+    for kind, n in sorted(row.items()):
+        out.add_metric([kind], n)
+    return out

@@ -136,7 +136,8 @@ def _status_set(status: str) -> str:
 
 
 def empty_stats() -> dict[str, Any]:
-    return {"status": {}, "opened": {}, "decisions": {}, "attempts": {}, "escalations": {}}
+    return {"status": {}, "opened": {}, "decisions": {}, "attempts": {}, "escalations": {},
+            "sources": {}}
 
 
 class Ledger:
@@ -262,6 +263,9 @@ class Ledger:
         action = out.get("action", "ignored")
         self._audit(action, signal.id, source=signal.source, signal=signal.status,
                     status=data.get("status", "") if data else "")
+        if decision is not None and data is not None:
+            self._audit("gate", signal.id, decision=decision.reason,
+                        message=decision.message[:500], attempt_id=decision.attempt_id)
         return Receipt(signal.id, action, data.get("status", "") if data else "", data)
 
     def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: dict[str, Any],
@@ -450,9 +454,10 @@ class Ledger:
                 self.store.remove_member(_status_set(old), iid)
             self.store.add_member(_status_set(new), iid)
             self._touch_recent(iid)
-            self._count(data["kind"], old, new, opened=bool(before.get("new")), stat=stat)
+            self._count(data["kind"], old, new, opened=bool(before.get("new")), stat=stat,
+                        source=str(data.get("source", "")))
         elif stat:
-            self._count(data["kind"], None, None, stat=stat)
+            self._count(data["kind"], None, None, stat=stat, source=str(data.get("source", "")))
         return data
 
     def _touch_recent(self, iid: str) -> None:
@@ -463,7 +468,7 @@ class Ledger:
         self.store.update(INDEX, RECENT, fn)
 
     def _count(self, kind: str, old: str | None, new: str | None, *, opened: bool = False,
-               stat: tuple[str, str] | None = None) -> None:
+               stat: tuple[str, str] | None = None, source: str = "") -> None:
         def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
             s = cur or empty_stats()
             by = s["status"].setdefault(kind, {})
@@ -480,6 +485,9 @@ class Ledger:
                     row[label] = int(row.get(label, 0)) + 1
                 else:
                     s[table][kind] = int(s[table].get(kind, 0)) + 1
+                if table == "decisions" and source:
+                    row = s.setdefault("sources", {}).setdefault(source, {})
+                    row[label] = int(row.get(label, 0)) + 1
             return s
 
         self.store.update(STATS, STATS_KEY, fn)

@@ -438,4 +438,12 @@ def public_view(att: dict[str, Any]) -> dict[str, Any]:
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
             "reason", "unfixable_reason", "findings", "escalation")
-    return {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
+    out = {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
+    # The protocol has seven statuses; waiting for a worker is part of investigating.
+    if out.get("status") == DISPATCH_PENDING:
+        out["status"] = INVESTIGATING
+    return out
+
+
+PUBLIC_STATUSES = (INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
+                   ANONYMIZATION_FAILED)
