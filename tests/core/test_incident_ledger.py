@@ -46,25 +46,51 @@ class TestIdentity:
         with pytest.raises(UsageError):
             Signal(**{"kind": "code", "key": "k", "source": "t", **bad})
 
-    def test_racing_processes_make_one_incident(self, tmp_path: Path) -> None:
-        """Eight processes receiving the same key at once: one incident, count 8."""
-        root = tmp_path / "state"
+    def test_racing_processes_make_one_incident_and_start_one_run(
+            self, backend: tuple[str, Any], tmp_path: Path,
+            request: pytest.FixtureRequest) -> None:
+        """Eight processes receiving one key and asking the gate at once (file store and
+        JetStream): one incident counting 8, exactly one admitted run, seven joined."""
+        name, factory = backend
+        store = factory()
+        if name == "file":
+            spec: tuple[str, ...] = ("file", str(store.root))
+        else:
+            spec = ("jetstream", request.getfixturevalue("nats_server").url, store.bucket_name)
         ctx = multiprocessing.get_context("spawn")
-        procs = [ctx.Process(target=_receive_once, args=(str(root),)) for _ in range(8)]
+        results = ctx.Queue()
+        procs = [ctx.Process(target=_race_once, args=(spec, results)) for _ in range(8)]
         for p in procs:
             p.start()
         for p in procs:
-            p.join(60)
+            p.join(120)
         assert all(p.exitcode == 0 for p in procs)
-        book = Ledger(FileStore(root))
+        reasons = sorted(results.get(timeout=5) for _ in procs)
+        assert reasons == ["accepted"] + ["already_investigating"] * 7
+        book = Ledger(store)
         inc = book.find("code", "raced")
-        assert inc is not None and inc["count"] == 8
+        assert inc is not None and inc["count"] == 8 and inc["attempts"] == 1
         assert book.stats()["opened"] == {"code": 1}
-        assert book.ids("open") == ["code-raced"]
+        assert book.ids("healing") == ["code-raced"]
 
 
-def _receive_once(root: str) -> None:
-    Ledger(FileStore(root)).receive(Signal(kind="code", key="raced", source="race"))
+def _race_once(spec: tuple[str, ...], results: Any) -> None:
+    from healer.core.store import Store
+
+    store: Store
+    if spec[0] == "file":
+        store = FileStore(spec[1])
+    else:
+        from healer.testing.nats import jetstream_store
+
+        store = jetstream_store(spec[1], spec[2])
+    book = Ledger(store)
+    sig = Signal(kind="code", key="raced", source="race")
+    book.receive(sig)
+    d = gate.admit(store, "raced", lambda: f"run-{id(store)}", 0.0, gate.Policy(),
+                   lambda: True, record=lambda aid: book.started(sig.id, aid, "racing"))
+    results.put(d.reason)
+    store.close()
 
 
 class TestStateMachine:

@@ -77,6 +77,11 @@ class TestRaces:
         from healer.selfheal.attempts import ATTEMPTS
 
         assert len(FileStore(settings.state_path).keys(ATTEMPTS)) == 1
+        from healer.core.incidents import Ledger
+
+        inc = Ledger(FileStore(settings.state_path)).find("code", results[0]["fingerprint"])
+        assert inc is not None and inc["count"] == 200 and inc["attempts"] == 1
+        assert inc["rejections"] == {"already_investigating": 199}
 
     def test_cap_holds_across_processes(self, tmp_path: Path, make_settings: Any) -> None:
         """8 processes × 25 different errors: exactly max_concurrent (2) attempts start."""
