@@ -103,6 +103,13 @@ class TestUnfixable:
             latest = (await c.get("/api/v1/healing")).json()
         assert one["attempts"][0]["escalation"] == path
         assert latest["attempts"][0]["escalation"] == path
+        # The incident of every kind's list says the same: escalated, with that file.
+        async with api(svc) as c:
+            [inc] = (await c.get("/api/v1/incidents", params={"kind": "code"})).json()[
+                "incidents"]
+        assert inc["status"] == "escalated" and inc["escalation"]["seed_file"] == path
+        assert "upstream payments API returns HTTP 503" in inc["escalation"]["reason"]
+        assert inc["attempts"] == 1 and inc["last_outcome"]["outcome"] == "unfixable"
 
     async def test_secrets_in_the_note_are_not_published(self, service: Any, repo: Path,
                                                          tmp_path: Path) -> None:
