@@ -200,6 +200,37 @@ class TestIntakeAndGate:
         again = svc.submit([sentry_signal(project)])[0]
         assert again.action == "reopened" and svc.book.get("sentry-4242")["reopened"] == 1
 
+    async def test_a_resolution_stops_the_heal_in_flight(self, service_for: Any,
+                                                          project: Path, tmp_path: Path) -> None:
+        """Sentry resolving an incident that is being healed stops the heal before its next
+        iteration: no agent runs, no person is told, the breaker learns nothing."""
+        p = plan(tmp_path / "agent", edit(BUGGY, GOOD_FIX))
+        svc = service_for(plan=p)
+        (admitted,) = svc.submit([sentry_signal(project)])
+        assert admitted.heal and svc.book.get("sentry-4242")["status"] == "healing"
+        (res,) = svc.submit(from_sentry("issue", sentry_issue("resolved")))
+        assert res.action == "resolved"
+        out = await svc.healer.heal("sentry-4242")
+        assert out.status == "stopped" and out.iterations == []
+        assert not (tmp_path / "agent" / "prompt-1.md").exists()  # no agent was started
+        inc = svc.book.get("sentry-4242")
+        assert inc["status"] == "resolved" and not inc.get("escalation")
+        att = Attempts(svc.store).require(admitted.attempt_id)
+        assert att["status"] == "failed" and att["stopped"] is True
+        assert Attempts(svc.store).admission()["outcomes"][-1]["breaker"] is False
+        assert "stopped" in audit_events(svc, "sentry-4242")
+
+    async def test_a_culprit_outside_the_repository_is_recorded_not_healed(
+            self, service_for: Any, project: Path) -> None:
+        """An error whose culprit file is not in the repository being healed is an incident
+        (counted, visible with the reason), and no healing attempt is made for it."""
+        svc = service_for("executor.default=playbook")
+        (r,) = svc.submit([sentry_signal(project, file="vendor/gone/elsewhere.py")])
+        assert (r.action, r.heal, r.decision) == ("opened", False, "no_file")
+        inc = svc.book.get("sentry-4242")
+        assert inc["status"] == "open" and "not in the repository" in inc["decision"]["message"]
+        assert Attempts(svc.store).latest() == []
+
     async def test_the_concurrency_cap_holds_then_retries(
             self, service_for: Any, project: Path, tmp_path: Path) -> None:
         """With a cap of 1, a second error waits (concurrency_cap) and the watch job admits
