@@ -80,6 +80,20 @@ async def json_body(request: Request, schema: str | None = None) -> Any:
     return data
 
 
+def int_query(request: Request, name: str, default: int, lo: int, hi: int) -> int:
+    """An integer query parameter within [lo, hi] (400 with the reason otherwise)."""
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError as exc:
+        raise HTTPError(400, f"query parameter {name} must be an integer") from exc
+    if not lo <= value <= hi:
+        raise HTTPError(400, f"query parameter {name} must be between {lo} and {hi}")
+    return value
+
+
 def path_name(request: Request, param: str, check: Callable[[str, str], str]) -> str:
     """A path parameter validated as a safe name (400 with the reason otherwise)."""
     value = request.path_params[param]

@@ -158,7 +158,6 @@ class HealLoop:
         self._landed_status: dict[str, str] = {}
         self._verified: dict[str, float] = {}  # peer → when its last episode's last probe began
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sem: asyncio.Semaphore | None = None
         self.busy_peers: set[str] = set()  # peers a repair ladder is working on
         # Lease owner: this node, and this loop instance (a restarted loop is someone else
         # until the old lease expires, so two incarnations never heal at once).
@@ -205,11 +204,9 @@ class HealLoop:
     async def _executor_run(self, task: AgentTask) -> RunOutcome:
         from healer.agents.executors import select_executor
 
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.ctx.settings.executor.max_concurrent)
-        async with self._sem:
-            outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
-            return outcome
+        # executor.max_concurrent is held where every kind's runs start (the agent slots).
+        outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
+        return outcome
 
     # -- gates ---------------------------------------------------------------------------
 

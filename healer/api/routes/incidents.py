@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from healer.api.http import HTTPError, ok, path_name, route
+from healer.api.http import HTTPError, int_query, ok, path_name, route
 from healer.core.audit import Audit
 from healer.core.incidents import KINDS, STATUSES, Ledger, public_view
 from healer.core.names import safe_name
@@ -32,24 +32,11 @@ def _ledger(request: Request) -> Ledger:
     return Ledger(request.app.state.ctx.store)
 
 
-def _int(request: Request, name: str, default: int, low: int, high: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise HTTPError(400, f"{name} must be an integer") from None
-    if not low <= value <= high:
-        raise HTTPError(400, f"{name} must be between {low} and {high}")
-    return value
-
-
 async def incidents(request: Request) -> Response:
     kind = request.query_params.get("kind")
     status = request.query_params.get("status")
-    limit = _int(request, "limit", 20, 1, MAX_LIMIT)
-    offset = _int(request, "offset", 0, 0, 10_000_000)
+    limit = int_query(request, "limit", 20, 1, MAX_LIMIT)
+    offset = int_query(request, "offset", 0, 0, 10_000_000)
     try:
         page = _ledger(request).list(kind=kind, status=status, limit=limit, offset=offset)
     except UsageError as exc:

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute
 
-from healer.api.http import HTTPError, json_body, ok, path_name, route
+from healer.api.http import HTTPError, int_query, json_body, ok, path_name, route
 from healer.core.names import safe_name
 from healer.errors import NotFoundError
 from healer.play.sessions import AlreadyActive, SessionRegistry, summary
@@ -29,19 +29,6 @@ def _play(request: Request) -> Any:
 
 def _registry(request: Request) -> SessionRegistry:
     return _play(request).registry  # type: ignore[no-any-return]
-
-
-def _int_query(request: Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query_params.get(name)
-    if raw is None:
-        return default
-    try:
-        value = int(raw)
-    except ValueError as exc:
-        raise HTTPError(400, f"query parameter {name} must be an integer") from exc
-    if not lo <= value <= hi:
-        raise HTTPError(400, f"query parameter {name} must be between {lo} and {hi}")
-    return value
 
 
 async def start(request: Request) -> Response:
@@ -69,8 +56,8 @@ async def get_session(request: Request) -> Response:
 
 
 async def list_sessions(request: Request) -> Response:
-    limit = _int_query(request, "limit", 100, 1, 1000)
-    offset = _int_query(request, "offset", 0, 0, 10_000_000)
+    limit = int_query(request, "limit", 100, 1, 1000)
+    offset = int_query(request, "offset", 0, 0, 10_000_000)
     status = request.query_params.get("status")
     if status is not None and status not in ("active", "completed", "failed", "cancelled"):
         raise HTTPError(400, "status must be active, completed, failed or cancelled")
