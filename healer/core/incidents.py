@@ -48,6 +48,7 @@ SEVERITIES = ("critical", "high", "medium", "low", "info")
 
 MAX_HISTORY = 100
 RECENT_SIZE = 2000
+SMALL_SET = 500  # a finished status set this small is read whole when filtered on
 MAX_KEY = 100
 
 Clock = Callable[[], float]
@@ -195,11 +196,17 @@ class Ledger:
                                     for i in self.ids(s)), kind=kind, status=status)
         seen = {d["id"] for d in first}
         rest: list[dict[str, Any]] = []
-        if status is None or status not in ACTIVE:
+        members = self.ids(status) if status is not None and status not in ACTIVE else None
+        if members is not None and len(members) <= SMALL_SET:
+            # A small finished set (escalated, typically): read it, not the ring.
+            rest = sorted(self._read_ids(members, kind=kind, status=status),
+                          key=lambda d: d.get("updated_at", 0), reverse=True)
+        elif status is None or status not in ACTIVE:
+            wanted_ids = set(members) if members is not None else None
             for iid in reversed(self._recent()):
                 if len(first) + len(rest) >= wanted:
                     break
-                if iid in seen:
+                if iid in seen or (wanted_ids is not None and iid not in wanted_ids):
                     continue
                 seen.add(iid)
                 data = self.get(iid)
