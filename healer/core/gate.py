@@ -33,6 +33,7 @@ from healer.core.store import FileStore, Store
 ADMISSION = "heal-admission"
 GATE_KEY = "gate"
 MAX_OUTCOMES = 50
+KEEP_ENDED_S = 7 * 86400.0
 
 ACCEPTED = "accepted"
 RECURSION = "recursion"
@@ -55,7 +56,7 @@ class Policy:
     kind: str = "code"
     cooldown_s: float = 3600.0
     max_concurrent: int = 2
-    breaker_window: int = 5
+    breaker_window: int = 5  # 0: this kind has no breaker
     breaker_reset_s: float = 3600.0
     global_max: int = 0  # executor.max_concurrent over every kind; 0 = no global cap
 
@@ -113,7 +114,8 @@ def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
                         "healing agents are already investigating other problems. Continue "
                         "normally.")
     window = [o for o in adm["outcomes"] if _kind_of(o) == policy.kind][-policy.breaker_window:]
-    tripped = len(window) >= policy.breaker_window and all(_failed(o) for o in window)
+    tripped = policy.breaker_window > 0 and len(window) >= policy.breaker_window and all(
+        _failed(o) for o in window)
     # Half-open: long after the last failure, with nothing of this kind running, one may try.
     if tripped and (mine or now - window[-1]["at"] < policy.breaker_reset_s):
         return Decision(CIRCUIT_BREAKER, f"Circuit breaker open: the last "
@@ -177,9 +179,11 @@ def admit(store: Store, novelty: str, new_id: Callable[[], str], now: float, pol
         if not decision.accepted:
             return None  # nothing to write: refusals leave no trace in this record
         adm["active"][novelty] = {"attempt_id": attempt_id, "since": now, "kind": policy.kind}
-        # Forget cooldowns that are over so the record stays small.
+        # Forget cooldowns that are over so the record stays small (by a horizon no kind's
+        # cooldown exceeds, not this kind's: another kind may cool down longer).
+        horizon = max(policy.cooldown_s, KEEP_ENDED_S)
         adm["ended"] = {k: v for k, v in adm["ended"].items()
-                        if now - v < policy.cooldown_s and k != novelty}
+                        if now - v < horizon and k != novelty}
         return adm
 
     # The hot path (duplicates, cooldowns, a full cap) is one read: no lock, no copy, no write.
@@ -213,12 +217,14 @@ def release(store: Store, novelty: str, attempt_id: str) -> None:
 
 
 def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str,
-           ended: bool, outcome: str = "", breaker: bool = False, held: bool = False) -> None:
+           ended: bool, outcome: str = "", breaker: bool = False, held: bool = False,
+           cooldown: bool = True) -> None:
     """Reflect an attempt's change in the admission record.
 
     ``held``: a fix waits for review (the key stays taken, not running); ``ended``: the
-    attempt is over — the cooldown starts and, unless ``outcome`` is empty, the kind's
-    breaker learns it (``breaker``: it counts as a failure)."""
+    attempt is over — the cooldown starts (unless ``cooldown`` is false: a kind without one)
+    and, unless ``outcome`` is empty, the kind's breaker learns it (``breaker``: it counts as
+    a failure)."""
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
         adm = cur or empty_admission()
@@ -228,7 +234,7 @@ def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str
             adm["open_prs"][novelty] = attempt_id
         elif adm["open_prs"].get(novelty) == attempt_id:
             del adm["open_prs"][novelty]
-        if ended:
+        if ended and cooldown:
             adm["ended"][novelty] = now
             if outcome:
                 adm["outcomes"] = [*adm["outcomes"], {

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from healer.agents.task import AgentTask, RunOutcome
+from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import Settings
 from healer.core import gate
 from healer.core import incidents as inc
@@ -25,7 +25,7 @@ from healer.core.audit import Audit
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.store import Store
-from healer.errors import ConflictError, HealerError
+from healer.errors import HealerError
 from healer.play import evaluate
 from healer.play.sessions import SessionRegistry, iso
 
@@ -50,6 +50,9 @@ class Remediator:
         self.clock = clock
         self.issues = Issues(settings, store)
         self.ledger = inc.Ledger(store, clock=clock, audit=Audit(settings.state_path, clock))
+        # Bounded where the runs start (executor.max_concurrent, the agent slots).
+        self.policy = gate.Policy(kind="play", cooldown_s=0.0, max_concurrent=1_000_000,
+                                  breaker_window=0)
 
     def _key(self, play_id: str, issue: dict[str, Any]) -> str:
         return dedup_key(play_id, issue.get("agent") or "play", issue["issue_type"])
@@ -63,39 +66,56 @@ class Remediator:
                                   "issue_type": issue["issue_type"], "issue_id": issue["id"],
                                   "code": issue.get("code", ""), "remediation": key})
 
-    def claim(self, play_id: str, issue: dict[str, Any]) -> str | None:
-        """Take the (issue type, target) slot; None if a remediation already runs for it."""
+    def claim(self, play_id: str, issue: dict[str, Any]) -> gate.Decision:
+        """Ask the one gate for the (issue type, target): accepted starts a remediation (its
+        run id in ``attempt_id``); ``already_investigating`` when one runs for it already.
+        A claim a crash left behind (no remediation running under it) is released first."""
         key = self._key(play_id, issue)
-        data = {"play_id": play_id, "issue_id": issue["id"], "issue_type": issue["issue_type"],
+        novelty = f"play.{key}"
+        now = self.clock()
+
+        def record(run_id: str) -> None:
+            self.store.put(KIND, key, {
+                "play_id": play_id, "issue_id": issue["id"], "issue_type": issue["issue_type"],
                 "agent": issue.get("agent", ""), "status": "running", "attempts": [],
-                "started_at": iso(self.clock())}
-        existing = self.store.get(KIND, key)
-        try:
-            if existing is None:
-                self.store.create(KIND, key, data)
-            elif existing.data["status"] == "running":
-                return None
-            else:
-                self.store.put(KIND, key, data, expected_revision=existing.revision)
-        except ConflictError:
-            return None
-        return key
+                "started_at": iso(now), "run_id": run_id})
+
+        for _ in range(2):
+            d = gate.admit(self.store, novelty, new_run_id, now, self.policy, lambda: True,
+                           record=record)
+            if d.reason != gate.ALREADY_INVESTIGATING:
+                return d
+            rec = self.store.get(KIND, key)
+            running = rec is not None and rec.data.get("status") == "running"
+            if running and rec.data.get("run_id", d.attempt_id) == d.attempt_id:
+                return d
+            gate.release(self.store, novelty, d.attempt_id)  # stale: its run is gone
+        return d
+
+    def _settle(self, key: str, run_id: str, status: str) -> None:
+        """The remediation ended: the gate frees its key (play has no cooldown or breaker:
+        every issue that stays broken goes to a person anyway)."""
+        gate.settle(self.store, f"play.{key}", run_id, now=self.clock(), kind="play",
+                    ended=True, outcome=status, cooldown=False)
 
     async def handle(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
         """Run the whole cycle for one issue; returns the final remediation record."""
         key = self._key(play_id, issue)
         signal = self._signal(key, play_id, issue)
-        if self.claim(play_id, issue) is None:
-            log.info("remediation for %s/%s already running", play_id, issue["issue_type"])
-            self.ledger.receive(signal, decision=gate.Decision(
-                gate.ALREADY_INVESTIGATING, "a remediation already runs for this issue"))
+        decision = self.claim(play_id, issue)
+        self.ledger.receive(signal, decision=decision)
+        if not decision.accepted:
+            log.info("remediation for %s/%s: %s", play_id, issue["issue_type"], decision.reason)
             return {"status": "deduplicated"}
-        self.ledger.receive(signal, decision=gate.Decision(gate.ACCEPTED, "remediation started"))
+        run_id = decision.attempt_id
         self.registry.set_issue_fields(play_id, issue["id"], remediation_spawned=True,
                                        remediation=key, incident_id=signal.id)
+        final: dict[str, Any] = {"status": "error"}
         try:
-            return await self._cycle(key, play_id, issue, signal.id)
+            final = await self._cycle(key, play_id, issue, signal.id)
+            return final
         except asyncio.CancelledError:
+            final = {"status": "interrupted"}
             self.ledger.attempt_ended(signal.id, "", "interrupted", status=inc.OPEN,
                                       reason="healer stopped during the remediation")
             raise
@@ -105,6 +125,8 @@ class Remediator:
             self.ledger.attempt_ended(signal.id, "", "error", status=inc.OPEN,
                                       reason=str(exc)[:500])
             raise
+        finally:
+            self._settle(key, run_id, str(final.get("status", "error")))
 
     async def _cycle(self, key: str, play_id: str, issue: dict[str, Any],
                      iid: str) -> dict[str, Any]:

@@ -115,7 +115,7 @@ class TestListing:
         assert r.status_code == 200, r.text
         found = server.wait_for(lambda: incidents(server, kind="play")["incidents"])
         assert found[0]["kind"] == "play" and "play-42" in found[0]["summary"]
-        assert {i["kind"] for i in incidents(server, limit=50)["incidents"]} >= {"code", "play"}
+        assert "play" in {i["kind"] for i in incidents(server, limit=50)["incidents"]}
 
 
 def test_the_list_is_json_paged(server: ServeProcess) -> None:
