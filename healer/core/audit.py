@@ -1,11 +1,13 @@
 """The audit trail: every decision and step about every incident, one JSON object per line.
 
-``<state>/heal-audit.jsonl`` is appended under a lock and rotated at 20 MiB (the previous file
+``<state>/heal-audit.jsonl`` is appended (one ``O_APPEND`` write per line) and rotated under a
+lock at 20 MiB (the previous file
 is kept as ``heal-audit.jsonl.1``). Writing it never fails the step it describes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -33,17 +35,29 @@ class Audit:
         record = {"ts": round(self._clock(), 3), "event": event, "incident": incident, **fields}
         line = json.dumps(record, sort_keys=True, ensure_ascii=False, default=str) + "\n"
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            with FileLock(str(self.path) + ".lock", timeout=30):
-                if self.path.exists() and self.path.stat().st_size > MAX_AUDIT_BYTES:
-                    os.replace(self.path, self.path.with_suffix(".jsonl.1"))
-                fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    os.write(fd, line.encode())
-                finally:
-                    os.close(fd)
+            self._rotate_if_full()
+            # One O_APPEND write of a line this short lands whole, between other processes'
+            # lines: no lock needed (the lock is for rotation only).
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
         except OSError:
             log.exception("could not append to the audit trail %s", self.path)
+
+    def _rotate_if_full(self) -> None:
+        try:
+            size = os.stat(self.path).st_size
+        except FileNotFoundError:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            return
+        if size <= MAX_AUDIT_BYTES:
+            return
+        with FileLock(str(self.path) + ".lock", timeout=30):
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(self.path).st_size > MAX_AUDIT_BYTES:  # nobody rotated meanwhile
+                    os.replace(self.path, self.path.with_suffix(".jsonl.1"))
 
     def read(self, incident: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
         """The events (of one incident), oldest first; the newest ``limit`` if given."""

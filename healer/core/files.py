@@ -23,14 +23,15 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_temp(path: Path, data: bytes, mode: int) -> Path:
+def _write_temp(path: Path, data: bytes, mode: int, durable: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.chmod(tmp, mode)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -39,28 +40,32 @@ def _write_temp(path: Path, data: bytes, mode: int) -> Path:
     return Path(tmp)
 
 
-def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644) -> Path:
-    """Replace ``path`` with ``data`` atomically and durably."""
+def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
+                       durable: bool = True) -> Path:
+    """Replace ``path`` with ``data`` atomically and (unless ``durable`` is false: derived
+    data that can be rebuilt) durably."""
     path = Path(path)
-    tmp = _write_temp(path, data, mode)
+    tmp = _write_temp(path, data, mode, durable)
     try:
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
     return path
 
 
-def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644) -> bool:
+def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
+                        durable: bool = True) -> bool:
     """Create ``path`` with ``data`` only if it does not exist yet; atomic and durable.
 
     Returns False (and writes nothing) when the file already exists. Uses link(2), which
     fails if the target exists, so content and existence appear together.
     """
     path = Path(path)
-    tmp = _write_temp(path, data, mode)
+    tmp = _write_temp(path, data, mode, durable)
     try:
         os.link(tmp, path)
     except FileExistsError:
@@ -68,7 +73,8 @@ def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644) -> 
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
-    _fsync_dir(path.parent)
+    if durable:
+        _fsync_dir(path.parent)
     return True
 
 

@@ -22,9 +22,14 @@ escalations) that ``/metrics`` and ``healer status`` read whichever process wrot
 
 from __future__ import annotations
 
+import atexit
 import hashlib
+import json
+import logging
 import re
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -50,6 +55,7 @@ MAX_HISTORY = 100
 RECENT_SIZE = 2000
 SMALL_SET = 500  # a finished status set this small is read whole when filtered on
 MAX_KEY = 100
+FLUSH_EVERY_S = 1.0
 
 Clock = Callable[[], float]
 Refire = Callable[[dict[str, Any], float], str]
@@ -148,6 +154,10 @@ class Ledger:
         self.store = store
         self.clock = clock
         self.audit = audit
+        self._lock = threading.Lock()
+        self._pending: list[tuple[tuple[str, ...], int]] = []
+        self._flushed = time.monotonic()
+        _LIVE.add(self)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -238,8 +248,12 @@ class Ledger:
         return list(rec.data.get("ids", [])) if rec else []
 
     def stats(self) -> dict[str, Any]:
+        """The shared counters, with this process's not yet written counts added."""
         rec = self.store.get(STATS, STATS_KEY)
-        return rec.data if rec else empty_stats()
+        data = json.loads(json.dumps(rec.data)) if rec else empty_stats()
+        with self._lock:
+            pending = list(self._pending)
+        return _apply(data, pending) if pending else data
 
     # --- intake -------------------------------------------------------------------------------
 
@@ -262,15 +276,19 @@ class Ledger:
             else:
                 new = _resolving(cur, signal.source, now, out)
             if new is not None and decision is not None:
+                out["previous_reason"] = (new.get("gate") or {}).get("reason", "")
                 _gate(new, decision, now)
             return new
 
         data = self._write(signal.id, fn,
                            stat=("decisions", decision.reason) if decision else None)
         action = out.get("action", "ignored")
-        self._audit(action, signal.id, source=signal.source, signal=signal.status,
-                    status=data.get("status", "") if data else "")
-        if decision is not None and data is not None:
+        # The trail keeps what changed: a repeat the gate judges as before is only counted.
+        if action != "duplicate":
+            self._audit(action, signal.id, source=signal.source, signal=signal.status,
+                        status=data.get("status", "") if data else "")
+        if decision is not None and data is not None and (
+                action != "duplicate" or out.get("previous_reason") != decision.reason):
             self._audit("gate", signal.id, decision=decision.reason,
                         message=decision.message[:500], attempt_id=decision.attempt_id)
         return Receipt(signal.id, action, data.get("status", "") if data else "", data)
@@ -472,36 +490,72 @@ class Ledger:
             ids = [i for i in (cur or {}).get("ids", []) if i != iid]
             return {"ids": [*ids, iid][-RECENT_SIZE:]}
 
-        self.store.update(INDEX, RECENT, fn)
+        self.store.update(INDEX, RECENT, fn, durable=False)  # derived: rebuildable
 
     def _count(self, kind: str, old: str | None, new: str | None, *, opened: bool = False,
                stat: tuple[str, str] | None = None, source: str = "") -> None:
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
-            s = cur or empty_stats()
-            by = s["status"].setdefault(kind, {})
-            if old:
-                by[old] = max(0, int(by.get(old, 0)) - 1)
-            if new:
-                by[new] = int(by.get(new, 0)) + 1
-            if opened:
-                s["opened"][kind] = int(s["opened"].get(kind, 0)) + 1
-            if stat:
-                table, label = stat
-                if label:
-                    row = s[table].setdefault(kind, {})
-                    row[label] = int(row.get(label, 0)) + 1
-                else:
-                    s[table][kind] = int(s[table].get(kind, 0)) + 1
-                if table == "decisions" and source:
-                    row = s.setdefault("sources", {}).setdefault(source, {})
-                    row[label] = int(row.get(label, 0)) + 1
-            return s
+        """Move the shared counters. A status change is written at once (it is what lists
+        and ``healer status`` total); event counts (gate decisions, attempts, escalations)
+        are gathered and written at most once a second, and when the process exits."""
+        ops: list[tuple[tuple[str, ...], int]] = []
+        if old:
+            ops.append((("status", kind, old), -1))
+        if new:
+            ops.append((("status", kind, new), 1))
+        if opened:
+            ops.append((("opened", kind), 1))
+        if stat:
+            table, label = stat
+            ops.append(((table, kind, label) if label else (table, kind), 1))
+            if table == "decisions" and source:
+                ops.append((("sources", source, label), 1))
+        with self._lock:
+            self._pending.extend(ops)
+            due = bool(old or new or opened) or \
+                time.monotonic() - self._flushed >= FLUSH_EVERY_S
+        if due:
+            self.flush()
 
-        self.store.update(STATS, STATS_KEY, fn)
+    def flush(self) -> None:
+        """Write the gathered counts (one compare-and-set of the counters record)."""
+        with self._lock:
+            ops, self._pending = self._pending, []
+            self._flushed = time.monotonic()
+        if not ops:
+            return
+        try:
+            self.store.update(STATS, STATS_KEY, lambda cur: _apply(cur or empty_stats(), ops),
+                              durable=False)  # counters: derived, rebuildable
+        except Exception:
+            with self._lock:
+                self._pending = ops + self._pending  # the next flush tries again
+            raise
 
     def _audit(self, event: str, iid: str, **fields: Any) -> None:
         if self.audit is not None:
             self.audit.write(event, iid, **fields)
+
+
+def _apply(stats: dict[str, Any], ops: list[tuple[tuple[str, ...], int]]) -> dict[str, Any]:
+    for path, delta in ops:
+        node = stats
+        for part in path[:-1]:
+            node = node.setdefault(part, {})
+        node[path[-1]] = max(0, int(node.get(path[-1], 0)) + delta)
+    return stats
+
+
+_LIVE: weakref.WeakSet[Ledger] = weakref.WeakSet()
+
+
+@atexit.register
+def _flush_all() -> None:
+    """A CLI process (``healer report``) exits right after its one report: count it."""
+    for ledger in list(_LIVE):
+        try:
+            ledger.flush()
+        except Exception:
+            logging.getLogger(__name__).warning("incident counters not written at exit")
 
 
 def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:

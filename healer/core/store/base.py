@@ -38,8 +38,11 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def put(
-        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None
-    ) -> Record: ...
+        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None,
+        durable: bool = True,
+    ) -> Record:
+        """Write a record. ``durable=False``: for derived records that can be rebuilt
+        (counters, indexes) a backend may skip the flush to disk; atomicity stays."""
 
     @abc.abstractmethod
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool: ...
@@ -76,7 +79,8 @@ class Store(abc.ABC):
         """Create the record; ``ConflictError`` if it already exists."""
         return self.put(kind, key, data, expected_revision=0)
 
-    def update(self, kind: str, key: str, fn: Updater, *, attempts: int = 50) -> Record | None:
+    def update(self, kind: str, key: str, fn: Updater, *, attempts: int = 50,
+               durable: bool = True) -> Record | None:
         """Read-modify-write with optimistic concurrency.
 
         ``fn`` gets the current data (None if absent) and returns the new data, or None to
@@ -90,7 +94,8 @@ class Store(abc.ABC):
                 return current
             try:
                 return self.put(
-                    kind, key, new, expected_revision=current.revision if current else 0
+                    kind, key, new, expected_revision=current.revision if current else 0,
+                    durable=durable,
                 )
             except ConflictError:
                 continue

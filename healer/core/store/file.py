@@ -79,7 +79,9 @@ class FileStore(Store):
     def _bytes(rec: Record) -> bytes:
         doc = {"kind": rec.kind, "key": rec.key, "revision": rec.revision,
                "updated_at": rec.updated_at, "data": rec.data}
-        return (json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
+        # One line, no indent: json's C encoder runs only without one (5-10x faster on the
+        # hot write path); `jq .` reads it as well.
+        return (json.dumps(doc, sort_keys=True, ensure_ascii=False) + "\n").encode()
 
     def get(self, kind: str, key: str) -> Record | None:
         return self._read(self._path(kind, key))
@@ -93,7 +95,8 @@ class FileStore(Store):
         return (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def put(
-        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None
+        self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None,
+        durable: bool = True,
     ) -> Record:
         path = self._path(kind, key)
         if not isinstance(data, dict):
@@ -101,7 +104,7 @@ class FileStore(Store):
         if expected_revision == 0:
             # Create-only needs no lock: link(2) refuses an existing target atomically.
             rec = self._encode(kind, key, 1, data)
-            if not atomic_create_bytes(path, self._bytes(rec)):
+            if not atomic_create_bytes(path, self._bytes(rec), durable=durable):
                 current = self._read(path)
                 raise ConflictError(kind, key, 0, current.revision if current else None)
             return rec
@@ -112,7 +115,7 @@ class FileStore(Store):
                 if expected_revision is not None and expected_revision != actual:
                     raise ConflictError(kind, key, expected_revision, actual or None)
                 rec = self._encode(kind, key, actual + 1, data)
-                atomic_write_bytes(path, self._bytes(rec))
+                atomic_write_bytes(path, self._bytes(rec), durable=durable)
                 return rec
         except Timeout as exc:
             raise StoreError(f"{kind}/{key}: lock not acquired in {self._lock_timeout}s") from exc

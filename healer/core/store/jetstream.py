@@ -155,7 +155,8 @@ class JetStreamStore(Store):
         return Record(kind, key, int(entry.revision or 0), doc["data"], doc["updated_at"])
 
     def put(self, kind: str, key: str, data: dict[str, Any], *,
-            expected_revision: int | None = None) -> Record:
+            expected_revision: int | None = None, durable: bool = True) -> Record:
+        # JetStream persists on its own schedule: ``durable`` changes nothing here.
         if not isinstance(data, dict):
             raise TypeError("record data must be a dict")
         k = self._k(kind, key)
