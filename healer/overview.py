@@ -109,9 +109,18 @@ def _human(settings: Settings) -> list[dict[str, str]]:
     return out
 
 
+def _agents(settings: Settings) -> dict[str, Any]:
+    """The agent runs in progress on this machine: the holders of the shared slots."""
+    from healer.core.slots import SlotPool
+
+    pool = SlotPool.agents(settings)
+    return {"max_concurrent": pool.size, "running": pool.holders()}
+
+
 def overview(settings: Settings, store: Store) -> dict[str, Any]:
     return {
         "loop": _loop(settings),
+        "agents": _agents(settings),
         "play": _play(store),
         "incidents": _incidents(store),
         "selfheal": _selfheal(store),
@@ -126,6 +135,12 @@ def render(data: dict[str, Any]) -> str:
     loop = data["loop"]
     lines.append(f"loop: {loop['state']}" + (f" (pid {loop['pid']}, API {loop['api']})"
                                             if loop.get("api") else ""))
+    agents = data["agents"]
+    lines.append(f"agents running: {len(agents['running'])} of {agents['max_concurrent']}")
+    for a in agents["running"]:
+        lines.append(f"  - {a.get('agent', '?')} ({a.get('kind', '?')}) on "
+                     f"{a.get('target', '?')}, run {a.get('run_id', '?')}, "
+                     f"for {max(0, int(time.time() - float(a.get('since') or time.time())))} s")
     play = data["play"]
     lines.append(f"plays: {play['active_sessions']} active, {len(play['open_issues'])} open "
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")

@@ -88,3 +88,19 @@ class TestStatusOverview:
         data = json.loads(r.out)["overview"]
         assert data["needs_a_person"][0]["subject"] == "mac3 is down"
         assert data["loop"]["state"] == "never run"
+
+    def test_status_names_the_agents_holding_slots(self, cli, dirs) -> None:  # type: ignore[no-untyped-def]
+        """What runs now: each held agent slot, whichever process holds it."""
+        from healer.core.slots import SlotPool
+
+        slot = SlotPool(dirs.state / "slots" / "agents", 4).try_acquire(
+            {"run_id": "run-abc", "agent": "daemon-restarter", "kind": "restart",
+             "target": "n2"})
+        assert slot is not None
+        try:
+            r = cli("status")
+            assert "agents running: 1 of 4" in r.out, r.err
+            assert "daemon-restarter (restart) on n2, run run-abc" in r.out
+        finally:
+            slot.release()
+        assert "agents running: 0 of 4" in cli("status").out
