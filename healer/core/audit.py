@@ -54,10 +54,10 @@ class Audit:
             return
         if size <= MAX_AUDIT_BYTES:
             return
-        with FileLock(str(self.path) + ".lock", timeout=30):
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(self.path).st_size > MAX_AUDIT_BYTES:  # nobody rotated meanwhile
-                    os.replace(self.path, self.path.with_suffix(".jsonl.1"))
+        with FileLock(str(self.path) + ".lock", timeout=30), \
+                contextlib.suppress(FileNotFoundError):
+            if os.stat(self.path).st_size > MAX_AUDIT_BYTES:  # nobody rotated meanwhile
+                os.replace(self.path, self.path.with_suffix(".jsonl.1"))
 
     def read(self, incident: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
         """The events (of one incident), oldest first; the newest ``limit`` if given."""
