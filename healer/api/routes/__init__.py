@@ -1,0 +1,1 @@
+"""HTTP routes of each capability, mounted by ``healer.api.app`` (surface → capability)."""
