@@ -230,7 +230,11 @@ class SelfHealService:
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
                     "attempt_id": decision.attempt_id, "message": decision.message}
         if not decision.accepted:
-            return reject(decision.reason, decision.message)
+            # Held for a while (cap, cooldown, breaker, no model): kept, sanitised, so the
+            # loop's retry can start it once the gate allows (``retry_held``).
+            self.ledger.receive(signal, decision=decision, fields={"report": attempt})
+            return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
+                    "message": decision.message}
 
         attempt_id = decision.attempt_id
         self.ledger.receive(signal, decision=decision)
@@ -238,6 +242,36 @@ class SelfHealService:
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}
+
+    def retry_held(self, *, launch: bool = True) -> list[str]:
+        """Ask the gate again for the open report_error incidents it held back (the cap,
+        a cooldown, the breaker, no model) and start those it now admits. Returns their new
+        attempt ids (``launch=False``: the caller starts them). The loop runs this
+        periodically, so a report held by the cap is healed when a slot frees."""
+        out = []
+        for inc in self.ledger.active("code"):
+            report = inc.get("report")
+            held = (inc.get("gate") or {}).get("reason")
+            if inc.get("source") != "report_error" or inc.get("status") != "open" or \
+                    held not in gate.RETRYABLE or not isinstance(report, dict):
+                continue
+            decision = self._readmit(report)
+            if not decision.accepted and decision.reason == held:
+                continue  # still held for the same reason: nothing new to record
+            self.ledger.decided(inc["id"], decision)
+            if decision.accepted:
+                self.ledger.started(inc["id"], decision.attempt_id,
+                                    "a healing agent is being dispatched (held before)")
+                out.append(decision.attempt_id)
+                if launch:
+                    self._launch(decision.attempt_id)
+        return out
+
+    def _readmit(self, report: dict[str, Any]) -> gate.Decision:
+        now = self.clock()
+        return gate.admit(self.store, report["fingerprint"], lambda: new_attempt_id(now), now,
+                          self.policy, self.model_available, self._admission,
+                          record=lambda aid: self.attempts.create(aid, report))
 
     def model_available(self) -> bool:
         """Gate 8, cached briefly: can a healing agent run here?"""
@@ -416,6 +450,13 @@ def create_loop_service(healer: Any) -> None:
     # Recovery also runs periodically: it settles runs whose worker died after start-up.
     healer.every("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
     healer.every("selfheal-reap", 3600.0, lambda: asyncio.to_thread(svc.reap))
+
+    async def retry() -> None:
+        # Decide off the event loop; start in it (``selfheal.worker: task`` needs the loop).
+        for attempt_id in await asyncio.to_thread(svc.retry_held, launch=False):
+            svc._launch(attempt_id)
+
+    healer.every("selfheal-retry", 60.0, retry)
     healer.bus.subscribe(svc.on_result)
 
 

@@ -250,3 +250,25 @@ class TestClaimAndRecord:
         assert list(service.attempts.admission()["active"]) == [out["fingerprint"]]
         # The failed ones start no cooldown either: the same error may be reported again.
         assert service.report(report(1))["accepted"] is True
+
+
+class TestHeldReports:
+    def test_a_report_held_by_the_cap_starts_when_a_slot_frees(self, service: Any) -> None:
+        """The cap holds a third error back; once an attempt ends, the loop's retry starts
+        it — the same incident, its first attempt — without anyone reporting it again."""
+        launched: list[str] = []
+        svc = service(launched=launched)
+        first, second = svc.report(report(1)), svc.report(report(2))
+        third = svc.report(report(3))
+        assert third["reason"] == "concurrency_cap"
+        assert svc.retry_held() == []  # still full: nothing changes, nothing is written
+        finish(svc, first["attempt_id"], st.PR_OPEN)
+        [started] = svc.retry_held()
+        assert launched == [first["attempt_id"], second["attempt_id"], started]
+        att = svc.attempts.require(started)
+        assert att["fingerprint"] == third["fingerprint"]
+        assert att["call_site"] == "src/app/mod3.py:handler"
+        inc = svc.ledger.find("code", third["fingerprint"])
+        assert inc is not None and inc["status"] == "healing" and inc["attempts"] == 1
+        assert inc["rejections"] == {"concurrency_cap": 1}
+        assert svc.retry_held() == []  # healing now: not retried twice
