@@ -11,6 +11,7 @@ security finding from the start — and a human gets the escalation.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import time
@@ -61,10 +62,17 @@ class Remediator:
         """The play kind's incident: one per (play, agent, issue type), as the claim."""
         severity = _SEVERITY.get(str(issue.get("severity", "")), "medium")
         return inc.Signal(kind="play", key=inc.digest(key), source="play", severity=severity,
+                          count=max(1, int(issue.get("count", 1))),
                           summary=f"{play_id}: {issue['description']}"[:300],
                           detail={"play_id": play_id, "agent": issue.get("agent", ""),
                                   "issue_type": issue["issue_type"], "issue_id": issue["id"],
                                   "code": issue.get("code", ""), "remediation": key})
+
+    def sighted(self, play_id: str, issue: dict[str, Any], occurrences: int = 1) -> None:
+        """An issue recorded on a session (new, or seen again): its incident opens, or its
+        count and last seen move with it — before any remediation is decided on."""
+        signal = self._signal(self._key(play_id, issue), play_id, issue)
+        self.ledger.receive(dataclasses.replace(signal, count=max(1, occurrences)))
 
     def claim(self, play_id: str, issue: dict[str, Any]) -> gate.Decision:
         """Ask the one gate for the (issue type, target): accepted starts a remediation (its
@@ -103,7 +111,8 @@ class Remediator:
         key = self._key(play_id, issue)
         signal = self._signal(key, play_id, issue)
         decision = self.claim(play_id, issue)
-        self.ledger.receive(signal, decision=decision)
+        if self.ledger.decided(signal.id, decision) is None:  # not recorded by the intake
+            self.ledger.receive(signal, decision=decision)
         if not decision.accepted:
             log.info("remediation for %s/%s: %s", play_id, issue["issue_type"], decision.reason)
             return {"status": "deduplicated"}

@@ -242,6 +242,8 @@ class PlayService:
         for issue in issues:
             stored, new = self.registry.add_issue(play_id, issue)
             out.append(stored)
+            # The incident moves with the session's issue: opened, or counted again.
+            self.remediator.sighted(play_id, stored, int(issue.get("occurrences", 1)))
             if new:
                 log.warning("play %s: %s (%s)", play_id, stored["description"],
                             stored["issue_type"])

@@ -35,6 +35,10 @@ class TestIssueIdentity:
         assert issues[0]["count"] == 3  # every line counted
         assert issues[0]["detected_at"] <= issues[0]["last_seen"]
         assert "2 line(s)" in issues[0]["description"]  # the latest batch's words
+        # The incident of every kind's list is the same one, counting the same lines.
+        found = s.http.get("/api/v1/incidents", params={"kind": "play"}).json()["incidents"]
+        [inc] = [i for i in found if i["key"].startswith("play-ident-1.rex")]
+        assert inc["count"] == 3 and inc["first_seen"] <= inc["last_seen"]
 
     def test_ids_never_repeat_across_restarts(self, serve: Any) -> None:
         """A finished play started again is a new run: earlier runs and their issues stay
