@@ -69,7 +69,7 @@ def main(argv: list[str]) -> int:
 
 
 def _scan(args: argparse.Namespace) -> int:
-    from healer.detect._scan_cli import ScanRun, detect_settings
+    from healer.commands._scan_run import ScanRun, detect_settings
     from healer.errors import UsageError
 
     if args.cmd_given and not args.cmd:
