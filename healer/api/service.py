@@ -7,7 +7,6 @@ import contextlib
 import errno
 import logging
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
@@ -15,6 +14,7 @@ import uvicorn
 from healer.api.app import ApiContext, create_app
 from healer.api.protocol import protocol_class
 from healer.config import Settings
+from healer.core.asgi import Server
 from healer.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -46,17 +46,6 @@ def bind(host: str, port: int, *, backlog: int) -> socket.socket:
     return sock
 
 
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling: the loop owns SIGINT/SIGTERM."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    def install_signal_handlers(self) -> None:  # older uvicorn
-        return None
-
-
 class ApiService:
     name = "api"
 
@@ -67,7 +56,7 @@ class ApiService:
             self.ctx.metrics = metrics
         self.ctx.services.update(services or {})
         self.app = create_app(self.ctx)
-        self._server: _Server | None = None
+        self._server: Server | None = None
         self._task: asyncio.Task[None] | None = None
         self.url = ""
 
@@ -79,7 +68,7 @@ class ApiService:
                                 http=protocol_class(s.header_timeout_s),
                                 timeout_keep_alive=s.keepalive_s,  # type: ignore[arg-type]
                                 limit_concurrency=s.max_connections, backlog=BACKLOG)
-        self._server = _Server(config)
+        self._server = Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._task.done():

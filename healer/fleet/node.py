@@ -317,7 +317,7 @@ class NodeDaemon:
     async def start(self) -> None:
         import uvicorn
 
-        from healer.api.service import _Server
+        from healer.core.asgi import Server
 
         config = uvicorn.Config(self.app(), host=self.host, port=self.port, log_level="warning",
                                 lifespan="off", access_log=False, server_header=False,
@@ -333,7 +333,7 @@ class NodeDaemon:
             raise OSError(f"node daemon cannot listen on {self.host}:{self.port}: "
                           f"{exc.strerror or exc}") from exc
         self.port = sock.getsockname()[1]
-        self._server = _Server(config)
+        self._server = Server(config)
         self._serve_task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:
             if self._serve_task.done():
