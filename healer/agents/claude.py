@@ -39,14 +39,8 @@ from typing import Any
 
 from healer.agents import _proctree
 from healer.agents.definitions import KNOWN_TOOLS
-from healer.agents.executors import (
-    Executor,
-    Prepared,
-    claude_cli,
-    run_env,
-    secret_env_names,
-    user_claude_dir,
-)
+from healer.agents.executors.auto import claude_cli, user_claude_dir
+from healer.agents.executors.base import Executor, Prepared, run_env, secret_env_names
 from healer.errors import (
     AgentProcessError,
     AgentResultError,

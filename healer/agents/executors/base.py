@@ -1,20 +1,4 @@
-"""Executors: one interface, three ways to run an agent, one result contract.
-
-``await executor.run(task) -> RunOutcome``. Whatever happens — success, the agent's own
-failure, a crash, a timeout, a cancellation — the run leaves a result file
-``<results dir>/heal-<kind>-<target>-<epoch>.json`` valid against the schema: the agent's own
-when it wrote a valid one, else a failed (or ``timeout``) result written by healer. Agents
-write under that name in their run's folder (``<state>/agents/runs/<run_id>/``); healer checks
-the file and publishes it atomically when the run ends (see ``healer.agents.results``).
-
-- ``playbook``: a registered deterministic Python playbook (``healer.agents.playbooks``).
-- ``claude``: Claude Code through claude-agent-sdk (``healer.agents.claude``).
-- ``command``: any CLI from ``settings.executor.commands[agent]``.
-- ``auto``: ``claude`` when a model is reachable, else ``playbook`` (``explain_auto``).
-
-Invalid tasks (unknown agent, unsafe names, a prompt that does not render) raise
-``UsageError`` before anything runs.
-"""
+"""The executor interface and the run every executor shares (slot, timeout, result)."""
 
 from __future__ import annotations
 
@@ -35,22 +19,19 @@ from typing import Any, ClassVar
 from healer.agents import results
 from healer.agents.context import RunInfo, context_from_vars
 from healer.agents.definitions import AgentDefinition, get_definition
-from healer.agents.playbooks import PlaybookContext, get_playbook, registered
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.core.files import atomic_write_bytes
 from healer.core.slots import Slot, SlotPool
 from healer.errors import (
-    AgentProcessError,
     AgentResultError,
     AgentTimeoutError,
-    AgentUnavailableError,
     ExecutorError,
     SlotWaitError,
     UsageError,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("healer.agents.executors")  # one logger for the package
 # Set while a run executes: a run started from inside it (master-healer starts the fleet's
 # repair agents) works under its parent's slot instead of waiting for one the parent holds.
 _IN_RUN: contextvars.ContextVar[bool] = contextvars.ContextVar("healer_in_agent_run",
@@ -308,172 +289,3 @@ class Executor(abc.ABC):
         """Keep an unusable agent result for debugging, out of the bus's way."""
         with contextlib.suppress(OSError):
             os.replace(prep.staged_path, prep.staged_path.with_name("invalid-result.json"))
-
-
-class PlaybookExecutor(Executor):
-    """Runs the agent's registered playbook; no model, no subprocess of its own."""
-
-    name = "playbook"
-    agent_writes_result = False
-
-    async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
-        fn = get_playbook(prep.run.agent)
-        if fn is None:
-            known = ", ".join(sorted(registered())) or "none"
-            raise AgentUnavailableError(
-                f"no playbook registered for agent {prep.run.agent!r} (playbooks exist for: "
-                f"{known}); run it with --executor claude or command",
-                agent=prep.run.agent, run_id=prep.run.run_id)
-        ctx = PlaybookContext(task=prep.task, run=prep.run, context=prep.context,
-                              settings=self.settings,
-                              log=logging.getLogger(f"healer.playbook.{prep.run.agent}"),
-                              deadline=prep.started + prep.timeout_s)
-        produced = await fn(ctx)
-        if not isinstance(produced, Mapping) or "status" not in produced:
-            raise AgentResultError("the playbook returned no result fields with a status",
-                                   agent=prep.run.agent, run_id=prep.run.run_id)
-        return produced
-
-
-class CommandExecutor(Executor):
-    """Runs any CLI as the agent: argv from ``settings.executor.commands[agent]`` (or ``*``).
-
-    ``{prompt_file}``, ``{result_file}``, ``{cwd}`` (and ``{run_id}``, ``{agent}``,
-    ``{target}``, ``{kind}``) are substituted in each argument; the same values are in the
-    environment as ``HEALER_*``. The command runs in its own session; a timeout or a
-    cancellation kills it and everything it started. Output goes to ``output.log`` in the
-    run's folder.
-    """
-
-    name = "command"
-
-    def __init__(self, settings: Any, *, commands: Mapping[str, list[str]] | None = None,
-                 env: Mapping[str, str] | None = None, **kw: Any):
-        super().__init__(settings, **kw)
-        self.commands = dict(settings.executor.commands if commands is None else commands)
-        self.extra_env = dict(env or {})
-
-    def argv(self, prep: Prepared, prompt_file: Path) -> list[str]:
-        template = self.commands.get(prep.run.agent) or self.commands.get("*")
-        if not template:
-            raise AgentUnavailableError(
-                f"no command configured for agent {prep.run.agent!r} (set "
-                f"executor.commands.{prep.run.agent} or executor.commands.*)",
-                agent=prep.run.agent, run_id=prep.run.run_id)
-        values = {"{prompt_file}": str(prompt_file), "{result_file}": prep.run.result_path,
-                  "{cwd}": prep.run.cwd, "{run_id}": prep.run.run_id,
-                  "{agent}": prep.run.agent, "{target}": prep.run.target,
-                  "{kind}": prep.run.kind}
-        out = []
-        for arg in template:
-            for key, value in values.items():
-                arg = arg.replace(key, value)
-            out.append(arg)
-        return out
-
-    async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
-        from healer.agents._proctree import kill_tree
-
-        prompt_file = prep.run_dir / "prompt.md"
-        prompt_file.write_text(prep.prompt(), encoding="utf-8")
-        argv = self.argv(prep, prompt_file)
-        secrets_ = secret_env_names(self.settings)
-        env = {k: v for k, v in os.environ.items() if k not in secrets_}
-        env.update(self.extra_env)
-        env.update(run_env(prep))
-        env["HEALER_PROMPT_FILE"] = str(prompt_file)
-        out_path = prep.run_dir / "output.log"
-        with open(out_path, "wb") as out:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=prep.run.cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                raise AgentUnavailableError(f"cannot start {argv[0]!r}: {exc.strerror or exc}",
-                                            agent=prep.run.agent,
-                                            run_id=prep.run.run_id) from exc
-            try:
-                code = await proc.wait()
-            except asyncio.CancelledError:
-                await kill_tree(proc.pid, prep.run.run_id)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(proc.wait(), 5)
-                raise
-            finally:
-                # The command is done, but anything it left running in its session goes too.
-                await kill_tree(None, prep.run.run_id, grace_s=1.0)
-        if code != 0:
-            tail = out_path.read_bytes()[-4000:].decode(errors="replace")
-            raise AgentProcessError(f"{Path(argv[0]).name} exited with code {code}",
-                                    exit_code=code, stderr=tail, agent=prep.run.agent,
-                                    run_id=prep.run.run_id)
-        return None
-
-
-def claude_cli(settings: Any) -> str | None:
-    """The Claude Code CLI to run: configured, bundled with claude-agent-sdk, or on PATH."""
-    configured = settings.executor.claude.cli_path
-    if configured:
-        path = Path(configured).expanduser()
-        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-    try:
-        import importlib.util
-
-        spec = importlib.util.find_spec("claude_agent_sdk")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.origin:
-        bundled = Path(spec.origin).parent / "_bundled" / "claude"
-        if bundled.is_file() and os.access(bundled, os.X_OK):
-            return str(bundled)
-    return shutil.which("claude")
-
-
-def user_claude_dir(env: Mapping[str, str] | None = None) -> Path:
-    """Where the user's Claude Code keeps its settings and login."""
-    env = os.environ if env is None else env
-    return Path(env.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude").expanduser()
-
-
-def _url_host(url: str) -> str:
-    rest = url.split("://", 1)[-1]
-    return rest.split("/", 1)[0].rsplit("@", 1)[-1]  # never show credentials in a URL
-
-
-def explain_auto(settings: Any, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Which executor ``auto`` picks, and why (for ``healer doctor``)."""
-    env = os.environ if env is None else env
-    cli = claude_cli(settings)
-    if cli is None:
-        where = settings.executor.claude.cli_path or "bundled with claude-agent-sdk or on PATH"
-        return "playbook", f"no Claude Code CLI found ({where})"
-    for key in ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"):
-        if env.get(key):
-            return "claude", f"{key} is set"
-    if env.get("ANTHROPIC_BASE_URL"):
-        return "claude", f"ANTHROPIC_BASE_URL points at {_url_host(env['ANTHROPIC_BASE_URL'])}"
-    for key in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"):
-        if env.get(key, "").lower() in ("1", "true"):
-            return "claude", f"{key} is set"
-    creds = user_claude_dir(env) / ".credentials.json"
-    if creds.is_file():
-        return "claude", f"Claude Code is logged in ({creds})"
-    return "playbook", ("no model reachable: no ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL or Claude "
-                        "Code login")
-
-
-def select_executor(settings: Any, name: str | None = None, **kw: Any) -> Executor:
-    """The executor called ``name`` (default ``settings.executor.default``); ``auto`` resolves."""
-    choice = name or settings.executor.default
-    if choice == "auto":
-        choice, reason = explain_auto(settings)
-        log.debug("executor auto → %s: %s", choice, reason)
-    if choice == "playbook":
-        return PlaybookExecutor(settings, **kw)
-    if choice == "command":
-        return CommandExecutor(settings, **kw)
-    if choice == "claude":
-        from healer.agents.claude import ClaudeExecutor
-
-        return ClaudeExecutor(settings, **kw)
-    raise UsageError(f"unknown executor {choice!r} (auto, {', '.join(EXECUTORS)})")
