@@ -21,16 +21,13 @@ import struct
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from healer.detect import _match
+from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit
 from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
-from healer.detect.engine import BLOCK_BYTES, LOOKBACK_LINES, RawHit
 from healer.errors import UsageError
-
-if TYPE_CHECKING:
-    from healer.detect.engine import Engine
 
 PARALLEL_MIN_BYTES = 32 << 20
 # The calling process also merges the results and prints: its region is this much smaller.
@@ -44,7 +41,7 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | None,
+def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float | None,
               not_before: float | None, labels: Mapping[str, str] | None,
               workers: int | None, progress: Progress | None,
               render: Callable[[list[Alert]], Any] | None = None,
@@ -108,7 +105,7 @@ def scan_file(engine: Engine, path: Path, *, source: str, start_time: float | No
     return out
 
 
-def _scan_stream(engine: Engine, fd: int, source: str, start_time: float | None,
+def _scan_stream(engine: BlockEngine, fd: int, source: str, start_time: float | None,
                  not_before: float | None, labels: Mapping[str, str] | None) -> list[Alert]:
     stream = engine.stream(source, start_time=start_time, labels=labels, not_before=not_before)
     alerts: list[Alert] = []
@@ -134,7 +131,7 @@ def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
 Finish = Callable[[list[RawHit], int], Any]
 
 
-def _run_regions(engine: Engine, fd: int, size: int, regions: list[tuple[int, int]],
+def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[int, int]],
                  progress: Progress | None, finish: Finish,
                  idle: Callable[[], None] | None = None) -> list[Any]:
     """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``.
@@ -192,7 +189,7 @@ class _Worker:
         self.done = False
 
     @classmethod
-    def fork(cls, engine: Engine, fd: int, region: tuple[int, int], k: int,
+    def fork(cls, engine: BlockEngine, fd: int, region: tuple[int, int], k: int,
              report: Callable[[int, int], None], finish: Finish, others: list[_Worker]
              ) -> _Worker:
         up_r, up_w = os.pipe()
@@ -270,7 +267,7 @@ def _read_exact(fd: int, n: int) -> bytes:
     return data
 
 
-def scan_region(engine: Engine, fd: int, lo: int, hi: int,
+def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
                 report: Callable[[int], None] | None = None) -> tuple[int, list[RawHit]]:
     """Scan ``[lo, hi)`` of the file (``lo`` at a line start): (newlines, raw hits)."""
     buf = bytearray(min(BLOCK_BYTES, max(hi - lo, 1)))

@@ -32,22 +32,18 @@ from pathlib import Path
 from typing import Any
 
 from healer.detect import _match
+from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.errors import UnavailableError, UsageError
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
-BLOCK_BYTES = 8 << 20  # scan unit: big enough for Hyperscan to fly, small enough for progress
-LOOKBACK_LINES = 64  # how far back a line without a timestamp borrows one
 SKEW_S = 2.0  # a line this much before the agent's start still counts (clock skew)
 
 # Control characters are replaced in alert lines: they would garble terminals and logs.
 _CONTROLS = {c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F]}
 _HAS_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
-
-# A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts)
-RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None]
 
 
 def resolve_engine(kind: str | None = None) -> str:

@@ -1,0 +1,44 @@
+"""What the engine and the file scanner (``_files``) share: the block size, the lookback, the
+raw hit, and the part of an ``Engine`` the file scanner uses."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from healer.detect.alert import Alert
+from healer.detect.catalog import Catalog
+
+BLOCK_BYTES = 8 << 20  # scan unit: big enough for Hyperscan to fly, small enough for progress
+LOOKBACK_LINES = 64  # how far back a line without a timestamp borrows one
+
+# A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts)
+RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None]
+
+
+class BlockStream(Protocol):
+    """An incremental scanner (``StreamScanner``), as far as ``_files`` uses one."""
+
+    def feed(self, data: bytes) -> list[Alert]: ...
+
+    def flush(self) -> list[Alert]: ...
+
+
+class BlockEngine(Protocol):
+    """An ``Engine``, as far as ``_files`` uses one."""
+
+    catalog: Catalog
+    clock: Callable[[], float]
+
+    def stream(self, source: str, *, start_time: float | None = None,
+               labels: Mapping[str, str] | None = None, not_before: float | None = None
+               ) -> BlockStream: ...
+
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes]
+                   ) -> tuple[int, list[RawHit], list[bytes]]: ...
+
+    def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
+               seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,
+               ts_override: float | None = None) -> list[Alert]: ...
+
+    def first_line_ts(self, head: bytes) -> float | None: ...
