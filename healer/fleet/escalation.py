@@ -17,7 +17,7 @@ from healer.fleet.diagnosis import Plan, Repair, incident_id
 from healer.fleet.ssh import shell_line, ssh_command, tunnel_argv
 
 if TYPE_CHECKING:
-    from healer.fleet.heal import Episode
+    from healer.fleet.episode import Episode
 
 
 def _ssh(ctx: FleetContext, node: NodeEntry, remote: list[str]) -> str:
