@@ -256,9 +256,3 @@ async def _status_writer(healer: Healer) -> None:
 def _write_status(healer: Healer, state: str) -> None:
     with contextlib.suppress(OSError):
         atomic_write_json(_status_path(healer.settings), {**healer.status(), "state": state})
-
-
-if __name__ == "__main__":  # python -m healer.loop: the command lives with the others
-    from healer.commands.loop import main
-
-    raise SystemExit(main())
