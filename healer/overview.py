@@ -51,7 +51,11 @@ def _play(store: Store) -> dict[str, Any]:
                                     "agent": issue.get("agent", ""),
                                     "description": issue["description"],
                                     "escalated": bool(issue.get("escalated"))})
-    running = [r.key for r in store.list("remediations") if r.data.get("status") == "running"]
+    from healer.play.remediate import KIND, running_keys
+
+    # From the index (built once on a state dir from before it, as attempts' is).
+    running = [k for k in running_keys(store)
+               if (rec := store.get(KIND, k)) and rec.data.get("status") == "running"]
     return {"active_sessions": len(active), "open_issues": open_issues,
             "remediations_running": running}
 

@@ -33,9 +33,22 @@ from healer.play.sessions import SessionRegistry, iso
 log = logging.getLogger(__name__)
 
 KIND = "remediations"
+RUNNING = "remediations-running"  # store set: the keys of remediations marked running
+RUNNING_INDEXED = ("remediation-index", "running")  # marks that RUNNING covers every record
 _SEVERITY = {"critical": "critical", "high": "high", "error": "high", "warning": "medium",
              "medium": "medium", "low": "low", "info": "info"}
 RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
+
+
+def running_keys(store: Store) -> list[str]:
+    """The keys of remediations marked running, from their index (O(running), not every
+    remediation ever recorded). A state dir from before the index is indexed once."""
+    if store.get(*RUNNING_INDEXED) is None:
+        for rec in store.list(KIND):
+            if rec.data.get("status") == "running":
+                store.add_member(RUNNING, rec.key)
+        store.put(*RUNNING_INDEXED, {"at": time.time()})
+    return store.members(RUNNING)
 
 
 class Remediator:
@@ -83,6 +96,7 @@ class Remediator:
         now = self.clock()
 
         def record(run_id: str) -> None:
+            self.store.add_member(RUNNING, key)  # before the record: recovery sees it
             self.store.put(KIND, key, {
                 "play_id": play_id, "issue_id": issue["id"], "issue_type": issue["issue_type"],
                 "agent": issue.get("agent", ""), "status": "running", "attempts": [],
@@ -188,6 +202,8 @@ class Remediator:
 
         rec = self.store.update(KIND, key, fn)
         assert rec is not None
+        if rec.data.get("status") != "running":
+            self.store.remove_member(RUNNING, key)
         return rec.data
 
     def _vars(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],

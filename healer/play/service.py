@@ -18,7 +18,7 @@ from healer.config import Settings
 from healer.core.store import Store
 from healer.play import evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
-from healer.play.remediate import Remediator
+from healer.play.remediate import RUNNING, Remediator, running_keys
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -312,11 +312,13 @@ class PlayService:
     def recover(self) -> int:
         """Remediations a crash left 'running' are marked interrupted so they can run again."""
         n = 0
-        for rec in self.store.list(REMEDIATIONS):
-            if rec.data.get("status") == "running":
-                self.store.update(REMEDIATIONS, rec.key,
+        for key in running_keys(self.store):
+            rec = self.store.get(REMEDIATIONS, key)
+            if rec is not None and rec.data.get("status") == "running":
+                self.store.update(REMEDIATIONS, key,
                                   lambda d: {**(d or {}), "status": "interrupted"})
                 n += 1
+            self.store.remove_member(RUNNING, key)
         return n
 
 
