@@ -102,8 +102,10 @@ def digest(text: str, *, keep: int = 60) -> str:
     readable start and a hash of the whole (so operators still recognise it)."""
     if is_safe_name(text) and len(text) <= keep + 17:
         return text
-    head = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:keep].strip(".-_") or "k"
-    return f"{head}-{hashlib.sha256(text.encode('utf-8', 'replace')).hexdigest()[:16]}"
+    head = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "-", text))[:keep].strip(".-_")
+    tail = hashlib.sha256(text.encode("utf-8", "replace")).hexdigest()[:16]
+    key = f"{head}-{tail}" if head else tail
+    return key if is_safe_name(key) else tail
 
 
 @dataclass(frozen=True)

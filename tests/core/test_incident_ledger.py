@@ -176,3 +176,14 @@ class TestListing:
             ledger(tmp_path).list(kind="nope")
         with pytest.raises(UsageError):
             ledger(tmp_path).list(status="nope")
+
+
+@pytest.mark.parametrize("text", ["Bn..3.tool_mismatch", "..", "a b/c", "-x-", "y" * 300,
+                                  "\x00\udcff"])
+def test_every_text_gives_a_usable_key(text: str) -> None:
+    """Whatever an intake derives a key from (a play id with '..', a path, control
+    characters), the key is a safe name and the same text always gives the same key."""
+    from healer.core.incidents import digest
+
+    key = digest(text)
+    assert Signal(kind="play", key=key, source="t").key == key == digest(text)
