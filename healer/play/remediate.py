@@ -43,11 +43,8 @@ RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
 def running_keys(store: Store) -> list[str]:
     """The keys of remediations marked running, from their index (O(running), not every
     remediation ever recorded). A state dir from before the index is indexed once."""
-    if store.get(*RUNNING_INDEXED) is None and store.keys(KIND):
-        for rec in store.list(KIND):
-            if rec.data.get("status") == "running":
-                store.add_member(RUNNING, rec.key)
-        store.put(*RUNNING_INDEXED, {"at": time.time()})
+    store.index_once(RUNNING_INDEXED, KIND, lambda rec: store.add_member(RUNNING, rec.key)
+                     if rec.data.get("status") == "running" else None)
     return store.members(RUNNING)
 
 

@@ -178,13 +178,13 @@ class Attempts:
         """Attempts not yet ended (and those owing an escalation) — read from their index,
         so recovery costs O(unfinished), not O(every attempt ever made). The first call on
         a state dir from before the index builds it once."""
-        if self.store.get(*INDEXED) is None and self.store.keys(ATTEMPTS):
-            for att in self.all():
-                if att.get("status") in ACTIVE:
-                    self.store.add_member(UNFINISHED, att["attempt_id"])
-                if att.get("escalation_due"):
-                    self.store.add_member(ESCALATIONS_DUE, att["attempt_id"])
-            self.store.put(*INDEXED, {"at": self.clock()})
+        def add(rec: Any) -> None:
+            if rec.data.get("status") in ACTIVE:
+                self.store.add_member(UNFINISHED, rec.key)
+            if rec.data.get("escalation_due"):
+                self.store.add_member(ESCALATIONS_DUE, rec.key)
+
+        self.store.index_once(INDEXED, ATTEMPTS, add)
         ids = set(self.store.members(UNFINISHED)) | set(self.store.members(ESCALATIONS_DUE))
         out = []
         for aid in sorted(ids):

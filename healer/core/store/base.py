@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -106,3 +107,13 @@ class Store(abc.ABC):
             rec = self.get(kind, key)
             if rec is not None:
                 yield rec
+
+    def index_once(self, marker: tuple[str, str], kind: str,
+                   add: Callable[[Record], None]) -> None:
+        """For an index (a member set) kept up to date with the records of ``kind``: a
+        state dir from before the index gets it built once — ``add`` sees every record —
+        and ``marker`` notes that it was. A state dir without such records needs none."""
+        if self.get(*marker) is None and self.keys(kind):
+            for rec in self.list(kind):
+                add(rec)
+            self.put(*marker, {"at": time.time()})
