@@ -199,3 +199,19 @@ def test_production_never_imports_the_test_helpers(module: str) -> None:
         seen.add(m)
         todo.extend(g.get(m, ()))
     assert not {m for m in seen if m.startswith("healer.testing")}
+
+
+RUNS_AGENTS_DIRECTLY = {"healer.agents.executors.select_executor", "healer.agents.select_executor",
+                        "healer.agents.executors.Executor", "healer.agents.Executor",
+                        "healer.agents.runtime.AgentRunner", "healer.agents.AgentRunner"}
+
+
+def test_capabilities_start_agents_only_through_the_dispatcher() -> None:
+    """No incident kind builds an executor or a runner of its own: every run goes through
+    ``healer.agents.dispatcher`` (the core Dispatcher), so its outcome is the result on the
+    bus and ``executor.max_concurrent`` holds for all of them."""
+    found = {(name, imp) for name, path in modules().items()
+             if _layer(name) in CAPABILITIES
+             for imp in _imported(name, path) if imp in RUNS_AGENTS_DIRECTLY}
+    assert not found, "\n".join(map(str, sorted(found)))
+    assert "healer.core.dispatch" in graph()["healer.agents.runtime"]

@@ -1,8 +1,10 @@
 """Agents: definitions (``agents/*.md``), task prompts (``prompts/*.j2``) and executors.
 
-The rest of healer starts agents through ``AgentRunner`` (background runs) or an ``Executor``
-(``select_executor(settings)``), giving an ``AgentTask`` and getting a ``RunOutcome``; every
-run leaves a result file on the results bus.
+The rest of healer starts agents through ``dispatcher(settings, bus=...)`` — the core
+``Dispatcher`` over the one ``AgentRunner`` — giving an ``AgentTask`` and getting a
+``RunOutcome`` whose result is the run's result file on the results bus. Executors
+(``select_executor``) are this package's business: nothing outside it runs one directly
+(``tests/test_architecture.py`` holds that).
 """
 
 from healer.agents.context import (
@@ -31,7 +33,7 @@ from healer.agents.executors import (
 )
 from healer.agents.playbooks import PlaybookContext, get_playbook, playbook, registered
 from healer.agents.prompts import PromptError, fence, render, render_string, render_task
-from healer.agents.runtime import AgentRunner, RunHandle
+from healer.agents.runtime import AgentRunner, RunHandle, dispatcher
 from healer.agents.task import AgentTask, RunOutcome
 
 __all__ = [  # noqa: RUF022 - grouped by purpose, like claude_agent_sdk
@@ -39,6 +41,7 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, like claude_agent_sdk
     "AgentTask",
     "RunOutcome",
     # running
+    "dispatcher",
     "AgentRunner",
     "RunHandle",
     "Executor",

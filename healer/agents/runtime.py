@@ -6,9 +6,14 @@
     handle = runner.submit(AgentTask("channel-diagnoser", "mac1", vars={"host": "127.0.0.2"}))
     outcome = await runner.wait(handle.run_id)         # or runner.cancel(handle.run_id)
 
-At most ``settings.executor.max_concurrent`` runs execute at once; the rest wait in a queue of
-at most ``max_queued``. Each run's timeout is enforced by its executor, which also writes the
-result file — also for a run that is cancelled, queued or running.
+Incident kinds do not call it themselves: they go through ``dispatcher(settings, bus=...)``,
+the core ``Dispatcher`` over an ``AgentRunner``, whose outcome is the result on the bus.
+
+At most ``settings.executor.max_concurrent`` runs execute at once on the whole machine: every
+executor takes one of the machine's agent slots (``healer.core.slots``), across processes. A
+runner given its own ``max_concurrent`` also queues locally (at most ``max_queued`` waiting).
+Each run's timeout is enforced by its executor, which also writes the result file — also for
+a run that is cancelled, queued or running.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,9 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from healer.agents import results
 from healer.agents.executors import Executor, Prepared, select_executor
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
+from healer.core.bus.results import read_result
+from healer.core.dispatch import GRACE_S, Dispatcher
 from healer.errors import ExecutorError, HealerError
 
 log = logging.getLogger(__name__)
@@ -75,17 +82,30 @@ class AgentRunner:
         self._default = executor
         self._executor_kw = executor_kw or {}
         self._executors: dict[str, Executor] = {}
-        self.max_concurrent = max_concurrent or settings.executor.max_concurrent
+        # None: no local queue — the machine's agent slots are the bound (module doc). A local
+        # one would also deadlock a run that starts runs of its own (master-healer).
+        self.max_concurrent = max_concurrent
         self.max_queued = max_queued
         self._slots: asyncio.Semaphore | None = None
         self._handles: OrderedDict[str, RunHandle] = OrderedDict()
 
-    def executor(self, name: str | None = None) -> Executor:
-        """The executor for ``name`` (default: the runner's, else the settings')."""
+    def executor(self, name: Executor | str | None = None,
+                 env: dict[str, str] | None = None) -> Executor:
+        """The executor for ``name`` (default: the runner's, else the settings'); ``env`` adds
+        to the environment of a command or claude run (an executor of its own)."""
+        if isinstance(name, Executor):
+            return name
         if name is None and isinstance(self._default, Executor):
             return self._default
         key = name or (self._default if isinstance(self._default, str) else None) or \
             self.settings.executor.default
+        if env:
+            from healer.agents.executors import explain_auto
+
+            if key == "auto":
+                key = explain_auto(self.settings, {**os.environ, **env})[0]
+            kw = {"env": env} if key in ("command", "claude") else {}
+            return select_executor(self.settings, key, **{**self._executor_kw, **kw})
         if key not in self._executors:
             self._executors[key] = select_executor(self.settings, key, **self._executor_kw)
         return self._executors[key]
@@ -100,7 +120,8 @@ class AgentRunner:
     def running(self) -> int:
         return sum(1 for h in self._handles.values() if h.state == "running")
 
-    def submit(self, task: AgentTask, *, executor: str | None = None,
+    def submit(self, task: AgentTask, *, executor: Executor | str | None = None,
+               env: dict[str, str] | None = None,
                on_done: Callable[[RunOutcome], None] | None = None) -> RunHandle:
         """Start ``task`` in the background (it waits for a free slot); returns its handle."""
         if self.queued >= self.max_queued:
@@ -111,8 +132,8 @@ class AgentRunner:
         if task.run_id in self._handles:
             raise ExecutorError(f"run id {task.run_id!r} is already in use", agent=task.agent,
                                 run_id=task.run_id)
-        ex = self.executor(executor)
-        if self._slots is None:
+        ex = self.executor(executor, env)
+        if self._slots is None and self.max_concurrent:
             self._slots = asyncio.Semaphore(self.max_concurrent)
         handle = RunHandle(run_id=task.run_id, task=task, executor=ex.name)
         self._handles[task.run_id] = handle
@@ -123,13 +144,11 @@ class AgentRunner:
 
     async def _guarded(self, handle: RunHandle, ex: Executor,
                        on_done: Callable[[RunOutcome], None] | None) -> None:
-        assert self._slots is not None
-
         def prepared(prep: Prepared) -> None:
             handle.result_path = str(prep.result_path)
 
         try:
-            async with self._slots:
+            async with self._slots or contextlib.nullcontext():
                 handle.state = "running"
                 handle.started_at = time.time()
                 handle.outcome = await ex.run(handle.task, on_prepared=prepared)
@@ -165,7 +184,7 @@ class AgentRunner:
                     "cancelled before it started", agent=handle.task.agent,
                     run_id=handle.run_id)).result
         else:
-            doc, _ = results.read_result(Path(handle.result_path))
+            doc, _ = read_result(Path(handle.result_path))
         return RunOutcome(
             run_id=handle.run_id, agent=handle.task.agent, executor=ex.name,
             status=str(doc.get("status", "failed")) if doc else "failed",
@@ -199,7 +218,7 @@ class AgentRunner:
         assert handle.outcome is not None
         return handle.outcome
 
-    async def run(self, task: AgentTask, *, executor: str | None = None) -> RunOutcome:
+    async def run(self, task: AgentTask, *, executor: Executor | str | None = None) -> RunOutcome:
         """Submit ``task`` and wait for its outcome."""
         return await self.wait(self.submit(task, executor=executor).run_id)
 
@@ -219,3 +238,14 @@ class AgentRunner:
                 t.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=timeout)
+
+
+def dispatcher(settings: Any, *, bus: Any = None, executor: Executor | str | None = None,
+               grace_s: float | None = None) -> Dispatcher:
+    """The core ``Dispatcher`` over an ``AgentRunner``: how every incident kind runs agents.
+
+    ``bus`` is the running results bus (in ``healer.loop``); without one the dispatcher reads
+    each run's result file once the run has ended.
+    """
+    grace = grace_s if grace_s is not None else GRACE_S + settings.bus.rescan_s
+    return Dispatcher(AgentRunner(settings, executor=executor), bus=bus, grace_s=grace)

@@ -121,13 +121,13 @@ def _task(args: argparse.Namespace, settings: Any) -> Any:
 def _run(args: argparse.Namespace, settings: Any) -> int:
     import asyncio
 
-    from healer.agents import select_executor
+    from healer.agents import dispatcher, select_executor
     from healer.commands._common import print_json
     from healer.errors import EXIT_UNAVAILABLE, AgentUnavailableError
 
     task = _task(args, settings)
     executor = select_executor(settings, args.executor, agents_dir=args.agents_dir)
-    outcome = asyncio.run(executor.run(task))
+    outcome = asyncio.run(dispatcher(settings, executor=executor).run(task))
     if args.json:
         print_json(outcome.to_dict())
     else:

@@ -98,11 +98,12 @@ class ContextHealer:
 
     def __init__(self, settings: Any, store: Store, book: IncidentBook, *,
                  executor: Any = None, forge: Forge | None = None, metrics: Any = None,
-                 clock: Any = time.time):
+                 dispatcher: Any = None, clock: Any = time.time):
         self.settings = settings
         self.store = store
         self.book = book
-        self.executor = executor
+        self.executor = executor  # an Executor (tests) or None: the settings' choice
+        self.dispatcher = dispatcher  # the loop's (bus attached); else made on first use
         self.forge = forge
         self.metrics = metrics
         self.clock = clock
@@ -114,32 +115,17 @@ class ContextHealer:
         """Whether a living-context-healer can run here (the gate's last question)."""
         if self.executor is not None:
             return True
-        from healer.agents.executors import claude_cli, explain_auto
-        from healer.agents.playbooks import get_playbook
+        from healer.agents.executors import can_run
 
-        kind = self.settings.executor.default
-        if kind == "auto":
-            kind = explain_auto(self.settings)[0]
-        if kind == "command":
-            cmds = self.settings.executor.commands
-            return bool(cmds.get(AGENT) or cmds.get("*"))
-        if kind == "claude":
-            return claude_cli(self.settings) is not None and \
-                explain_auto(self.settings)[0] == "claude"
-        return get_playbook(AGENT) is not None
+        return can_run(self.settings, AGENT)
 
-    def _executor(self, env: dict[str, str]) -> Any:
-        if self.executor is not None:
-            return self.executor
-        from healer.agents.executors import select_executor
+    async def _dispatch(self, task: Any, env: dict[str, str]) -> Any:
+        """One agent run through the dispatcher; its outcome is the result on the bus."""
+        if self.dispatcher is None:
+            from healer.agents import dispatcher
 
-        kind = self.settings.executor.default
-        if kind == "auto":
-            from healer.agents.executors import explain_auto
-
-            kind = explain_auto(self.settings)[0]
-        return select_executor(self.settings, kind, **({"env": env} if kind in (
-            "command", "claude") else {}))
+            self.dispatcher = dispatcher(self.settings)
+        return await self.dispatcher.run(task, executor=self.executor, env=env)
 
     # --- the run -------------------------------------------------------------------------------
 
@@ -245,7 +231,7 @@ class ContextHealer:
             cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
                 **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
                 "previous_failure": previous, "branch": tree.branch})
-        outcome = await self._executor(env).run(task)
+        outcome = await self._dispatch(task, env)
         result = outcome.result or {}
         it = Iteration(number=n, agent_status=outcome.status,
                        agent_summary=self.sanitizer.scrub(str(result.get("summary", "")))[:2000],

@@ -60,7 +60,8 @@ class ContextService:
     name = "context"
 
     def __init__(self, settings: Any, store: Store, *, metrics: Any = None, executor: Any = None,
-                 forge: Any = None, clock: Any = time.time, root: Path | None = None):
+                 forge: Any = None, clock: Any = time.time, root: Path | None = None,
+                 dispatcher: Any = None):
         self.settings = settings
         self.store = store
         self.metrics = metrics
@@ -69,7 +70,7 @@ class ContextService:
         self.book = IncidentBook(settings, store, root=self.root, clock=clock,
                                  model_available=self._model_available)
         self.healer = ContextHealer(settings, store, self.book, executor=executor, forge=forge,
-                                    metrics=metrics, clock=clock)
+                                    metrics=metrics, dispatcher=dispatcher, clock=clock)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._model: tuple[float, bool] = (0.0, False)
         self._pruned = 0.0
@@ -278,7 +279,8 @@ def service_for(ctx: Any) -> ContextService:
 def create_service(healer: Any) -> ContextService:
     """Loop factory: the service, its API handle and its periodic jobs."""
     s = healer.settings
-    svc = ContextService(s, healer.store, metrics=healer.extras.get("metrics"))
+    svc = ContextService(s, healer.store, metrics=healer.extras.get("metrics"),
+                         dispatcher=healer.dispatcher)
     healer.extras.setdefault("api_services", {})["context"] = svc
     healer.every("context-watch", s.context.watch_interval_s, svc.watch)
     if s.context.loki_url:

@@ -245,6 +245,40 @@ def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str
     store.update(ADMISSION, GATE_KEY, fn)
 
 
+def cool(store: Store, novelties: list[str], *, now: float) -> None:
+    """Start the cooldown of each key now without an attempt of the gate's own — a fleet
+    problem handed to a person, a repair ladder that ran — so the one cooldown check
+    (``decide``, ``cooling``) covers it."""
+    if not novelties:
+        return
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+        adm = cur or empty_admission()
+        adm["ended"].update(dict.fromkeys(novelties, now))
+        return adm
+
+    store.update(ADMISSION, GATE_KEY, fn)
+
+
+def clear_cooldowns(store: Store, prefix: str) -> None:
+    """End every cooldown whose key starts with ``prefix`` (the problem is fixed)."""
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        if cur is None or not any(k.startswith(prefix) for k in cur["ended"]):
+            return None
+        cur["ended"] = {k: v for k, v in cur["ended"].items() if not k.startswith(prefix)}
+        return cur
+
+    store.update(ADMISSION, GATE_KEY, fn)
+
+
+def cooling(adm: dict[str, Any], prefix: str, *, now: float, cooldown_s: float
+            ) -> dict[str, float]:
+    """Keys under ``prefix`` still cooling down (the rest of the key) → seconds to go."""
+    return {k[len(prefix):]: cooldown_s - (now - v) for k, v in adm["ended"].items()
+            if k.startswith(prefix) and now - v < cooldown_s}
+
+
 def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str],
               held_status: str, now: float) -> None:
     """Drop admission entries whose attempts finished or vanished (after a crash)."""

@@ -19,7 +19,8 @@ Bounded everywhere, because the original once made 55 repair attempts on one sta
 heartbeat: at most ``max_heal_attempts`` runs per repair kind per episode, a growing pause
 between failed runs of one kind, one episode per peer at a time, and after an escalation the
 **problem** (the repair kind, or the channel that needs a person; ``healer.fleet.diagnosis``)
-is left alone on that peer for ``fleet.repair_cooldown_s`` (the escalation is one seed file in
+is left alone on that peer for ``fleet.repair_cooldown_s`` — the core gate's cooldown on the
+key ``fleet.<peer>.<problem>``, the one every kind uses (the escalation is one seed file in
 ``.fleet-messages/human/`` naming the peer, the broken channels, every attempt with its result,
 and the exact commands a person should run). Incidents are ``fleet-<peer>-<problem>``: a new,
 different fault on a peer whose other problem is with a person opens its own episode, is
@@ -44,6 +45,7 @@ from typing import Any
 from healer.agents.context import ChannelStatus
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
+from healer.core import gate
 from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import UsageError
@@ -56,6 +58,11 @@ from healer.fleet.peers import as_agent_peer
 log = logging.getLogger(__name__)
 
 RECORDS = "fleet-heal"
+
+
+def cooldown_key(peer: str, problem: str = "") -> str:
+    """The core gate's key for a problem of a peer (the prefix of all of them without one)."""
+    return f"fleet.{peer}.{problem}"
 RESULT_KINDS = ("diagnose", "daemon", "tunnel", "config", "nats", "inbox")
 SUCCESS = ("healed", "ok", "fixed")
 ANY = "*"  # a cooldown recorded before cooldowns were kept per problem: covers every problem
@@ -85,12 +92,13 @@ class HealLoop:
 
     def __init__(self, ctx: FleetContext, store: Store, *, run_agent: RunAgent | None = None,
                  on_event: Callable[[Event], None] | None = None, metrics: Any = None,
-                 clock: Callable[[], float] = time.time):
+                 dispatcher: Any = None, clock: Callable[[], float] = time.time):
         self.ctx = ctx
         self.store = store
         self.metrics = metrics
         self.clock = clock
-        self.run_agent = run_agent or self._executor_run
+        self.dispatcher = dispatcher  # the loop's (bus attached); else made on first use
+        self.run_agent = run_agent or self._start_run
         self._listeners: list[Callable[[Event], None]] = [on_event] if on_event else []
         self.active: dict[str, asyncio.Task[Episode]] = {}
         self.episodes: dict[str, Episode] = {}
@@ -143,25 +151,26 @@ class HealLoop:
                 self._landed_status[rid] = status
             self._landed[rid].set()
 
-    async def _executor_run(self, task: AgentTask) -> RunOutcome:
-        from healer.agents.executors import select_executor
+    async def _start_run(self, task: AgentTask) -> RunOutcome:
+        if self.dispatcher is None:
+            from healer.agents import dispatcher
 
-        # executor.max_concurrent is held where every kind's runs start (the agent slots).
-        outcome: RunOutcome = await select_executor(self.ctx.settings).run(task)
+            self.dispatcher = dispatcher(self.ctx.settings)
+        outcome: RunOutcome = await self.dispatcher.run(task)
         return outcome
 
     # -- gates ---------------------------------------------------------------------------
 
     def cooldowns(self, peer: str) -> dict[str, float]:
-        """Problems of ``peer`` left alone after an escalation → seconds still to go."""
-        rec = self.store.get(RECORDS, peer)
-        data = rec.data if rec else {}
+        """Problems of ``peer`` left alone after an escalation → seconds still to go (the
+        core gate's cooldowns; one kept in an older fleet-heal record counts until its
+        episode record is next written, which moves it to the gate)."""
         now = self.clock()
-        out = {str(k): float(v) - now for k, v in (data.get("cooldowns") or {}).items()
-               if float(v) > now}
-        legacy = float(data.get("cooldown_until", 0.0))
-        if legacy > now and "cooldowns" not in data:
-            out[ANY] = legacy - now
+        out = gate.cooling(gate.admission(self.store), cooldown_key(peer), now=now,
+                           cooldown_s=self.ctx.fleet.repair_cooldown_s)
+        rec = self.store.get(RECORDS, peer)
+        for problem, until in _legacy_cooldowns(rec.data if rec else {}, now).items():
+            out[problem] = max(out.get(problem, 0.0), until - now)
         return out
 
     def cooling(self, peer: str, problem: str | None = None) -> float:
@@ -520,29 +529,29 @@ class HealLoop:
             self.metrics.heals.labels(kind=kind, outcome=outcome).inc()
 
     def _save(self, ep: Episode) -> None:
-        until = self.clock() + self.ctx.fleet.repair_cooldown_s
         now = self.clock()
+        legacy: dict[str, float] = {}
 
         def fn(d: dict[str, Any] | None) -> dict[str, Any]:
             d = d or {}
+            legacy.update(_legacy_cooldowns(d, now))
             history = [*d.get("history", [])[-9:], ep.to_dict()]
             out = {**d, "peer": ep.peer, "last": ep.to_dict(), "history": history}
-            cooling = {k: float(v) for k, v in (d.get("cooldowns") or {}).items()
-                       if float(v) > now}
-            legacy = float(d.get("cooldown_until", 0.0))
-            if legacy > now and "cooldowns" not in d:
-                cooling[ANY] = legacy
-            if ep.state == "escalated":
-                for problem in ep.escalated or [ANY]:
-                    cooling[problem] = until
-            elif ep.state == "healed":
-                cooling = {}  # fixed (by a person, maybe): back to normal
-            out["cooldowns"] = cooling
-            out["cooldown_until"] = max(cooling.values(), default=0.0)
+            out.pop("cooldowns", None)
+            out.pop("cooldown_until", None)
             return out
 
         try:
             self.store.update(RECORDS, ep.peer, fn)
+            if ep.state == "healed":  # fixed (by a person, maybe): back to normal
+                gate.clear_cooldowns(self.store, cooldown_key(ep.peer))
+                return
+            cool_s = self.ctx.fleet.repair_cooldown_s
+            for problem, until in legacy.items():  # an older record's, moved to the gate
+                gate.cool(self.store, [cooldown_key(ep.peer, problem)], now=until - cool_s)
+            if ep.state == "escalated":
+                gate.cool(self.store, [cooldown_key(ep.peer, p) for p in ep.escalated or [ANY]],
+                          now=now)
         except Exception:
             log.exception("could not record the healing episode of %s", ep.peer)
 
@@ -578,3 +587,12 @@ class HealLoop:
                   attempts=len(ep.attempts), title=esc.title, incident=ep.incident,
                   problems=ep.escalated)
         log.warning("fleet: %s escalated to a human: %s", ep.peer, esc.title)
+
+
+def _legacy_cooldowns(data: dict[str, Any], now: float) -> dict[str, float]:
+    """Cooldowns an older version kept in the fleet-heal record: problem → until."""
+    out = {str(k): float(v) for k, v in (data.get("cooldowns") or {}).items() if float(v) > now}
+    until = float(data.get("cooldown_until", 0.0))
+    if until > now and "cooldowns" not in data:
+        out[ANY] = until
+    return out

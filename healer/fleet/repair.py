@@ -6,7 +6,8 @@ The watchdog climbs it when a peer's heartbeat goes stale. First the **gate**, i
    again before acting on old news;
 2. a repair is already running for the peer (a ladder or a healing episode);
 3. the action is allow-listed (``fleet.allowed_actions``; levels not listed are skipped);
-4. cooldown — at most one ladder per peer per ``fleet.repair_cooldown_s`` (5 min).
+4. cooldown — at most one ladder per peer per ``fleet.repair_cooldown_s`` (5 min): the core
+   gate's cooldown on the key ``fleet-ladder.<peer>``.
 
 Then the levels, each followed by a re-probe; the ladder stops at the first that works:
 
@@ -45,6 +46,7 @@ from typing import Any
 
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
+from healer.core import gate
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.proc import run_async
 from healer.core.publish.forge_issues import dedup_key
@@ -59,6 +61,11 @@ from healer.fleet.peers import as_agent_peer
 log = logging.getLogger(__name__)
 
 RECORDS = "fleet-repair"
+
+
+def ladder_key(peer: str) -> str:
+    """The core gate's cooldown key of a peer's repair ladder (one per repair_cooldown_s)."""
+    return f"fleet-ladder.{peer}"
 ASSISTS = "fleet-assist"
 LEVELS = (("L1", "notify"), ("L2", "guide"), ("L3", "assist"), ("L3.5", "recovery"),
           ("L4", "restart"), ("L5", "peer_assist"))
@@ -128,11 +135,17 @@ class Repairer:
             return "a repair is already running for this peer"
         if not any(action in f.allowed_actions for _, action in LEVELS):
             return "no repair level is in fleet.allowed_actions"
-        rec = self.store.get(RECORDS, node.node_id)
-        last = float((rec.data if rec else {}).get("last_at", 0.0))
-        if last and self.clock() - last < f.repair_cooldown_s:
-            return (f"cooldown: last repair {self.clock() - last:.0f} s ago "
-                    f"(< {f.repair_cooldown_s:g} s)")
+        cooling = gate.cooling(gate.admission(self.store), ladder_key(node.node_id),
+                               now=self.clock(), cooldown_s=f.repair_cooldown_s)
+        left = {"": cooling[""]} if "" in cooling else {}  # this key, not a longer peer name
+        if not left:  # a ladder recorded by an older version: its start time in the record
+            rec = self.store.get(RECORDS, node.node_id)
+            last = float((rec.data if rec else {}).get("last_at", 0.0))
+            if last and self.clock() - last < f.repair_cooldown_s:
+                left = {"": f.repair_cooldown_s - (self.clock() - last)}
+        if left:
+            ago = f.repair_cooldown_s - max(left.values())
+            return f"cooldown: last repair {ago:.0f} s ago (< {f.repair_cooldown_s:g} s)"
         return ""
 
     # -- the ladder ----------------------------------------------------------------------
@@ -149,6 +162,8 @@ class Repairer:
         await asyncio.to_thread(fleet_incidents.ladder_started, self.store, node.node_id,
                                 problem, run_id)
         self.busy.add(node.node_id)
+        await asyncio.to_thread(gate.cool, self.store, [ladder_key(node.node_id)],
+                                now=self.clock())
         self.store.update(RECORDS, node.node_id, lambda d: {**(d or {}), "last_at": self.clock(),
                                                             "problem": problem})
         result = LadderResult(False, "L1")

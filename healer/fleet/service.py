@@ -46,14 +46,15 @@ STATUS = "fleet-status"
 class FleetService:
     name = "fleet"
 
-    def __init__(self, settings: Settings, store: Store, *, metrics: Any = None):
+    def __init__(self, settings: Settings, store: Store, *, metrics: Any = None,
+                 dispatcher: Any = None):
         self.settings = settings
         self.store = store
         self.view = FleetView(settings)
         self.heartbeats = Heartbeats()
         self.ctx = FleetContext(settings, self.view, heartbeats=self.heartbeats)
         self.reliability = Reliability()
-        self.healer = HealLoop(self.ctx, store, metrics=metrics)
+        self.healer = HealLoop(self.ctx, store, metrics=metrics, dispatcher=dispatcher)
         self.watchdog = Watchdog(settings.fleet)
         self.repairer = Repairer(self.ctx, store, stats=self.reliability,
                                  run_agent=self.healer.run_agent,
@@ -204,7 +205,8 @@ def create_service(healer: Any) -> FleetService | None:
     if not Path(settings.fleet.config).expanduser().is_file():
         log.debug("no fleet config at %s: fleet healing is off", settings.fleet.config)
         return None
-    svc = FleetService(settings, healer.store, metrics=healer.extras.get("metrics"))
+    svc = FleetService(settings, healer.store, metrics=healer.extras.get("metrics"),
+                       dispatcher=healer.dispatcher)
     healer.bus.subscribe(svc.on_result)
     healer.every("fleet-sweep", settings.fleet.heal_interval_s, svc.sweep)
     healer.every("fleet-watchdog", settings.fleet.watchdog_interval_s, svc.watch)

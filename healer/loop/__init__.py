@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from filelock import FileLock, Timeout
 
 from healer import __version__
+from healer.agents import dispatcher
 from healer.api.metrics import Metrics
 from healer.config import Settings
 from healer.core.bus import AgentResult, ResultsBus
@@ -79,6 +80,7 @@ class Healer:
     started_at: float = field(default_factory=time.time)
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     extras: dict[str, Any] = field(default_factory=dict)
+    dispatcher: Any = None  # healer.core.dispatch.Dispatcher: every agent run of every kind
 
     def every(self, name: str, interval_s: float, fn: Callable[[], Any]) -> None:
         """Run ``fn`` every ``interval_s`` seconds while the loop runs (and once with --once)."""
@@ -115,7 +117,8 @@ def build(settings: Settings) -> Healer:
         rescan_s=settings.bus.rescan_s, max_json_depth=settings.bus.max_json_depth,
         fleet_dir=settings.fleet_path, node=settings.node,
     )
-    healer = Healer(settings=settings, store=store, bus=bus)
+    healer = Healer(settings=settings, store=store, bus=bus, dispatcher=dispatcher(
+        settings, bus=bus))
     healer.extras["metrics"] = Metrics()
     bus.subscribe(_log_result)
     bus.subscribe_seeds(_log_seed)

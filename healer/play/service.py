@@ -29,9 +29,10 @@ MAX_EVIDENCE = 10
 class PlayService:
     def __init__(self, settings: Settings, store: Store, *, metrics: Any = None,
                  run_agent: Callable[[AgentTask], Any] | None = None,
-                 clock: Callable[[], float] = time.time):
+                 dispatcher: Any = None, clock: Callable[[], float] = time.time):
         self.settings = settings
         self.store = store
+        self.dispatcher = dispatcher  # the loop's (bus attached); else made on first use
         self.metrics = metrics
         self.clock = clock
         self.registry = SessionRegistry(store, clock=clock)
@@ -45,10 +46,11 @@ class PlayService:
     # -- agents ----------------------------------------------------------------------------
 
     async def _run_agent(self, task: AgentTask) -> RunOutcome:
-        from healer.agents.executors import select_executor
+        if self.dispatcher is None:
+            from healer.agents import dispatcher
 
-        # The executor takes one of the machine's agent slots (executor.max_concurrent).
-        outcome: RunOutcome = await select_executor(self.settings).run(task)
+            self.dispatcher = dispatcher(self.settings)
+        outcome: RunOutcome = await self.dispatcher.run(task)
         return outcome
 
     @property
@@ -338,7 +340,8 @@ class PlayLoopService:
 
 
 def create_service(healer: Any) -> PlayLoopService:
-    play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"))
+    play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"),
+                       dispatcher=healer.dispatcher)
     healer.extras.setdefault("api_services", {})["play"] = play
     healer.every("play-evaluate", healer.settings.play.evaluate_interval_s,
                  play.evaluate_sessions)

@@ -12,7 +12,6 @@ Every run gets ``HEALER_HEALING_RUN=1`` in its environment so that a report made
 from __future__ import annotations
 
 import os
-import shutil
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -98,33 +97,24 @@ class ExecutorRunner:
         return explain_auto(self.settings, self._env())[0]
 
     def available(self) -> bool:
-        from healer.agents.executors import claude_cli, explain_auto
-        from healer.agents.playbooks import get_playbook
+        from healer.agents.executors import can_run
 
-        kind = self.resolved()
-        if kind == "command":
-            cmds = self.settings.executor.commands
-            argv = cmds.get(AGENT) or cmds.get("*")
-            return bool(argv) and (shutil.which(argv[0]) is not None or Path(argv[0]).is_file())
-        if kind == "claude":
-            return claude_cli(self.settings) is not None and \
-                explain_auto(self.settings, self._env())[0] == "claude"
-        return get_playbook(AGENT) is not None
+        return can_run(self.settings, AGENT, self.env, self.choice)
 
     async def run(self, task: HealingTask) -> RunResult:
-        from healer.agents.executors import select_executor
+        from healer.agents import dispatcher
         from healer.agents.task import AgentTask
 
-        kind = self.resolved()
         env = {**self.env, **task.env, HEALING_ENV: "1", "HEALER_ATTEMPT_ID": task.attempt_id}
-        kw: dict[str, Any] = {"env": env} if kind in ("command", "claude") else {}
-        executor = select_executor(self.settings, kind, **kw)
         agent_task = AgentTask(
             agent=AGENT, target=task.fingerprint, kind="healing", context={
                 "report": error_report(task), "branch": task.branch},
             cwd=str(task.cwd), timeout_s=task.timeout_s, incident=task.fingerprint,
             run_id=task.attempt_id)
-        outcome = await executor.run(agent_task)
+        # This runs in the attempt's worker process, which has no bus: the dispatcher reads
+        # the run's result file once the run has ended.
+        outcome = await dispatcher(self.settings).run(agent_task, executor=self.resolved(),
+                                                      env=env)
         return RunResult(ok=outcome.ok, timed_out=outcome.status == "timeout",
                          error=outcome.error, detail={"run_id": outcome.run_id,
                                                       "status": outcome.status,

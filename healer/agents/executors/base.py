@@ -21,6 +21,7 @@ from healer.agents.context import RunInfo, context_from_vars
 from healer.agents.definitions import AgentDefinition, get_definition
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
+from healer.core.bus.results import read_result
 from healer.core.files import atomic_write_bytes
 from healer.core.slots import Slot, SlotPool
 from healer.errors import (
@@ -261,7 +262,7 @@ class Executor(abc.ABC):
                                          agent=prep.run.agent, run_id=prep.run.run_id)
         elif self.agent_writes_result:
             staged = prep.staged_path.exists() or prep.staged_path.is_symlink()
-            data, why = results.read_result(prep.staged_path if staged else prep.result_path)
+            data, why = read_result(prep.staged_path if staged else prep.result_path)
             if data is not None:
                 why = results.problems(data, prep.run.kind, prep.run.target)
                 if not why:

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from healer.agents.executors.auto import explain_auto
@@ -12,6 +16,27 @@ from healer.agents.executors.playbook import PlaybookExecutor
 from healer.errors import UsageError
 
 log = logging.getLogger("healer.agents.executors")  # one logger for the package
+
+
+def can_run(settings: Any, agent: str, env: Mapping[str, str] | None = None,
+            executor: str | None = None) -> bool:
+    """Whether ``agent`` can run here with the configured executor (``auto`` resolved): a
+    command for it, Claude Code with a model to talk to, or a playbook of that name — the
+    gate's "executor available" question."""
+    from healer.agents.executors.auto import claude_cli
+    from healer.agents.playbooks import get_playbook
+
+    environ = {**os.environ, **(env or {})}
+    kind = executor or settings.executor.default
+    if kind == "auto":
+        kind = explain_auto(settings, environ)[0]
+    if kind == "command":
+        cmds = settings.executor.commands
+        argv = cmds.get(agent) or cmds.get("*")
+        return bool(argv) and (shutil.which(argv[0]) is not None or Path(argv[0]).is_file())
+    if kind == "claude":
+        return claude_cli(settings) is not None and explain_auto(settings, environ)[0] == "claude"
+    return get_playbook(agent) is not None
 
 
 def select_executor(settings: Any, name: str | None = None, **kw: Any) -> Executor:

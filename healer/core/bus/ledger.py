@@ -70,6 +70,7 @@ class Ledger:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._subs: list[tuple[str | None, Subscriber]] = []
+        self._file_subs: list[tuple[Subscriber, Callable[[str, str], None]]] = []
         self.stats = BusStats()
         # Results this process is delivering; a shared store gives each node its own set.
         self.pending_set = PENDING
@@ -77,6 +78,20 @@ class Ledger:
     def subscribe(self, fn: Subscriber, kind: str | None = None) -> None:
         """Call ``fn`` for every applied result (of ``kind``, if given)."""
         self._subs.append((kind, fn))
+
+    def watch_files(self, landed: Subscriber, rejected: Callable[[str, str], None]) -> None:
+        """Hear about the result files this process's watcher handles: ``landed(result)`` for
+        each valid one once it is handed on (applied here, or published for another node to
+        apply), ``rejected(name, reason)`` for each it sets aside."""
+        self._file_subs.append((landed, rejected))
+
+    def _file_event(self, result: AgentResult | None, name: str, reason: str = "") -> None:
+        for landed, rejected in list(self._file_subs):
+            try:
+                landed(result) if result is not None else rejected(name, reason)
+            except Exception:
+                self.stats.subscriber_errors += 1
+                log.exception("bus: file subscriber failed on %s", name)
 
     def dispatch(self, result: AgentResult) -> None:
         """Where a valid result goes: applied here (a shared-bus subclass publishes it)."""

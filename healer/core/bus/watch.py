@@ -289,6 +289,7 @@ class ResultsBus(Ledger):
 
     def _apply(self, path: Path, result: AgentResult) -> None:
         self.dispatch(result)
+        self._file_event(result, path.name)
         self._move(path, "applied")
 
     def _move(self, path: Path, sub: str) -> Path:
@@ -311,6 +312,7 @@ class ResultsBus(Ledger):
         self.stats.rejected += 1
         self.stats.last_rejections = [*self.stats.last_rejections[-19:], (path.name, reason)]
         log.warning("bus: rejected %r: %s", path.name, reason)
+        self._file_event(None, path.name, reason)
 
     def _process_seed(self, path: Path) -> None:
         if _IN_PROGRESS.search(path.name) or not seeds.NAME_RE.fullmatch(path.name):
