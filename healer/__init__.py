@@ -3,6 +3,8 @@
 The public surface, grouped (imported lazily, so ``import healer`` stays cheap)::
 
     settings     Settings, load_settings
+    pipeline     Signal, Receipt (healer.core.incidents), Policy, Decision (healer.core.gate),
+                 Dispatcher (healer.core.dispatch), dispatcher (the one way kinds run agents)
     agents       AgentTask, RunOutcome, select_executor, SlotPool
     state        Store, open_store, Seed
     errors       HealerError and its tree (see ``healer.errors``)
@@ -21,6 +23,13 @@ _EXPORTS = {
     # settings
     "Settings": "healer.config",
     "load_settings": "healer.config",
+    # the incident pipeline
+    "Signal": "healer.core.incidents",
+    "Receipt": "healer.core.incidents",
+    "Policy": "healer.core.gate",
+    "Decision": "healer.core.gate",
+    "Dispatcher": "healer.core.dispatch",
+    "dispatcher": "healer.agents.runtime",
     # agents
     "AgentTask": "healer.agents.task",
     "RunOutcome": "healer.agents.task",

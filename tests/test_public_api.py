@@ -14,7 +14,8 @@ from healer import errors
 
 PACKAGE = Path(healer.__file__).parent
 EXPECTED = {
-    "__version__", "Settings", "load_settings", "AgentTask", "RunOutcome", "select_executor",
+    "__version__", "Settings", "load_settings", "Signal", "Receipt", "Policy", "Decision",
+    "Dispatcher", "dispatcher", "AgentTask", "RunOutcome", "select_executor",
     "SlotPool", "Store", "open_store", "Seed", "HealerError", "UsageError", "ConfigError",
     "UnsafeNameError", "StoreError", "ConflictError", "NotFoundError", "RejectedFile",
     "ExecutorError", "AgentUnavailableError", "AgentProcessError", "AgentResultError",
