@@ -4,7 +4,8 @@ A catalog is YAML (``schemas/catalog.schema.json``)::
 
     version: 1
     patterns:            # what to alert on
-      - {id, regex, code, priority, severity, meaning, action, window_s?, case_sensitive?, generic?}
+      - {id, regex, code, priority, severity, meaning, action, window_s?, case_sensitive?, generic?,
+         min_level?}
     suppress:            # known false positives, applied first
       - {id, regex, reason?, codes?, case_sensitive?}
     disable: [id, ...]   # extend mode: drop embedded patterns or suppressions
@@ -66,6 +67,7 @@ class Pattern(NamedTuple):
     generic: bool = False
     source: str = ""
     index: int = 0
+    min_level: str = "warn"  # a line stating a lower level never fires it (healer.detect.lines)
 
     @property
     def flags(self) -> int:
@@ -194,7 +196,7 @@ class Catalog(NamedTuple):
         h = hashlib.sha256()
         for p in self.patterns:
             h.update(repr((p.id, p.regex, p.code, p.priority, p.severity, p.window_s,
-                           p.case_sensitive, p.generic)).encode())
+                           p.case_sensitive, p.generic, p.min_level)).encode())
         for s in self.suppressions:
             h.update(repr((s.id, s.regex, s.codes, s.case_sensitive)).encode())
         return self._replace(digest=h.hexdigest())
@@ -309,6 +311,7 @@ def _pattern(raw: Mapping[str, Any], i: int, source: str) -> Pattern:
         window_s=float(raw["window_s"]) if raw.get("window_s") is not None else None,
         case_sensitive=bool(raw.get("case_sensitive", False)),
         generic=bool(raw.get("generic", False)), source=source, index=i,
+        min_level=str(raw.get("min_level", "warn")),
     )
     _compile_check(p.regex, p.flags, source=source, pid=p.id, key=key)
     return p

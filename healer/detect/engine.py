@@ -36,6 +36,7 @@ from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
+from healer.detect.lines import RANK, SPEECH, view
 from healer.errors import UnavailableError, UsageError
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
@@ -75,6 +76,7 @@ class Engine:
         self._confirm = [p.compiled().search for p in pats]
         self._generic = [p.generic for p in pats]
         self._rank = [SEVERITY_RANK[p.severity] for p in pats]
+        self._min_rank = [RANK[p.min_level] for p in pats]
         self._window = [p.window_s if p.window_s is not None
                         else (preflight_window_s if p.priority == 1 else None) for p in pats]
         self._windowed = any(w is not None for w in self._window)
@@ -207,10 +209,23 @@ class Engine:
         hits: list[RawHit] = []
         keep = self.max_line_chars * 4 + 8
         generic, window, windowed = self._generic, self._window, self._windowed
-        sup_cands = self._suppressor.candidates([f[2] for f in found])
-        for (li, start, line, matched), ks in zip(found, sup_cands, strict=True):
+        min_rank = self._min_rank
+        judged = []
+        for li, start, line, matched in found:
+            v = view(line)
+            if v.part == SPEECH:
+                continue  # the agent's own words or code (a transcript), not a failure
+            if v.level:
+                rank = RANK[v.level]
+                matched = [i for i in matched if rank >= min_rank[i]]
+                if not matched:
+                    continue
+            judged.append((li, start, line, matched, v.body))
+        # Suppressions see the line without its prefixes (kubectl, timestamps, compose).
+        sup_cands = self._suppressor.candidates([j[4] for j in judged])
+        for (li, start, line, matched, body), ks in zip(judged, sup_cands, strict=True):
             if ks or len(matched) > 1 or generic[matched[0]]:
-                best = self._resolve(line, matched, ks)
+                best = self._resolve(body, matched, ks)
                 if not best:
                     continue
             else:

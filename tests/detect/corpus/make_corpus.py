@@ -130,7 +130,7 @@ def main() -> None:
 
     # --- very long lines ----
     add(f"{ts(170)} level=info msg=\"tool output\" body=\"" + "x" * 9000 + "\"")
-    add(f"{ts(171)} level=info msg=\"tool output\" body=\"" + "y" * 9000 + " timeout\"", "R2")
+    add(f"{ts(171)} level=error msg=\"tool output\" body=\"" + "y" * 9000 + " timeout\"", "R2")
     add("z" * 20000 + " fatal error at the very end", "R1")
     add(f"{ts(172)} " + "panicked at the start " + "w" * 12000, "R1")
 
@@ -204,6 +204,28 @@ def main() -> None:
     add("")  # an empty line
     add("\t   \t")  # whitespace only
     add(f"{ts(401)} level=info msg=\"agent finished\"\r")  # CRLF line end
+
+    # --- the line model: prefixes, levels from every format, agent transcripts ----------------
+    pod = "[pod/play-task-4-impl-x7k2p/agent] "
+    add(f"{pod}{ts(402)} INFO retrying request after timeout")  # bare INFO behind kubectl
+    add(f"{pod}test client::handles_timeout ... ok")  # a passing test named after a failure
+    add("web-1  | test client::handles_timeout ... ok")  # the same behind a compose prefix
+    add(f"{ts(403)} - app.http - INFO - request timeout set to 30s")  # Python logging
+    add(f"{ts(404)}  INFO hyper::client: connection refused, falling back")  # Rust tracing
+    add(f"[{ts(405)} INFO  worker] upstream panicked at startup earlier")  # env_logger
+    add(f"<14>{ts(406)} host app: timeout budget configured")  # syslog priority 6 (info)
+    add(f"{pod}{ts(407)} ERROR upstream: connection refused", "R2")  # error behind kubectl
+    add(f"web-1  | {ts(408)} WARN request timeout after 30s", "R2")
+    add('{"type":"assistant","message":{"content":[{"type":"text","text":"The test panicked at '
+        'line 4 because of a timeout; I will add retry handling."}]}}')  # the agent's words
+    add('{"type":"assistant","message":{"content":[{"type":"tool_use","name":"Write","input":'
+        '{"content":"if err == ECONNREFUSED { log(\\"connection refused\\") }"}}]}}')
+    add('{"type":"user","message":{"content":[{"type":"tool_result","is_error":true,'
+        '"content":"curl: (7) Failed to connect: connection refused"}]}}', "R2")
+    add('{"type":"result","subtype":"success","is_error":false,"result":"fixed the timeout"}')
+    add('{"msg":{"type":"agent_message","message":"the build panicked at lib.rs:3"}}')  # Codex
+    add('{"type":"item.completed","item":{"type":"agent_message","text":"timeout handled"}}')
+    add('{"type":"error","message":"stream error: connection refused"}', "R2")  # Codex error
 
     with open(HERE / "agent.log", "wb") as fh:
         for raw, _ in LINES:

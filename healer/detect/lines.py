@@ -1,0 +1,231 @@
+"""The line model: what a matched log line is before any pattern is believed.
+
+A line from a merged agent log carries wrappers the patterns must see through, and a level
+and a speaker that decide whether a failure word in it is a failure at all::
+
+    [pod/rex-7f9c/agent] 2026-12-01T10:00:00.123Z INFO retrying after timeout   ← info: no
+    web-1  | ERROR connect: connection refused                                   ← error: yes
+    {"type":"assistant","message":{"content":[{"type":"text","text":"add a timeout"}]}}
+                                                   ← the agent's own words: never a failure
+
+``view(line)`` strips the known prefixes — ``kubectl logs --prefix`` (``[pod/NAME/CONTAINER]``),
+``--timestamps`` / RFC 3339 stamps, compose and docker ``service | `` — and takes the source
+from them; it reads the level from every common format (JSON ``level``/``severity``/``lvl``/
+``levelname``, logfmt, ``[INFO]``/``<warn>``, bare ``INFO``/``WARN``/``ERROR``/``FATAL`` near the
+start as Python logging, Rust tracing/env_logger and Codex print them, klog ``I/W/E/F``, syslog
+``<PRI>``); and it recognises structured agent transcripts: Claude Code stream-json and Codex
+JSON events, where what the agent says or writes (``assistant`` text, ``tool_use`` input,
+``agent_message``, reasoning) is *speech* and never a failure, while a ``tool_result`` with
+``is_error``, an error ``result``, and API/stream error events are errors.
+
+Only candidate lines (a pattern already matched) are ever viewed, so none of this costs
+anything on the lines that make up almost all of a log.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, NamedTuple
+
+# Levels, lowest first; "" is a line that states none.
+LEVELS = ("trace", "debug", "info", "warn", "error", "fatal")
+RANK = {name: n for n, name in enumerate(LEVELS)}
+SPEECH = "speech"  # the agent's own words or code (a transcript): no pattern fires on it
+LOG = "log"
+
+_KUBECTL = re.compile(rb"\[pod/([^/\]\s]{1,253})/([^\]\s]{1,63})\] ")
+_COMPOSE = re.compile(rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62})\s{0,40}\| ")
+_STAMP = re.compile(rb"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+                    rb"(?:Z|z|[+-]\d{2}:?\d{2})? ")
+_ANSI_FREE = re.compile(rb"\x1b\[[0-9;]*m")
+_SYSLOG = re.compile(rb"<(\d{1,3})>")
+_KLOG = re.compile(rb"([IWEF])\d{4} \d{2}:\d{2}:\d{2}")
+_LOGFMT = re.compile(rb"(?:^|\s)(?:level|lvl|severity|loglevel)=\"?([A-Za-z]{3,8})\b",
+                     re.IGNORECASE)
+_BRACKET = re.compile(rb"[\[<(]\s?(trace|debug|info|information|notice|warn|warning|error|err|"
+                      rb"fatal|critical|crit|panic|emerg|alert)\s?[\]>)]", re.IGNORECASE)
+# Bare level tokens: upper case (or Title case as Python's logging prints) at a word
+# boundary, within the first words of the line — not "error" in the middle of a sentence.
+_BARE = re.compile(rb"(?:^|[\s:|\-\[])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|"
+                   rb"CRITICAL|PANIC|Info|Warning|Error|Critical|Debug)(?=[\s:\]|\-]|$)")
+_BARE_REACH = 48  # bytes into the body a bare level token may start
+
+_WORDS = {
+    "trace": "trace", "debug": "debug", "info": "info", "information": "info",
+    "notice": "info", "warn": "warn", "warning": "warn", "error": "error", "err": "error",
+    "fatal": "fatal", "critical": "fatal", "crit": "fatal", "panic": "fatal",
+    "emerg": "fatal", "alert": "fatal", "dpanic": "fatal", "severe": "error",
+    "i": "info", "w": "warn", "e": "error", "f": "fatal", "d": "debug", "t": "trace",
+}
+_KLOG_LEVEL = {b"I": "info", b"W": "warn", b"E": "error", b"F": "fatal"}
+
+
+class LineView(NamedTuple):
+    """One matched line as the catalog judges it."""
+
+    body: bytes  # the line without its prefixes (what suppressions anchored at ^ see)
+    level: str = ""  # one of LEVELS, or "" when the line states none
+    source: str = ""  # "pod/NAME/CONTAINER" or a compose service, from the prefix
+    part: str = LOG  # LOG, or SPEECH: the agent's own words (never a failure)
+
+
+def view(line: bytes) -> LineView:
+    """Prefixes off, level and source read, transcripts recognised (module doc)."""
+    body = line.rstrip(b"\r\n")
+    if b"\x1b" in body:
+        body = _ANSI_FREE.sub(b"", body)
+    source = ""
+    for _ in range(3):  # kubectl prefix, then its timestamp, then a compose prefix (any order)
+        m = _KUBECTL.match(body)
+        if m:
+            source = "pod/" + m.group(1).decode("ascii", "replace") + "/" + \
+                m.group(2).decode("ascii", "replace")
+            body = body[m.end():]
+            continue
+        m = _STAMP.match(body)
+        if m:
+            body = body[m.end():]
+            continue
+        m = _COMPOSE.match(body)
+        if m and not source:
+            source = m.group(1).decode("ascii", "replace")
+            body = body[m.end():]
+            continue
+        break
+    stripped = body.lstrip()
+    if stripped[:1] == b"{":
+        doc = _json(stripped)
+        if doc is not None:
+            level, part = _structured(doc)
+            return LineView(body, level, source, part)
+    return LineView(body, _level(body), source, LOG)
+
+
+def _json(text: bytes) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _level_word(value: Any) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        # pino/bunyan numbers (10 trace … 60 fatal), and Python's (10 debug … 50 critical)
+        for floor, name in ((60, "fatal"), (50, "error"), (40, "warn"), (30, "info"),
+                            (20, "debug")):
+            if value >= floor:
+                return name
+        return "trace"
+    if isinstance(value, str):
+        return _WORDS.get(value.strip().lower(), "")
+    return ""
+
+
+def _structured(doc: dict[str, Any]) -> tuple[str, str]:
+    """(level, part) of a JSON line: a transcript event, or a structured log record."""
+    kind = doc.get("type")
+    if isinstance(kind, str):
+        found = _claude_event(doc, kind)
+        if found is not None:
+            return found
+    msg = doc.get("msg")
+    if isinstance(msg, dict) and isinstance(msg.get("type"), str):
+        found = _codex_event(msg["type"], msg)
+        if found is not None:
+            return found
+    if isinstance(kind, str):
+        found = _codex_event(kind, doc)
+        if found is not None:
+            return found
+    for key in ("level", "severity", "lvl", "levelname", "log.level", "loglevel"):
+        if key in doc:
+            word = _level_word(doc[key])
+            if word:
+                return word, LOG
+    return "", LOG
+
+
+def _claude_event(doc: dict[str, Any], kind: str) -> tuple[str, str] | None:
+    """Claude Code ``--output-format stream-json`` events."""
+    if kind == "assistant":
+        return "info", SPEECH  # text, thinking and tool_use input: the agent's own words
+    if kind == "user":
+        message = doc.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):
+            errors = [c for c in content if isinstance(c, dict) and
+                      c.get("type") == "tool_result" and c.get("is_error") is True]
+            return ("error", LOG) if errors else ("info", SPEECH)
+        return "info", SPEECH  # the prompt healer (or a person) gave it
+    if kind == "result":
+        subtype = str(doc.get("subtype", ""))
+        failed = doc.get("is_error") is True or subtype.startswith("error")
+        return ("error" if failed else "info"), LOG
+    if kind == "system":
+        subtype = str(doc.get("subtype", ""))
+        return ("error" if "error" in subtype else "info"), LOG
+    if kind == "error" or (kind == "stream_event" and "error" in json.dumps(
+            doc.get("event", ""))[:200]):
+        return "error", LOG
+    return None
+
+
+def _codex_event(kind: str, doc: dict[str, Any]) -> tuple[str, str] | None:
+    """Codex CLI JSON events (``codex exec --json``, and the older ``{"msg": …}`` shape)."""
+    if kind in ("agent_message", "agent_message_delta", "agent_reasoning",
+                "agent_reasoning_delta", "reasoning", "user_message", "exec_command_begin",
+                "patch_apply_begin"):
+        return "info", SPEECH
+    if kind in ("item.started", "item.updated", "item.completed"):
+        item = doc.get("item")
+        itype = item.get("type") if isinstance(item, dict) else None
+        if itype in ("agent_message", "reasoning", "todo_list", "file_change"):
+            return "info", SPEECH
+        if itype == "command_execution" and isinstance(item, dict):
+            code = item.get("exit_code")
+            failed = (isinstance(code, int) and code != 0) or item.get("status") == "failed"
+            return ("error" if failed else "info"), LOG
+        if itype == "error":
+            return "error", LOG
+        return "info", LOG
+    if kind in ("error", "stream_error", "turn.failed"):
+        return "error", LOG
+    if kind == "exec_command_end":
+        code = doc.get("exit_code")
+        return ("error" if isinstance(code, int) and code != 0 else "info"), LOG
+    if kind in ("thread.started", "turn.started", "turn.completed", "task_started",
+                "task_complete", "token_count", "session_configured"):
+        return "info", LOG
+    return None
+
+
+def _level(body: bytes) -> str:
+    """The level a plain-text line states ('' for none)."""
+    m = _SYSLOG.match(body)
+    if m and int(m.group(1)) < 192:
+        severity = int(m.group(1)) & 7
+        return ("fatal", "fatal", "fatal", "error", "warn", "info", "info", "debug")[severity]
+    m = _KLOG.match(body)
+    if m:
+        return _KLOG_LEVEL[m.group(1)]
+    m = _LOGFMT.search(body)
+    if m:
+        word = _WORDS.get(m.group(1).decode("ascii").lower(), "")
+        if word:
+            return word
+    head = body[:_BARE_REACH + 12]
+    m = _BRACKET.search(head)
+    if m and m.start() <= _BARE_REACH:
+        return _WORDS.get(m.group(1).decode("ascii").lower(), "")
+    m = _BARE.search(head)
+    if m and m.start(1) <= _BARE_REACH:
+        return _WORDS.get(m.group(1).decode("ascii").lower(), "")
+    return ""
+
+
+def allowed(level: str, min_level: str) -> bool:
+    """Whether a line at ``level`` may fire a pattern that starts at ``min_level``; a line
+    that states no level may (its words are all there is to judge)."""
+    return not level or RANK[level] >= RANK[min_level]
