@@ -12,8 +12,11 @@ from healer.detect.catalog import Catalog
 BLOCK_BYTES = 8 << 20  # scan unit: big enough for Hyperscan to fly, small enough for progress
 LOOKBACK_LINES = 64  # how far back a line without a timestamp borrows one
 
-# A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts)
-RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None]
+# A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts,
+# the source its prefix names — "pod/NAME/CONTAINER", a compose service — or "")
+RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None, str]
+# (source, the line's time) → when that source started (its first line), or None if unknown
+StartOf = Callable[[str, float], float | None]
 
 
 class BlockStream(Protocol):
@@ -39,6 +42,7 @@ class BlockEngine(Protocol):
 
     def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
                seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,
-               ts_override: float | None = None) -> list[Alert]: ...
+               ts_override: float | None = None, start_of: StartOf | None = None
+               ) -> list[Alert]: ...
 
     def first_line_ts(self, head: bytes) -> float | None: ...

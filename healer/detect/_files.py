@@ -27,6 +27,7 @@ from healer.detect import _match
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit
 from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
+from healer.detect.lines import SourceStarts
 from healer.errors import UsageError
 
 PARALLEL_MIN_BYTES = 32 << 20
@@ -83,9 +84,14 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
             regions = _split(fd, size, n)
         pats = engine.catalog.patterns
 
+        sources = FileSources(fd, seen_at)
+
         def finish(hits: list[RawHit], base: int) -> Any:
+            # Per-source pre-flight windows only cost something in a log whose hits name one.
+            start_of = sources.start_of if sources.prefixed or any(h[5] for h in hits) \
+                else None
             alerts = engine.alerts(hits, base=base, source=source, start=start, seen_at=seen_at,
-                                   labels=labels, not_before=not_before)
+                                   labels=labels, not_before=not_before, start_of=start_of)
             if render is not None:
                 return render(alerts)
             return [(a.pattern.index, a.line_no, a.line, a.ts) for a in alerts]  # type: ignore
@@ -103,6 +109,27 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
             out.append(Alert(p.code, p.id, p.priority, p.severity, source, line_no, line, ts,
                              label_map, p))
     return out
+
+
+class FileSources:
+    """When each source named by a line prefix (kubectl ``[pod/…]``, a compose service) starts
+    in a regular file: the time of its first line. Read in one pass over the file the first
+    time it is asked — only for a file whose windowed hits name a source."""
+
+    def __init__(self, fd: int, seen_at: float):
+        self.fd = fd
+        self.seen_at = seen_at
+        self._starts: SourceStarts | None = None
+        self.prefixed = SourceStarts.prefixed(os.pread(fd, 1 << 16, 0))
+
+    def start_of(self, source: str, when: float) -> float | None:
+        if self._starts is None:
+            self._starts = SourceStarts()
+            size = os.fstat(self.fd).st_size
+            if size:
+                with mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ) as mm:
+                    self._starts.track(mm, 0, size, self.seen_at)
+        return self._starts.start_of(source, when)
 
 
 def _scan_stream(engine: BlockEngine, fd: int, source: str, start_time: float | None,

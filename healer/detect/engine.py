@@ -32,11 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from healer.detect import _match
-from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit
+from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
-from healer.detect.lines import RANK, SPEECH, view
+from healer.detect.lines import RANK, SPEECH, SourceStarts, view
 from healer.errors import UnavailableError, UsageError
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
@@ -220,10 +220,10 @@ class Engine:
                 matched = [i for i in matched if rank >= min_rank[i]]
                 if not matched:
                     continue
-            judged.append((li, start, line, matched, v.body))
+            judged.append((li, start, line, matched, v.body, v.source))
         # Suppressions see the line without its prefixes (kubectl, timestamps, compose).
         sup_cands = self._suppressor.candidates([j[4] for j in judged])
-        for (li, start, line, matched, body), ks in zip(judged, sup_cands, strict=True):
+        for (li, start, line, matched, body, src), ks in zip(judged, sup_cands, strict=True):
             if ks or len(matched) > 1 or generic[matched[0]]:
                 best = self._resolve(body, matched, ks)
                 if not best:
@@ -234,7 +234,8 @@ class Engine:
             borrowed = own
             if own is None and windowed and any(window[i] is not None for i in best):
                 borrowed = _lookback(buf, lo, start, tail)
-            hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed))
+            hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed,
+                         src))
         return newlines, hits, _tail_heads(buf, lo, hi, tail)
 
     def _clean_candidates(self, cands: list[tuple[int, int]],
@@ -278,24 +279,35 @@ class Engine:
 
     def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
                seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,
-               ts_override: float | None = None) -> list[Alert]:
-        """Raw hits → alerts: window and --since filters, line numbers, cut lines."""
+               ts_override: float | None = None, start_of: StartOf | None = None
+               ) -> list[Alert]:
+        """Raw hits → alerts: window and --since filters, line numbers, cut lines.
+
+        A windowed pattern counts from the start of the line's own source when its prefix
+        names one (``start_of(source, when)``: each pod or service has its own pre-flight; a
+        line without one asks for ``""``: the source that started most recently before it),
+        else from ``start``."""
         out: list[Alert] = []
         add = out.append
         pats, window = self._patterns, self._window
         label_map = labels if labels else NO_LABELS
         text_of = self._text
         lo_t, skew = start - SKEW_S, start
-        for idx, raw, pidxs, own, borrowed in hits:
+        for idx, raw, pidxs, own, borrowed, src in hits:
             if ts_override is not None:
                 own = borrowed = ts_override
             if not_before is not None and own is not None and own < not_before:
                 continue
             when = borrowed if borrowed is not None else seen_at
             text = None
+            lo, hi = lo_t, skew
+            if start_of is not None and any(window[pi] is not None for pi in pidxs):
+                own_start = start_of(src, when)
+                if own_start is not None:
+                    lo, hi = own_start - SKEW_S, own_start
             for pi in pidxs:
                 w = window[pi]
-                if w is not None and not (lo_t <= when <= skew + w):
+                if w is not None and not (lo <= when <= hi + w):
                     continue
                 if text is None:
                     text = text_of(raw)
@@ -335,6 +347,7 @@ class StreamScanner:
         self._pending = b""
         self._tail: list[bytes] = []
         self._first_seen: float | None = None
+        self.sources = SourceStarts()  # each source a line prefix names → its start
 
     def _start(self, first: bytes, seen_at: float, ts: float | None = None) -> float:
         """The agent's start: given, else the first line's timestamp, else first seen."""
@@ -361,10 +374,11 @@ class StreamScanner:
             hi = cut if cut - lo <= BLOCK_BYTES else buf.rfind(b"\n", lo, lo + BLOCK_BYTES) + 1
             if hi <= lo:
                 hi = buf.find(b"\n", lo + BLOCK_BYTES) + 1
+            self.sources.track(buf, lo, hi, now)
             n, hits, self._tail = self.engine.scan_block(buf, lo, hi, self._tail)
             out += self.engine.alerts(hits, base=self.lines, source=self.source, start=start,
                                       seen_at=now, labels=self.labels,
-                                      not_before=self.not_before)
+                                      not_before=self.not_before, start_of=self.sources.start_of)
             self.lines += n
             lo = hi
         return out
@@ -379,10 +393,12 @@ class StreamScanner:
             self._first_seen = now
         start = self._start(raw, now, ts)
         raw = raw.rstrip(b"\n") + b"\n"
+        self.sources.track(raw, 0, len(raw), ts if ts is not None else now)
         n, hits, self._tail = self.engine.scan_block(raw, 0, len(raw), self._tail)
         out = self.engine.alerts(hits, base=self.lines, source=self.source, start=start,
                                  seen_at=now, labels=labels if labels is not None else self.labels,
-                                 not_before=self.not_before, ts_override=ts)
+                                 not_before=self.not_before, ts_override=ts,
+                                 start_of=self.sources.start_of)
         self.lines += n
         return out
 
@@ -399,6 +415,7 @@ class StreamScanner:
         self._pending = b""
         self._tail = []
         self._first_seen = None
+        self.sources = SourceStarts()
 
 
 def _trusted(line: Any) -> bool:

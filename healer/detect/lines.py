@@ -28,6 +28,8 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from healer.detect._timestamps import HEAD_BYTES, parse_ts
+
 # Levels, lowest first; "" is a line that states none.
 LEVELS = ("trace", "debug", "info", "warn", "error", "fatal")
 RANK = {name: n for n, name in enumerate(LEVELS)}
@@ -223,6 +225,47 @@ def _level(body: bytes) -> str:
     if m and m.start(1) <= _BARE_REACH:
         return _WORDS.get(m.group(1).decode("ascii").lower(), "")
     return ""
+
+
+# A line that starts with a source prefix: kubectl --prefix, or a compose/docker service.
+_SOURCE_LINE = re.compile(rb"^(?:\[pod/([^/\]\s]{1,253}/[^\]\s]{1,63})\] |"
+                          rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62}) {0,40}\| )", re.M)
+SKEW_S = 2.0  # a source that starts this much after a line still counts as before it
+
+
+class SourceStarts:
+    """When each source named by a line prefix started: the time of its first line seen.
+
+    Pre-flight windows count from these, so in a merged log every pod or service has its own
+    (``Engine.alerts``). ``track`` runs over the lines as they are read — one regex pass, and
+    only over data that holds a prefix at all."""
+
+    def __init__(self) -> None:
+        self.starts: dict[str, float] = {}
+
+    def track(self, buf: Any, lo: int, hi: int, seen_at: float) -> None:
+        """Note the first line of every source a prefix names in ``buf[lo:hi]``."""
+        if buf.find(b"[pod/", lo, hi) < 0 and buf.find(b"| ", lo, hi) < 0:
+            return
+        for m in _SOURCE_LINE.finditer(buf, lo, hi):
+            name = "pod/" + m.group(1).decode("ascii", "replace") if m.group(1) else \
+                m.group(2).decode("ascii", "replace")
+            if name not in self.starts:
+                ts = parse_ts(bytes(buf[m.end():min(hi, m.end() + HEAD_BYTES)]))
+                self.starts[name] = ts if ts is not None else seen_at
+
+    @staticmethod
+    def prefixed(head: bytes) -> bool:
+        """Whether a log whose beginning is ``head`` names sources in line prefixes."""
+        return _SOURCE_LINE.search(head) is not None
+
+    def start_of(self, source: str, when: float) -> float | None:
+        """When ``source`` started; "" (a line without a prefix) → the start of the source
+        that started most recently before ``when``. None: not known."""
+        if source:
+            return self.starts.get(source)
+        before = [t for t in self.starts.values() if t <= when + SKEW_S]
+        return max(before) if before else None
 
 
 def allowed(level: str, min_level: str) -> bool:

@@ -9,9 +9,12 @@ threads, feeding each into its own ``StreamScanner`` and handing the alerts to a
     follower.add_command(["kubectl", "logs", "-f", "-n", "cto", "-l", "app=coderun"])
     follower.run(stop=threading.Event())                          # blocks until stopped/ended
 
-``FileFollower`` polls (no inotify needed, works on every filesystem): it reads what was
-appended, notices a rotation (the path names another inode: the old file is read to its end
-first) and a truncation (the file got shorter than what was read), and restarts at the top.
+``FileFollower`` is woken by the kernel (inotify through watchdog, on the file's folder) the
+moment the file is written, created, moved or deleted, and also looks every ``poll_s`` (1 s)
+in case an event was missed or the filesystem sends none (NFS, some FUSE mounts; without
+watchdog's observer it polls every 0.2 s). It reads what was appended, notices a rotation (the
+path names another inode: the old file is read to its end first) and a truncation (the file
+got shorter than what was read), and restarts at the top.
 """
 
 from __future__ import annotations
@@ -108,18 +111,52 @@ class FileFollower:
             events += self._read()
         return events
 
-    def follow(self, stop: threading.Event, poll_s: float = 0.2) -> Iterator[Event]:
-        while not stop.is_set():
-            events = self.poll()
-            yield from events
-            if not events:
-                stop.wait(poll_s)
-        self.close()
+    def follow(self, stop: threading.Event, poll_s: float | None = None) -> Iterator[Event]:
+        wake = threading.Event()
+        observer = _watch(self.path, wake)
+        if poll_s is None:
+            poll_s = 1.0 if observer is not None else 0.2
+        try:
+            while not stop.is_set():
+                wake.clear()
+                events = self.poll()
+                yield from events
+                if not events:
+                    wake.wait(min(poll_s, 0.2) if stop.is_set() else poll_s)
+        finally:
+            if observer is not None:
+                observer.stop()
+            self.close()
 
     def close(self) -> None:
         if self._fh is not None:
             self._fh.close()
             self._fh = None
+
+
+def _watch(path: Path, wake: threading.Event) -> Any:
+    """An observer that sets ``wake`` on any change to ``path`` (None if it cannot run)."""
+    try:
+        from watchdog.events import FileSystemEvent, FileSystemEventHandler
+        from watchdog.observers import Observer
+    except ImportError:  # pragma: no cover - watchdog is a dependency
+        return None
+    target = str(path.absolute())
+
+    class Wake(FileSystemEventHandler):
+        def on_any_event(self, event: FileSystemEvent) -> None:
+            paths = (event.src_path, getattr(event, "dest_path", ""))
+            if target in (os.fsdecode(p) for p in paths if p):
+                wake.set()
+
+    observer = Observer()
+    try:
+        observer.schedule(Wake(), str(path.absolute().parent), recursive=False)
+        observer.daemon = True
+        observer.start()
+    except OSError:  # no such folder yet, out of inotify watches: poll instead
+        return None
+    return observer
 
 
 def read_stream(stream: IO[bytes], source: str, stop: threading.Event) -> Iterator[Event]:
@@ -179,7 +216,7 @@ class Follower:
 
     def __init__(self, engine: Engine, on_alert: Callable[[Alert], None], *,
                  start_time: float | None = None, not_before: float | None = None,
-                 poll_s: float = 0.2):
+                 poll_s: float | None = None):
         self.engine = engine
         self.on_alert = on_alert
         self.start_time = start_time

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import queue
 import sys
 import threading
 from pathlib import Path
@@ -85,6 +86,38 @@ class TestFileFollower:
             log.rename(tmp_path / "a.log.1")
             fh.write(b"late\n")
         assert data_of(f.poll()) == b"late\n"
+
+
+    def test_an_append_wakes_the_follower_at_once(self, tmp_path: Path) -> None:
+        """inotify, not a poll: with a 60 s poll interval an appended line still arrives (and
+        so does one in a file that is rotated in), well before the next poll."""
+        log = tmp_path / "a.log"
+        log.write_bytes(b"zero\n")
+        stop = threading.Event()
+        got: queue.Queue[Event] = queue.Queue()
+
+        def run() -> None:
+            for ev in FileFollower(log).follow(stop, poll_s=60):
+                got.put(ev)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        try:
+            assert got.get(timeout=10).data == b"zero\n"  # it has read; next it waits
+            with open(log, "ab") as fh:
+                fh.write(b"one\n")
+            assert got.get(timeout=10).data == b"one\n"
+            fresh = tmp_path / "b.log"
+            fresh.write_bytes(b"two\n")
+            os.replace(fresh, log)
+            events = [got.get(timeout=10), got.get(timeout=10)]
+            assert [e.kind for e in events] == ["restart", "data"]
+            assert events[1].data == b"two\n"
+        finally:
+            stop.set()
+            with open(log, "ab") as fh:  # wakes it, so it sees stop
+                fh.write(b"\n")
+            t.join(timeout=10)
 
 
 class TestFollower:
