@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING, Any
 from healer.detect._timestamps import epoch_day
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
+from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
 from healer.errors import EXIT_FINDINGS, EXIT_OK, HealerError, UsageError
 
 if TYPE_CHECKING:
@@ -125,14 +126,22 @@ class _Output:
         self.counts: Counter[tuple[str, str]] = Counter()
         self.ids: dict[tuple[str, str], set[str]] = {}
         self.meaning: dict[tuple[str, str], str] = {}
+        self.services = ServiceTally()
 
-    def render(self, alerts: list[Alert]) -> tuple[str, dict[int, int]]:
-        """Alerts → (output text, count per pattern index); runs in scan workers too."""
+    def render(self, alerts: list[Alert]) -> tuple[str, dict[int, int], dict[str, Any]]:
+        """Alerts → (output text, count per pattern index, per-service tally); runs in scan
+        workers too."""
         fmt: Callable[[Alert], str] = Alert.to_json if self.as_json else Alert.to_text
         text = "".join([fmt(a) + "\n" for a in alerts])
-        return text, dict(Counter(a.pattern.index for a in alerts if a.pattern))
+        tally = ServiceTally()
+        tally.add(alerts)
+        return (text, dict(Counter(a.pattern.index for a in alerts if a.pattern)),
+                tally.to_dict())
 
-    def write(self, text: str, counts: dict[int, int], catalog: Catalog) -> None:
+    def write(self, text: str, counts: dict[int, int], catalog: Catalog,
+              services: dict[str, Any] | None = None) -> None:
+        if services:
+            self.services.merge(services)
         if text:
             self.stream.write(text)
             if self.live:
@@ -146,7 +155,8 @@ class _Output:
 
     def emit(self, alerts: list[Alert], catalog: Catalog) -> None:
         if alerts:
-            self.write(*self.render(alerts), catalog)
+            text, counts, services = self.render(alerts)
+            self.write(text, counts, catalog, services)
 
     @property
     def total(self) -> int:
@@ -155,6 +165,7 @@ class _Output:
     def summary(self, stream: IO[str], sources: int) -> None:
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         # Off a terminal rich assumes 80 columns, which would cut pattern ids: allow 120.
         width = None if stream.isatty() else 120
@@ -173,6 +184,20 @@ class _Output:
             table.add_row(key[0], key[1], str(self.counts[key]), ", ".join(sorted(self.ids[key])),
                           self.meaning[key])
         console.print(table)
+        reports = self.services.reports()
+        if reports:
+            services = Table(title=f"{len(reports)} service(s) over the thresholds ("
+                             f"{ERRORS_MIN} errors or {WARNINGS_MIN} warnings)",
+                             title_justify="left")
+            services.add_column("service", overflow="fold")
+            services.add_column("band", no_wrap=True)
+            services.add_column("errors", justify="right", no_wrap=True)
+            services.add_column("warnings", justify="right", no_wrap=True)
+            services.add_column("sample lines", ratio=1, overflow="fold")
+            for r in reports:  # log text is never markup
+                services.add_row(Text(r.service), r.band, str(r.errors), str(r.warnings),
+                                 Text("\n".join(r.samples)))
+            console.print(services)
 
 
 class ScanRun:
@@ -205,11 +230,11 @@ class ScanRun:
         try:
             if not a.follow:
                 for f in files:
-                    for text, counts in engine.render_file(
+                    for text, counts, services in engine.render_file(
                             f, out.render, start_time=start, not_before=not_before,
                             workers=a.workers, progress=_progress_for(f),
                             idle=None if a.no_summary else _import_rich):
-                        out.write(text, counts, catalog)
+                        out.write(text, counts, catalog, services)
             if a.follow or use_stdin or a.cmd or a.loki:
                 failures = self._follow(engine, out, files if a.follow else [], use_stdin,
                                         start, not_before)

@@ -1,0 +1,79 @@
+"""Per-service verdicts like the original play healer's: how bad is each service's log?
+
+A single alert is evidence; a service is *reported* once its log holds 3 errors or 5 warnings
+(REFERENCE.md, play healer). Its band follows the count of both: ≥50 critical, ≥20 high,
+≥10 medium, else low. Up to 5 sample lines are kept per service, each cut to 200 characters.
+
+The service is the source a line's prefix names (``pod/NAME/CONTAINER`` from ``kubectl logs
+--prefix``, a compose service), else the stream the line came from. An alert is an error when
+its line states error or fatal level (``healer.detect.lines``), a warning when it states warn;
+a line stating no level counts by the pattern's severity (critical/high: error).
+
+The tally is plain data (``to_dict``/``merge``), so scan workers can each count their region.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from healer.detect.lines import view
+
+ERRORS_MIN = 3
+WARNINGS_MIN = 5
+BANDS = ((50, "critical"), (20, "high"), (10, "medium"))
+SAMPLES = 5
+SAMPLE_CHARS = 200
+
+
+class ServiceReport(NamedTuple):
+    service: str
+    errors: int
+    warnings: int
+    band: str
+    samples: list[str]
+
+
+def band(count: int) -> str:
+    for floor, name in BANDS:
+        if count >= floor:
+            return name
+    return "low"
+
+
+def is_error(level: str, severity: str) -> bool:
+    if level:
+        return level in ("error", "fatal")
+    return severity in ("critical", "high")
+
+
+class ServiceTally:
+    """Errors, warnings and sample lines per service."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, list[Any]] = {}  # service → [errors, warnings, samples]
+
+    def add(self, alerts: Iterable[Any]) -> None:
+        for a in alerts:
+            v = view(a.line.encode("utf-8", "replace"))
+            row = self.rows.setdefault(v.source or a.source, [0, 0, []])
+            row[0 if is_error(v.level, a.severity) else 1] += 1
+            if len(row[2]) < SAMPLES:
+                row[2].append(a.line[:SAMPLE_CHARS])
+
+    def to_dict(self) -> dict[str, list[Any]]:
+        return self.rows
+
+    def merge(self, rows: dict[str, list[Any]]) -> None:
+        for service, (errors, warnings, samples) in rows.items():
+            row = self.rows.setdefault(service, [0, 0, []])
+            row[0] += errors
+            row[1] += warnings
+            row[2].extend(samples[:SAMPLES - len(row[2])])
+
+    def reports(self) -> list[ServiceReport]:
+        """The services over a threshold, the worst first."""
+        out = [ServiceReport(s, e, w, band(e + w), list(samples))
+               for s, (e, w, samples) in self.rows.items()
+               if e >= ERRORS_MIN or w >= WARNINGS_MIN]
+        return sorted(out, key=lambda r: (-(r.errors + r.warnings), r.service))
