@@ -36,7 +36,7 @@ from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
-from healer.detect.lines import RANK, SPEECH, SourceStarts, view
+from healer.detect.lines import RANK, SPEECH, SourceStarts, judge
 from healer.errors import UnavailableError, UsageError
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
@@ -212,7 +212,10 @@ class Engine:
         min_rank = self._min_rank
         judged = []
         for li, start, line, matched in found:
-            v = view(line)
+            v = judge(line)
+            if v is None:  # nothing about the line could change the verdict
+                judged.append((li, start, line, matched, line, ""))
+                continue
             if v.part == SPEECH:
                 continue  # the agent's own words or code (a transcript), not a failure
             if v.level:

@@ -43,15 +43,17 @@ _STAMP = re.compile(rb"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
 _ANSI_FREE = re.compile(rb"\x1b\[[0-9;]*m")
 _SYSLOG = re.compile(rb"<(\d{1,3})>")
 _KLOG = re.compile(rb"([IWEF])\d{4} \d{2}:\d{2}:\d{2}")
-_LOGFMT = re.compile(rb"(?:^|\s)(?:level|lvl|severity|loglevel)=\"?([A-Za-z]{3,8})\b",
-                     re.IGNORECASE)
-_BRACKET = re.compile(rb"[\[<(]\s?(trace|debug|info|information|notice|warn|warning|error|err|"
-                      rb"fatal|critical|crit|panic|emerg|alert)\s?[\]>)]", re.IGNORECASE)
-# Bare level tokens: upper case (or Title case as Python's logging prints) at a word
-# boundary, within the first words of the line — not "error" in the middle of a sentence.
-_BARE = re.compile(rb"(?:^|[\s:|\-\[])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|"
-                   rb"CRITICAL|PANIC|Info|Warning|Error|Critical|Debug)(?=[\s:\]|\-]|$)")
-_BARE_REACH = 48  # bytes into the body a bare level token may start
+# One search for the level of a plain-text line, in its first _LEVEL_REACH bytes: logfmt
+# (``level=info``), a bracketed level (``[INFO]``, ``<warn>``) or a bare upper-case token at a
+# word boundary (``INFO``, Python's ``Warning``) — not "error" in the middle of a sentence.
+_ANY_LEVEL = re.compile(
+    rb"(?i:(?:^|\s)(?:level|lvl|severity|loglevel)=\"?([a-z]{3,8})\b)"
+    rb"|(?i:[\[<(]\s?(trace|debug|info|information|notice|warn|warning|error|err|fatal|"
+    rb"critical|crit|panic|emerg|alert)\s?[\]>)])"
+    rb"|(?:^|[\s:|\-\[])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|CRITICAL|PANIC|"
+    rb"Info|Warning|Error|Critical|Debug)(?=[\s:\]|\-]|$)")
+_LEVEL_REACH = 96
+_SYSLOG_LEVELS = ("fatal", "fatal", "fatal", "error", "warn", "info", "info", "debug")
 
 _WORDS = {
     "trace": "trace", "debug": "debug", "info": "info", "information": "info",
@@ -72,32 +74,54 @@ class LineView(NamedTuple):
     part: str = LOG  # LOG, or SPEECH: the agent's own words (never a failure)
 
 
+_MAYBE_LOW = re.compile(rb"(?i:info|debug|trace|notice)|^<\d{1,3}>")
+
+
+def judge(line: bytes) -> LineView | None:
+    """``view(line)``, or None when it could not change a verdict: the line has no prefix, no
+    JSON, no escape codes and no low level word in its head (so its level is warn or higher,
+    or none). The engine asks this for every match; most matches are error lines."""
+    head = line[:160]
+    if line[:5] != b"[pod/" and b"{" not in head and b"| " not in head and \
+            b"\x1b" not in head and not _MAYBE_LOW.search(head):
+        return None
+    return view(line)
+
+
 def view(line: bytes) -> LineView:
     """Prefixes off, level and source read, transcripts recognised (module doc)."""
-    body = line.rstrip(b"\r\n")
+    body = line[:-1] if line[-1:] == b"\n" else line
+    if body[-1:] == b"\r":
+        body = body[:-1]
     if b"\x1b" in body:
         body = _ANSI_FREE.sub(b"", body)
     source = ""
-    for _ in range(3):  # kubectl prefix, then its timestamp, then a compose prefix (any order)
-        m = _KUBECTL.match(body)
-        if m:
-            source = "pod/" + m.group(1).decode("ascii", "replace") + "/" + \
-                m.group(2).decode("ascii", "replace")
-            body = body[m.end():]
-            continue
-        m = _STAMP.match(body)
-        if m:
-            body = body[m.end():]
-            continue
-        m = _COMPOSE.match(body)
-        if m and not source:
-            source = m.group(1).decode("ascii", "replace")
-            body = body[m.end():]
-            continue
+    # kubectl prefix, then its timestamp, then a compose prefix (in either order); each is
+    # only tried when the first byte says it could be there — this runs for every match.
+    for _ in range(3):
+        first = body[:1]
+        if first == b"[":
+            m = _KUBECTL.match(body)
+            if m:
+                source = "pod/" + m.group(1).decode("ascii", "replace") + "/" + \
+                    m.group(2).decode("ascii", "replace")
+                body = body[m.end():]
+                continue
+        if first.isdigit():
+            m = _STAMP.match(body)
+            if m:
+                body = body[m.end():]
+                continue
+        if not source and first.isalnum() and b"| " in body[:110]:
+            m = _COMPOSE.match(body)
+            if m:
+                source = m.group(1).decode("ascii", "replace")
+                body = body[m.end():]
+                continue
         break
-    stripped = body.lstrip()
-    if stripped[:1] == b"{":
-        doc = _json(stripped)
+    first = body[:1]
+    if first == b"{" or (first == b" " and body.lstrip()[:1] == b"{"):
+        doc = _json(body)
         if doc is not None:
             level, part = _structured(doc)
             return LineView(body, level, source, part)
@@ -205,25 +229,18 @@ def _codex_event(kind: str, doc: dict[str, Any]) -> tuple[str, str] | None:
 
 def _level(body: bytes) -> str:
     """The level a plain-text line states ('' for none)."""
-    m = _SYSLOG.match(body)
-    if m and int(m.group(1)) < 192:
-        severity = int(m.group(1)) & 7
-        return ("fatal", "fatal", "fatal", "error", "warn", "info", "info", "debug")[severity]
-    m = _KLOG.match(body)
+    first = body[:1]
+    if first == b"<":
+        m = _SYSLOG.match(body)
+        if m and int(m.group(1)) < 192:
+            return _SYSLOG_LEVELS[int(m.group(1)) & 7]
+    elif first in b"IWEF" and first:
+        m = _KLOG.match(body)
+        if m:
+            return _KLOG_LEVEL[m.group(1)]
+    m = _ANY_LEVEL.search(body, 0, _LEVEL_REACH)
     if m:
-        return _KLOG_LEVEL[m.group(1)]
-    m = _LOGFMT.search(body)
-    if m:
-        word = _WORDS.get(m.group(1).decode("ascii").lower(), "")
-        if word:
-            return word
-    head = body[:_BARE_REACH + 12]
-    m = _BRACKET.search(head)
-    if m and m.start() <= _BARE_REACH:
-        return _WORDS.get(m.group(1).decode("ascii").lower(), "")
-    m = _BARE.search(head)
-    if m and m.start(1) <= _BARE_REACH:
-        return _WORDS.get(m.group(1).decode("ascii").lower(), "")
+        return _WORDS.get((m.group(1) or m.group(2) or m.group(3)).decode("ascii").lower(), "")
     return ""
 
 
