@@ -183,6 +183,23 @@ class TestPreflight:
         assert r.json()["issues"] == []
         assert not [a for a in r.json()["alerts"] if a["code"] == "A10"]
 
+    def test_each_agent_has_its_own_window(self, serve) -> None:  # type: ignore[no-untyped-def]
+        """cleo starts ten minutes after rex: cleo's failure in its first minute is a
+        pre-flight failure, rex's at the same moment is not."""
+        s = serve()
+        s.http.post("/api/v1/session/start", json=start_body())
+        post = s.http.post
+        assert post("/api/v1/session/play-task-4-abc/logs", json={"agent": "rex", "lines": [
+            "2026-11-29T10:00:00Z INFO rex starting"]}).json()["issues"] == []
+        r = post("/api/v1/session/play-task-4-abc/logs", json={"agent": "cleo", "lines": [
+            "2026-11-29T10:10:00Z INFO cleo starting",
+            "2026-11-29T10:10:20Z ERROR Tool inventory MISMATCH for cleo: missing: x"]})
+        assert [(i["agent"], i["issue_type"]) for i in r.json()["issues"]] == [
+            ("cleo", "tool_mismatch")]
+        r = post("/api/v1/session/play-task-4-abc/logs", json={"agent": "rex", "lines": [
+            "2026-11-29T10:10:20Z ERROR Tool inventory MISMATCH for rex: missing: y"]})
+        assert r.json()["issues"] == []
+
     def test_inventory_names_missing_tools(self, serve) -> None:  # type: ignore[no-untyped-def]
         """An agent's own inventory report is compared with its declared tools, exactly."""
         s = serve()
