@@ -34,11 +34,13 @@ from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
 from healer.context.prompt import context_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
+from healer.core import verify as core_verify
 from healer.core.escalation import escalate
 from healer.core.git import git, git_env
 from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.store import Store
+from healer.core.verify import GIVE_UP, next_step
 from healer.errors import HealerError
 from healer.selfheal import attempts as st
 from healer.selfheal import worktree as wt
@@ -76,6 +78,17 @@ def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> 
            f"healer: changes the healing agent left uncommitted (iteration {iteration})",
            env={**git_env(), **env})
     return True
+
+
+def verdict_of(it: Iteration) -> core_verify.Verdict:
+    """The code kind's verdict on one iteration: its commits passed the scenarios in a clean
+    checkout (healed), the agent said it cannot be fixed here (give up), or try again."""
+    if it.passed:
+        return core_verify.Verdict(core_verify.HEALED, "the fix passed verification")
+    if it.agent_status in STOP_STATUSES:
+        return core_verify.Verdict(GIVE_UP, f"the agent reported {it.agent_status}: "
+                                   f"{it.agent_summary or it.agent_error or 'no reason given'}")
+    return core_verify.Verdict(core_verify.RETRY, "; ".join(it.reasons) or "not verified")
 
 
 def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, settings: Any,
@@ -204,12 +217,14 @@ class ContextHealer:
             it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
                                        previous)
             iterations.append(it)
-            if it.passed:
+            verdict = verdict_of(it)
+            step = next_step(verdict, n, cx.max_iterations)
+            if step == "healed":
                 return await self._publish(inc, aid, tree, repo, iterations)
-            if it.agent_status in STOP_STATUSES:
-                return await self._give_up(
-                    inc, aid, iterations, f"the agent reported {it.agent_status}: "
-                    f"{it.agent_summary or it.agent_error or 'no reason given'}", tree)
+            if verdict.outcome == GIVE_UP:
+                return await self._give_up(inc, aid, iterations, verdict.reason, tree)
+            if step == "escalate":
+                break
             previous = "\n".join(f"- {r}" for r in it.reasons)
             if it.agent_error:
                 previous += f"\n- the agent run itself reported: {it.agent_error[:500]}"

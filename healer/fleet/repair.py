@@ -51,6 +51,7 @@ from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.proc import run_async
 from healer.core.publish.forge_issues import dedup_key
 from healer.core.store import Store
+from healer.core.verify import HEALED, RETRY, Verdict, next_step
 from healer.fleet import incidents as fleet_incidents
 from healer.fleet import messages
 from healer.fleet.channels import FleetContext, probe_peer
@@ -168,7 +169,7 @@ class Repairer:
                                                             "problem": problem})
         result = LadderResult(False, "L1")
         try:
-            for level, action in LEVELS:
+            for n, (level, action) in enumerate(LEVELS, start=1):
                 if action not in self.ctx.fleet.allowed_actions:
                     result.steps.append({"level": level, "action": action,
                                          "outcome": "skipped: not allow-listed"})
@@ -179,9 +180,11 @@ class Repairer:
                     if level == "L5":  # the last rung: a person is next
                         await self._escalate(node, problem, result)
                     return done
-                if await self.healthy(node):
+                verdict = Verdict(HEALED, f"{action} worked") if await self.healthy(node) \
+                    else Verdict(RETRY, f"{action} did not bring it back")
+                if next_step(verdict, n, len(LEVELS)) == "healed":
                     result.repaired = True
-                    result.reason = f"{action} worked"
+                    result.reason = verdict.reason
                     return result
             result.reason = "every level was tried; the peer is still unhealthy"
             await self._escalate(node, problem, result)

@@ -26,6 +26,7 @@ from healer.core.audit import Audit
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.store import Store
+from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
 from healer.errors import HealerError
 from healer.play import evaluate
 from healer.play.sessions import SessionRegistry, iso
@@ -175,11 +176,14 @@ class Remediator:
                 self.metrics.remediations.labels(outcome=outcome.status).inc()
             if s.reevaluate_after_s:
                 await asyncio.sleep(s.reevaluate_after_s)
-            healed = outcome.ok and not self.still_broken(play_id, issue, started)
+            verdict = self._verdict(play_id, issue, started, outcome, str(detail)[:300])
+            step = next_step(verdict, n, s.max_iterations)
             self.ledger.attempt_ended(iid, run_id, outcome.status,
-                                      status=inc.RESOLVED if healed else inc.OPEN,
-                                      reason=str(detail)[:300])
-            if healed:
+                                      status=inc.RESOLVED if verdict.healed else inc.OPEN,
+                                      reason=verdict.reason)
+            if step == "escalate":
+                break
+            if step == "healed":
                 self.ledger.resolve(iid, "remediation verified")
                 self.registry.set_issue_fields(play_id, issue["id"], resolved=True,
                                                resolved_at=iso(self.clock()))
@@ -192,6 +196,16 @@ class Remediator:
                                        github_issue=record.issue.url if record.issue else None)
         return self._update(key, status="escalated", level="L4",
                             seed_file=str(record.seed_file or ""), discord=record.discord)
+
+    def _verdict(self, play_id: str, issue: dict[str, Any], started: float,
+                 outcome: RunOutcome, detail: str) -> Verdict:
+        """The play's verifier: the agent says it is done, and the problem stopped showing
+        since the remediation started."""
+        if outcome.ok and not self.still_broken(play_id, issue, started):
+            return Verdict(HEALED, "remediation verified")
+        if outcome.ok:
+            return Verdict(RETRY, "the agent reported success but the problem is still seen")
+        return Verdict(TIMEOUT if outcome.status == "timeout" else RETRY, detail)
 
     def _update(self, key: str, **fields: Any) -> dict[str, Any]:
         def fn(d: dict[str, Any] | None) -> dict[str, Any]:
