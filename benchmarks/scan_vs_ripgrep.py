@@ -1,15 +1,15 @@
-"""healer scan vs ripgrep vs grep on a 2-million-line agent log.
+"""healer scan vs ripgrep vs grep on a 1 GB agent log.
 
-    .venv/bin/python benchmarks/scan_vs_ripgrep.py [--runs 5] [--lines 2000000]
-                                                   [--error-rate 0.003 --error-rate 0.01]
+    .venv/bin/python benchmarks/scan_vs_ripgrep.py [--runs 5] [--lines 7500000]
+                                [--error-rate 0.001 --error-rate 0.01 --error-rate 0.05]
 
-Generates ~270 MB agent logs into benchmarks/.data/ (reused when present) — by default one
-with 0.3 % failure lines (an ordinary day) and one with 1 % (a bad day), each with 0.3 %
-harmless look-alikes — then times, end to end as subprocesses on the same file with the same
-16 patterns of the play-healer seed:
+Generates ~1 GB agent logs into benchmarks/.data/ (reused when present) — by default with
+0.1 %, 1 % and 5 % failure lines, each with 0.3 % harmless look-alikes — then times, end to
+end as subprocesses on the same file with the same 16 patterns of the play-healer seed:
 
 - ``healer scan --json --catalog seed16.yaml --catalog-mode replace FILE`` (the real CLI; its
   JSON Lines go to a file like the others' output; its summary table to stderr, discarded)
+- the same with ``--workers 1`` (one process: the per-core figure)
 - ``rg -i -c -f PATTERNS FILE``
 - ``grep -E -i -c -f PATTERNS FILE``
 
@@ -116,6 +116,7 @@ def bench(rate: float, args: argparse.Namespace, env: dict[str, str], catalog: P
     healer = [str(script)] if script.exists() else [sys.executable, "-m", "healer"]
     healer += ["scan", "--json", "--catalog", str(catalog), "--catalog-mode", "replace",
                str(log)]
+    single = [*healer[:-1], "--workers", "1", healer[-1]]
     rg = ["rg", "-i", "-c", "-f", str(patterns), str(log)]
     grep = ["grep", "-E", "-i", "-c", "-f", str(patterns), str(log)]
 
@@ -129,10 +130,10 @@ def bench(rate: float, args: argparse.Namespace, env: dict[str, str], catalog: P
     rg_out = timed(rg, env, DATA, capture=True)[2]
     grep_out = timed(grep, env, DATA, capture=True)[2]
 
-    names = ("healer scan --json", "rg -i -c", "grep -E -i -c")
+    names = ("healer scan --json", "healer --workers 1", "rg -i -c", "grep -E -i -c")
     times: dict[str, list[float]] = {n: [] for n in names}
     cpu: dict[str, list[float]] = {n: [] for n in names}
-    commands = dict(zip(names, (healer, rg, grep), strict=True))
+    commands = dict(zip(names, (healer, single, rg, grep), strict=True))
     for i in range(args.runs):
         for name in names:
             if name.startswith("grep") and i >= args.grep_runs:
@@ -162,11 +163,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--grep-runs", type=int, default=3)
-    ap.add_argument("--lines", type=int, default=2_000_000)
+    ap.add_argument("--lines", type=int, default=7_500_000, help="lines per log (default "
+                    "7,500,000: about 1 GB)")
     ap.add_argument("--error-rate", type=float, action="append",
-                    help="share of failure lines (repeatable; default: 0.003 and 0.01)")
+                    help="share of failure lines (repeatable; default: 0.001, 0.01 and 0.05)")
     args = ap.parse_args()
-    rates = args.error_rate or [0.003, 0.01]
+    rates = args.error_rate or [0.001, 0.01, 0.05]
 
     for tool in ("rg", "grep"):
         if not shutil.which(tool):

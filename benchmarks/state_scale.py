@@ -302,6 +302,7 @@ def main() -> int:
         try:
             for op, ms in measure(base, n).items():
                 table.setdefault(op, {})[n] = ms
+                print(f"  {op:<46} {ms:8.1f} ms", flush=True)  # kept if a later size is cut
         finally:
             shutil.rmtree(base, ignore_errors=True)
         if n <= ACTIVE_MAX:

@@ -75,6 +75,10 @@ UNFINISHED = "heal-attempts-unfinished"  # store set: dispatch_pending and inves
 INDEXED = ("heal-index", "unfinished")  # marks that UNFINISHED covers every attempt
 ESCALATION_CLAIM_S = 600.0  # a claim older than this belonged to a process that died
 MAX_ESCALATION_TRIES = 5
+WORKTREES = "heal-attempts-worktrees"  # store set: attempts whose worktree is still there
+WORKTREES_INDEXED = ("heal-index", "worktrees")
+RECENT = ("attempt-index", "recent")  # the newest attempt ids (derived)
+RECENT_SIZE = 200
 MAX_PER_FINGERPRINT = 50
 PENDING_GRACE_S = 300.0  # a dispatch_pending older than this at start-up never got a worker
 STALE_GRACE_S = 600.0  # investigating this long past its deadline is over, worker or not
@@ -160,15 +164,27 @@ class Attempts:
         return [a for a in found if a is not None]
 
     def latest(self, limit: int = 20) -> list[dict[str, Any]]:
-        """The newest ``limit`` attempts (ids sort by creation time)."""
+        """The newest ``limit`` attempts (ids sort by creation time) — from the ring of the
+        newest ids kept with every creation, so ``healer status`` does not list every
+        attempt ever made (a state dir from before the ring gets it built once)."""
+        ids = self._recent() if limit <= RECENT_SIZE else self.store.keys(ATTEMPTS)
         out: list[dict[str, Any]] = []
-        for key in reversed(self.store.keys(ATTEMPTS)):
+        for key in reversed(ids):
             data = self.get(key)
             if data is not None:
                 out.append(data)
             if len(out) >= limit:
                 break
         return out
+
+    def _recent(self) -> list[str]:
+        rec = self.store.get(*RECENT)
+        if rec is not None:
+            return list(rec.data.get("ids", []))
+        ids = self.store.keys(ATTEMPTS)[-RECENT_SIZE:]
+        if ids:
+            self.store.put(*RECENT, {"ids": ids}, durable=False)
+        return ids
 
     def all(self) -> Iterator[dict[str, Any]]:
         for rec in self.store.list(ATTEMPTS):
@@ -223,6 +239,10 @@ class Attempts:
             return cur
 
         self.store.update(FINGERPRINTS, fp, index)
+        if self.store.get(*RECENT) is None:
+            self._recent()  # an older state dir: the ring starts from what is there
+        self.store.update(*RECENT, lambda cur: {"ids": sorted(
+            {*(cur or {}).get("ids", []), attempt_id})[-RECENT_SIZE:]}, durable=False)
         return record
 
     def update(self, attempt_id: str, **fields: Any) -> dict[str, Any]:
@@ -237,9 +257,30 @@ class Attempts:
             cur["updated_at"] = self.clock()
             return cur
 
+        if fields.get("worktree"):
+            self.store.add_member(WORKTREES, attempt_id)  # before: a crash leaves it findable
         rec = self.store.update(ATTEMPTS, attempt_id, fn)
         assert rec is not None
+        if "worktree_removed_at" in fields:
+            self.store.remove_member(WORKTREES, attempt_id)
         return rec.data
+
+    def with_worktree(self) -> list[dict[str, Any]]:
+        """Attempts whose worktree is still on disk — from their index, so the reaper costs
+        O(worktrees), not O(every attempt ever made); built once for an older state dir."""
+        def add(rec: Any) -> None:
+            if rec.data.get("worktree") and not rec.data.get("worktree_removed_at"):
+                self.store.add_member(WORKTREES, rec.key)
+
+        self.store.index_once(WORKTREES_INDEXED, ATTEMPTS, add)
+        out = []
+        for aid in self.store.members(WORKTREES):
+            data = self.get(aid)
+            if data is None or data.get("worktree_removed_at") or not data.get("worktree"):
+                self.store.remove_member(WORKTREES, aid)
+                continue
+            out.append(data)
+        return out
 
     def transition(self, attempt_id: str, to: str, *, expect: str | None = None,
                    **fields: Any) -> dict[str, Any]:

@@ -242,7 +242,7 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
     now = time.time() if now is None else now
     ttl = settings.selfheal.worktree_ttl_s
     reaped = []
-    for att in list(attempts.all()):
+    for att in attempts.with_worktree():
         ended = att.get("ended_at")
         if not att.get("worktree") or att.get("worktree_removed_at") or ended is None:
             continue
