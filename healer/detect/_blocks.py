@@ -13,8 +13,8 @@ BLOCK_BYTES = 8 << 20  # scan unit: big enough for Hyperscan to fly, small enoug
 LOOKBACK_LINES = 64  # how far back a line without a timestamp borrows one
 
 # A raw hit from a block: (line index in block, line bytes, pattern indexes, own ts, borrowed ts,
-# the source its prefix names — "pod/NAME/CONTAINER", a compose service — or "")
-RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None, str]
+# the source its prefix names — "pod/NAME/CONTAINER", a compose service — or "", its level)
+RawHit = tuple[int, bytes, tuple[int, ...], float | None, float | None, str, str]
 # (source, the line's time) → when that source started (its first line), or None if unknown
 StartOf = Callable[[str, float], float | None]
 

@@ -94,7 +94,8 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
                                    labels=labels, not_before=not_before, start_of=start_of)
             if render is not None:
                 return render(alerts)
-            return [(a.pattern.index, a.line_no, a.line, a.ts) for a in alerts]  # type: ignore
+            return [(a.pattern.index, a.line_no, a.line, a.ts, a.level,  # type: ignore
+                     a.origin) for a in alerts]
 
         results = _run_regions(engine, fd, size, regions, progress, finish, idle)
     finally:
@@ -104,10 +105,10 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
     out: list[Any] = []
     label_map = labels or NO_LABELS
     for rows in results:
-        for i, line_no, line, ts in rows:
+        for i, line_no, line, ts, level, origin in rows:
             p = pats[i]
             out.append(Alert(p.code, p.id, p.priority, p.severity, source, line_no, line, ts,
-                             label_map, p))
+                             label_map, p, level, origin))
     return out
 
 

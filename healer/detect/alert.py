@@ -36,6 +36,8 @@ class Alert(NamedTuple):
     ts: float | None = None
     labels: Mapping[str, str] = NO_LABELS
     pattern: Pattern | None = None
+    level: str = ""  # the level the line states ("" for none; healer.detect.lines)
+    origin: str = ""  # the source its prefix names (a pod, a compose service), or ""
 
     @property
     def meaning(self) -> str:

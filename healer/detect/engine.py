@@ -214,7 +214,7 @@ class Engine:
         for li, start, line, matched in found:
             v = judge(line)
             if v is None:  # nothing about the line could change the verdict
-                judged.append((li, start, line, matched, line, ""))
+                judged.append((li, start, line, matched, line, "", ""))
                 continue
             if v.part == SPEECH:
                 continue  # the agent's own words or code (a transcript), not a failure
@@ -223,10 +223,11 @@ class Engine:
                 matched = [i for i in matched if rank >= min_rank[i]]
                 if not matched:
                     continue
-            judged.append((li, start, line, matched, v.body, v.source))
+            judged.append((li, start, line, matched, v.body, v.source, v.level))
         # Suppressions see the line without its prefixes (kubectl, timestamps, compose).
         sup_cands = self._suppressor.candidates([j[4] for j in judged])
-        for (li, start, line, matched, body, src), ks in zip(judged, sup_cands, strict=True):
+        for (li, start, line, matched, body, src, level), ks in zip(judged, sup_cands,
+                                                                      strict=True):
             if ks or len(matched) > 1 or generic[matched[0]]:
                 best = self._resolve(body, matched, ks)
                 if not best:
@@ -238,7 +239,7 @@ class Engine:
             if own is None and windowed and any(window[i] is not None for i in best):
                 borrowed = _lookback(buf, lo, start, tail)
             hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed,
-                         src))
+                         src, level))
         return newlines, hits, _tail_heads(buf, lo, hi, tail)
 
     def _clean_candidates(self, cands: list[tuple[int, int]],
@@ -296,7 +297,7 @@ class Engine:
         label_map = labels if labels else NO_LABELS
         text_of = self._text
         lo_t, skew = start - SKEW_S, start
-        for idx, raw, pidxs, own, borrowed, src in hits:
+        for idx, raw, pidxs, own, borrowed, src, level in hits:
             if ts_override is not None:
                 own = borrowed = ts_override
             if not_before is not None and own is not None and own < not_before:
@@ -316,7 +317,7 @@ class Engine:
                     text = text_of(raw)
                 p = pats[pi]
                 add(Alert(p.code, p.id, p.priority, p.severity, source, base + idx + 1, text,
-                          own, label_map, p))
+                          own, label_map, p, level, src))
         return out
 
     def _text(self, raw: bytes) -> str:

@@ -53,6 +53,8 @@ _ANY_LEVEL = re.compile(
     rb"|(?:^|[\s:|\-\[])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|CRITICAL|PANIC|"
     rb"Info|Warning|Error|Critical|Debug)(?=[\s:\]|\-]|$)")
 _LEVEL_REACH = 96
+_JSON_LEVEL = re.compile(rb'"(?:level|severity|lvl|levelname|log\.level|loglevel)"\s*:\s*'
+                         rb'(?:"([A-Za-z]{1,12})"|(\d{1,3})\b)')
 _SYSLOG_LEVELS = ("fatal", "fatal", "fatal", "error", "warn", "info", "info", "debug")
 
 _WORDS = {
@@ -74,18 +76,18 @@ class LineView(NamedTuple):
     part: str = LOG  # LOG, or SPEECH: the agent's own words (never a failure)
 
 
-_MAYBE_LOW = re.compile(rb"(?i:info|debug|trace|notice)|^<\d{1,3}>")
-
-
 def judge(line: bytes) -> LineView | None:
     """``view(line)``, or None when it could not change a verdict: the line has no prefix, no
     JSON, no escape codes and no low level word in its head (so its level is warn or higher,
     or none). The engine asks this for every match; most matches are error lines."""
     head = line[:160]
-    if line[:5] != b"[pod/" and b"{" not in head and b"| " not in head and \
-            b"\x1b" not in head and not _MAYBE_LOW.search(head):
-        return None
-    return view(line)
+    if line[:5] == b"[pod/" or line[:1] == b"<" or b"{" in head or b"| " in head or \
+            b"\x1b" in head:
+        return view(line)
+    low = head.lower()
+    if b"info" in low or b"debug" in low or b"trace" in low or b"notice" in low:
+        return view(line)
+    return None
 
 
 def view(line: bytes) -> LineView:
@@ -121,6 +123,13 @@ def view(line: bytes) -> LineView:
         break
     first = body[:1]
     if first == b"{" or (first == b" " and body.lstrip()[:1] == b"{"):
+        if b'"type"' not in body and b'"msg":{' not in body and b'"msg": {' not in body:
+            # A structured log record, not a transcript event: its level field is enough.
+            m = _JSON_LEVEL.search(body)
+            if m:
+                word = _level_word(int(m.group(2)) if m.group(2) else m.group(1).decode(
+                    "ascii"))
+                return LineView(body, word, source, LOG)
         doc = _json(body)
         if doc is not None:
             level, part = _structured(doc)

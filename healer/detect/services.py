@@ -17,8 +17,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from healer.detect.lines import view
-
 ERRORS_MIN = 3
 WARNINGS_MIN = 5
 BANDS = ((50, "critical"), (20, "high"), (10, "medium"))
@@ -54,10 +52,9 @@ class ServiceTally:
         self.rows: dict[str, list[Any]] = {}  # service → [errors, warnings, samples]
 
     def add(self, alerts: Iterable[Any]) -> None:
-        for a in alerts:
-            v = view(a.line.encode("utf-8", "replace"))
-            row = self.rows.setdefault(v.source or a.source, [0, 0, []])
-            row[0 if is_error(v.level, a.severity) else 1] += 1
+        for a in alerts:  # the engine read each line's level and source (a.level, a.origin)
+            row = self.rows.setdefault(a.origin or a.source, [0, 0, []])
+            row[0 if is_error(a.level, a.severity) else 1] += 1
             if len(row[2]) < SAMPLES:
                 row[2].append(a.line[:SAMPLE_CHARS])
 
