@@ -209,10 +209,8 @@ def generate(n_lines: int = 50_000, seed: int = 7) -> list[tuple[str, set[str]]]
         level = "warn" if code in WARN_LEVEL else "fatal" if code in FATAL_LEVEL else "error"
         for fmt_name, fmt in FORMATS.items():
             for m in messages:
-                if fmt_name == "klog" and level == "warn":
-                    level_here = "error"  # klog W lines are not counted, as in the original
-                else:
-                    level_here = level
+                # klog W lines are not counted, as in the original: log these at E
+                level_here = "error" if fmt_name == "klog" and level == "warn" else level
                 pod = PODS[k % len(PODS)]
                 k += 1
                 if code in PREFLIGHT:
