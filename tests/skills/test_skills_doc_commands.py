@@ -21,6 +21,13 @@ SKILLS = ("healer-bundle", "healer", "self-healing", "fleet-healer")
 MAX_EXAMPLE_ONLY = 3
 
 
+LIVE_RETRIES = 2
+
+
+def _live_probe(text: str) -> bool:
+    return bool(re.search(r"\bhealer fleet (status|probe)\b", text))
+
+
 def all_commands(skill: str) -> list[Command]:
     return [c for doc in skill_docs(skill) for c in commands(doc)]
 
@@ -34,6 +41,12 @@ def run_all(sandbox: Sandbox) -> list[tuple[Command, str]]:
             continue
         ran += 1
         proc = sandbox.run(cmd)
+        for _ in range(LIVE_RETRIES if _live_probe(cmd.text) else 0):
+            if proc.returncode != 1:
+                break
+            # A live probe of a real fleet found a channel slow on a loaded machine (exit 1:
+            # something is broken); the documented command itself worked. Ask again.
+            proc = sandbox.run(cmd)
         if proc.returncode != 0:
             failures.append((cmd, f"exit {proc.returncode}\nstdout: {proc.stdout[-1500:]}\n"
                                   f"stderr: {proc.stderr[-1500:]}"))
