@@ -67,7 +67,6 @@ class Landed:
     doc: dict[str, Any] | None
     path: str = ""
     error: str = ""  # why no usable document landed ('' when ``doc`` is set)
-    via: str = "bus"  # bus | file
 
 
 class Dispatcher:
@@ -182,9 +181,9 @@ class Dispatcher:
 
 def _read(path: str) -> Landed:
     if not path:
-        return Landed(None, "", "the run never reserved a result file", via="file")
+        return Landed(None, "", "the run never reserved a result file")
     doc, why = read_result(Path(path))
-    return Landed(doc, path, why, via="file")
+    return Landed(doc, path, why)
 
 
 def _with(outcome: Any, landing: Landed) -> Any:

@@ -292,9 +292,3 @@ class SourceStarts:
             return self.starts.get(source)
         before = [t for t in self.starts.values() if t <= when + SKEW_S]
         return max(before) if before else None
-
-
-def allowed(level: str, min_level: str) -> bool:
-    """Whether a line at ``level`` may fire a pattern that starts at ``min_level``; a line
-    that states no level may (its words are all there is to judge)."""
-    return not level or RANK[level] >= RANK[min_level]
