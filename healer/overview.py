@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from healer.config import Settings
-from healer.core import seeds
+from healer.core import gate, seeds
 from healer.core.incidents import Ledger, public_view
 from healer.core.store import Store
 
@@ -72,6 +72,17 @@ def _incidents(store: Store) -> dict[str, Any]:
             "escalated": escalated, "decisions": stats.get("decisions", {})}
 
 
+def _gate(store: Store) -> dict[str, Any]:
+    """What the one gate holds now, of every kind: the claims of work in progress (each
+    kind's novelty key), fixes awaiting review, and keys cooling down."""
+    adm = gate.admission(store)
+    claims: dict[str, list[str]] = {}
+    for key, entry in sorted(adm["active"].items()):
+        claims.setdefault(str(entry.get("kind") or "code"), []).append(key)
+    return {"claims": claims, "awaiting_review": len(adm["open_prs"]),
+            "cooling": len(adm["ended"])}
+
+
 def _selfheal(store: Store) -> dict[str, Any]:
     """Healing attempts not finished yet (read from their index, not the whole folder)."""
     from healer.selfheal.attempts import Attempts
@@ -127,6 +138,7 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
         "agents": _agents(settings),
         "play": _play(store),
         "incidents": _incidents(store),
+        "gate": _gate(store),
         "selfheal": _selfheal(store),
         "fleet": _fleet(store),
         "needs_a_person": _human(settings),
@@ -165,6 +177,11 @@ def render(data: dict[str, Any]) -> str:
         seed = (i.get("escalation") or {}).get("seed_file", "")
         lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
                      + (f" → {seed}" if seed else ""))
+    claims = data["gate"]["claims"]
+    if claims:
+        lines.append("at the gate: " + "; ".join(
+            f"{kind} {len(keys)} ({', '.join(keys[:3])}{', …' if len(keys) > 3 else ''})"
+            for kind, keys in claims.items()))
     fleet = data["fleet"]
     if fleet:
         lines.append(f"fleet ({fleet['node']}): {fleet['peers']} peer(s), "

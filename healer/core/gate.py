@@ -59,6 +59,9 @@ class Policy:
     breaker_window: int = 5  # 0: this kind has no breaker
     breaker_reset_s: float = 3600.0
     global_max: int = 0  # executor.max_concurrent over every kind; 0 = no global cap
+    # False: an attempt of this kind takes no agent slot itself (a fleet episode: the agents
+    # it starts take theirs from the dispatcher), so other kinds' global cap leaves it out.
+    holds_slot: bool = True
 
 
 @dataclass(frozen=True)
@@ -108,9 +111,9 @@ def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
                         f"ended {_minutes(now - ended)} ago; a new attempt is possible in "
                         f"{_minutes(policy.cooldown_s - (now - ended))}. Continue normally.")
     mine = sum(1 for e in adm["active"].values() if _kind_of(e) == policy.kind)
-    if mine >= policy.max_concurrent or (policy.global_max and
-                                         len(adm["active"]) >= policy.global_max):
-        return Decision(CONCURRENCY_CAP, f"Concurrency cap reached: {len(adm['active'])} "
+    slots = sum(1 for e in adm["active"].values() if e.get("slot", True))
+    if mine >= policy.max_concurrent or (policy.global_max and slots >= policy.global_max):
+        return Decision(CONCURRENCY_CAP, f"Concurrency cap reached: {slots} "
                         "healing agents are already investigating other problems. Continue "
                         "normally.")
     window = [o for o in adm["outcomes"] if _kind_of(o) == policy.kind][-policy.breaker_window:]
@@ -179,6 +182,8 @@ def admit(store: Store, novelty: str, new_id: Callable[[], str], now: float, pol
         if not decision.accepted:
             return None  # nothing to write: refusals leave no trace in this record
         adm["active"][novelty] = {"attempt_id": attempt_id, "since": now, "kind": policy.kind}
+        if not policy.holds_slot:
+            adm["active"][novelty]["slot"] = False
         # Forget cooldowns that are over so the record stays small (by a horizon no kind's
         # cooldown exceeds, not this kind's: another kind may cool down longer).
         horizon = max(policy.cooldown_s, KEEP_ENDED_S)
@@ -280,20 +285,26 @@ def cooling(adm: dict[str, Any], prefix: str, *, now: float, cooldown_s: float
 
 
 def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str],
-              held_status: str, now: float) -> None:
-    """Drop admission entries whose attempts finished or vanished (after a crash)."""
+              held_status: str = "", now: float, kind: str = "code") -> None:
+    """Drop ``kind``'s admission entries whose attempts finished or vanished (after a crash).
+
+    ``statuses`` are that kind's attempts: another kind's entries are not judged by them
+    (a play remediation or a fleet episode has no code attempt, and outlives 60 s). Held
+    keys (fixes awaiting review) are judged only with ``held_status``."""
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
         if cur is None:
             return None
         changed = False
         for key, entry in list(cur["active"].items()):
+            if _kind_of(entry) != kind:
+                continue
             status = statuses.get(entry.get("attempt_id"))
             missing_for_long = status is None and now - entry.get("since", 0) > 60
             if (status is not None and status not in running) or missing_for_long:
                 del cur["active"][key]
                 changed = True
-        for key, aid in list(cur["open_prs"].items()):
+        for key, aid in list(cur["open_prs"].items() if held_status else ()):
             if statuses.get(aid) != held_status:
                 del cur["open_prs"][key]
                 changed = True

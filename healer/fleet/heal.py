@@ -46,13 +46,13 @@ from healer.agents.context import ChannelStatus
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
 from healer.core import gate
-from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import UsageError
 from healer.fleet import incidents as fleet_incidents
 from healer.fleet.channels import FleetContext, Outcome, PeerProbe, probe_peer
 from healer.fleet.diagnosis import Plan, Repair, incident_id, person, plan
 from healer.fleet.episode import Episode, HealAttempt
+from healer.fleet.hold import PeerHold
 from healer.fleet.peers import as_agent_peer
 
 log = logging.getLogger(__name__)
@@ -253,45 +253,37 @@ class HealLoop:
         cooling down are left to the person who has them; a person's own ``healer fleet
         heal`` tries everything again.
 
-        Several nodes may see the same broken peer: the one holding the lease ``heal-<peer>``
-        heals it, the others leave it alone. The lease is renewed while the episode runs, so
+        Several nodes may see the same broken peer: the one that holds it (``healer.fleet.
+        hold``: the lease ``heal-<peer>`` and the core gate's claim) heals it, the others —
+        and repair ladders — leave it alone. The lease is renewed while the episode runs, so
         a node that dies mid-episode loses it within ``store.lease_ttl_s`` and another node's
-        next sweep takes over.
+        next sweep takes over (and releases the claim it left).
         """
         self._loop = asyncio.get_running_loop()
         node = self.ctx.view.peer(peer)
         ep = Episode(peer, reason, respect_cooldowns=respect_cooldowns)
         settings = self.ctx.settings
-        lease = Lease(self.store, f"heal-{peer}", self.owner, settings.store.lease_ttl_s,
-                      clock=self.clock)
-        if not await asyncio.to_thread(lease.acquire):
+        hold = PeerHold(self.store, peer, self.owner, settings.store.lease_ttl_s,
+                        clock=self.clock)
+        if not await hold.acquire():
             ep.state, ep.ended_at = "elsewhere", time.time()
-            self.emit("elsewhere", peer, holder=await asyncio.to_thread(lease.holder))
+            self.emit("elsewhere", peer, holder=await hold.holder())
             return ep
         self.episodes[peer] = ep
         self.emit("episode", peer, reason=reason)
-        renewer = asyncio.create_task(self._keep(lease))
         try:
             await self._run(ep, node, probe)
         except asyncio.CancelledError:
             ep.state = "stopped"
             raise
         finally:
-            renewer.cancel()
             ep.ended_at = ep.ended_at or time.time()
             if ep.verified_at:
                 self._verified[peer] = max(self._verified.get(peer, 0.0), ep.verified_at)
             self._save(ep)
             fleet_incidents.episode_ended(self.store, ep)
-            await asyncio.to_thread(lease.release)
+            await hold.release()
         return ep
-
-    async def _keep(self, lease: Lease) -> None:
-        while True:
-            await asyncio.sleep(max(0.5, lease.ttl_s / 3))
-            if not await asyncio.to_thread(lease.renew):
-                log.warning("fleet: lost the lease %s", lease.name)
-                return
 
     async def _diagnose(self, ep: Episode, node: NodeEntry) -> PeerProbe:
         task = AgentTask("channel-diagnoser", node.node_id, kind="diagnose",

@@ -7,7 +7,10 @@ The watchdog climbs it when a peer's heartbeat goes stale. First the **gate**, i
 2. a repair is already running for the peer (a ladder or a healing episode);
 3. the action is allow-listed (``fleet.allowed_actions``; levels not listed are skipped);
 4. cooldown — at most one ladder per peer per ``fleet.repair_cooldown_s`` (5 min): the core
-   gate's cooldown on the key ``fleet-ladder.<peer>``.
+   gate's cooldown on the key ``fleet-ladder.<peer>``;
+5. nobody else holds the peer — a ladder holds it as a healing episode does
+   (``healer.fleet.hold``: the lease ``heal-<peer>`` and the core gate's claim), so a ladder
+   and an episode never work on one peer at once, on any node.
 
 Then the levels, each followed by a re-probe; the ladder stops at the first that works:
 
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,6 +61,7 @@ from healer.fleet import messages
 from healer.fleet.channels import FleetContext, probe_peer
 from healer.fleet.delivery import Reliability, send_with_fallback
 from healer.fleet.escalation import commands_for
+from healer.fleet.hold import PeerHold
 from healer.fleet.peers import as_agent_peer
 
 log = logging.getLogger(__name__)
@@ -121,6 +126,8 @@ class Repairer:
         self.running = running or (lambda peer: False)
         self.busy = busy if busy is not None else set()
         self.clock = clock
+        # Its own lease owner: a ladder and an episode of this node exclude each other too.
+        self.owner = f"{ctx.settings.node}-ladder-{secrets.token_hex(3)}"
 
     async def _nats_ok(self, node: NodeEntry) -> bool:
         return (await probe_peer(self.ctx, node, ["nats"])).ok
@@ -159,6 +166,20 @@ class Repairer:
             await asyncio.to_thread(fleet_incidents.ladder_refused, self.store, node.node_id,
                                     problem, blocked)
             return LadderResult(False, "gate", gate_blocked=blocked)
+        hold = PeerHold(self.store, node.node_id, self.owner,
+                        self.ctx.settings.store.lease_ttl_s, clock=self.clock)
+        if not await hold.acquire():
+            blocked = f"another healer holds the peer ({await hold.holder()})"
+            log.info("repair of %s gate-blocked: %s", node.node_id, blocked)
+            await asyncio.to_thread(fleet_incidents.ladder_refused, self.store, node.node_id,
+                                    problem, blocked)
+            return LadderResult(False, "gate", gate_blocked=blocked)
+        try:
+            return await self._climb(node, problem)
+        finally:
+            await hold.release()
+
+    async def _climb(self, node: NodeEntry, problem: str) -> LadderResult:
         run_id = new_run_id()
         await asyncio.to_thread(fleet_incidents.ladder_started, self.store, node.node_id,
                                 problem, run_id)
