@@ -74,13 +74,11 @@ def _incidents(store: Store) -> dict[str, Any]:
 
 def _gate(store: Store) -> dict[str, Any]:
     """What the one gate holds now, of every kind: the claims of work in progress (each
-    kind's novelty key), fixes awaiting review, and keys cooling down."""
-    adm = gate.admission(store)
+    kind's novelty key)."""
     claims: dict[str, list[str]] = {}
-    for key, entry in sorted(adm["active"].items()):
+    for key, entry in sorted(gate.admission(store)["active"].items()):
         claims.setdefault(str(entry.get("kind") or "code"), []).append(key)
-    return {"claims": claims, "awaiting_review": len(adm["open_prs"]),
-            "cooling": len(adm["ended"])}
+    return {"claims": claims}
 
 
 def _selfheal(store: Store) -> dict[str, Any]:

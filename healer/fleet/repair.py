@@ -161,15 +161,11 @@ class Repairer:
     async def repair_with_escalation(self, node: NodeEntry, *, problem: str = "stale heartbeat",
                                      diagnosed_at: float | None = None) -> LadderResult:
         blocked = self.gate(node, self.clock() if diagnosed_at is None else diagnosed_at)
-        if blocked:
-            log.info("repair of %s gate-blocked: %s", node.node_id, blocked)
-            await asyncio.to_thread(fleet_incidents.ladder_refused, self.store, node.node_id,
-                                    problem, blocked)
-            return LadderResult(False, "gate", gate_blocked=blocked)
         hold = PeerHold(self.store, node.node_id, self.owner,
                         self.ctx.settings.store.lease_ttl_s, clock=self.clock)
-        if not await hold.acquire():
+        if not blocked and not await hold.acquire():
             blocked = f"another healer holds the peer ({await hold.holder()})"
+        if blocked:
             log.info("repair of %s gate-blocked: %s", node.node_id, blocked)
             await asyncio.to_thread(fleet_incidents.ladder_refused, self.store, node.node_id,
                                     problem, blocked)

@@ -49,6 +49,11 @@ def running_keys(store: Store) -> list[str]:
     return store.members(RUNNING)
 
 
+def claim_key(key: str) -> str:
+    """The core gate's novelty key of the remediation ``key``."""
+    return f"play.{key}"
+
+
 class Remediator:
     def __init__(self, settings: Settings, store: Store, registry: SessionRegistry, *,
                  run_agent: RunAgent, still_broken: Callable[[str, dict[str, Any], float], bool],
@@ -90,7 +95,7 @@ class Remediator:
         run id in ``attempt_id``); ``already_investigating`` when one runs for it already.
         A claim a crash left behind (no remediation running under it) is released first."""
         key = self._key(play_id, issue)
-        novelty = f"play.{key}"
+        novelty = claim_key(key)
         now = self.clock()
 
         def record(run_id: str) -> None:
@@ -115,7 +120,7 @@ class Remediator:
     def _settle(self, key: str, run_id: str, status: str) -> None:
         """The remediation ended: the gate frees its key (play has no cooldown or breaker:
         every issue that stays broken goes to a person anyway)."""
-        gate.settle(self.store, f"play.{key}", run_id, now=self.clock(), kind="play",
+        gate.settle(self.store, claim_key(key), run_id, now=self.clock(), kind="play",
                     ended=True, outcome=status, cooldown=False)
 
     async def handle(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:

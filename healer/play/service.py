@@ -15,10 +15,11 @@ from urllib.parse import urlsplit
 
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
+from healer.core import gate
 from healer.core.store import Store
 from healer.play import evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
-from healer.play.remediate import RUNNING, Remediator, running_keys
+from healer.play.remediate import RUNNING, Remediator, claim_key, running_keys
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -312,13 +313,16 @@ class PlayService:
             await asyncio.wait(set(self._tasks), timeout=10)
 
     def recover(self) -> int:
-        """Remediations a crash left 'running' are marked interrupted so they can run again."""
+        """Remediations a crash left 'running' are marked interrupted so they can run again,
+        and their gate claims released (no other kind's reconcile judges play's claims, so a
+        dead one would hold a slot of the global cap until its key is claimed again)."""
         n = 0
         for key in running_keys(self.store):
             rec = self.store.get(REMEDIATIONS, key)
             if rec is not None and rec.data.get("status") == "running":
                 self.store.update(REMEDIATIONS, key,
                                   lambda d: {**(d or {}), "status": "interrupted"})
+                gate.release(self.store, claim_key(key), str(rec.data.get("run_id", "")))
                 n += 1
             self.store.remove_member(RUNNING, key)
         return n

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from healer.config import load_settings
+from healer.core import gate
 from healer.core.store import FileStore
 from healer.overview import _play
 from healer.play import remediate
@@ -58,3 +59,17 @@ def test_a_remediation_leaves_the_index_when_it_ends(tmp_path: Path) -> None:
     assert svc.store.members(remediate.RUNNING) == [key]
     rem._update(key, status="resolved")
     assert svc.store.members(remediate.RUNNING) == []
+
+
+def test_recover_releases_the_crashed_remediations_gate_claim(tmp_path: Path) -> None:
+    """A remediation a crash left running gives its gate claim back at recovery, so it does
+    not hold a slot of the global cap (nothing else judges play's claims)."""
+    svc = _service(tmp_path)
+    issue = {"id": "issue-1", "issue_type": "tool_mismatch", "agent": "rex",
+             "description": "rex is missing declared tools: x"}
+    assert svc.remediator.claim("play-1", issue).accepted
+    key = svc.remediator._key("play-1", issue)
+    assert remediate.claim_key(key) in gate.admission(svc.store)["active"]
+    assert svc.recover() == 1
+    assert gate.admission(svc.store)["active"] == {}
+    assert svc.remediator.claim("play-1", issue).accepted
