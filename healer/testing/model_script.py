@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -45,7 +45,11 @@ class Reply:
 class Fault:
     """Something going wrong instead of a reply.
 
-    ``http_error``: answer ``status`` with an Anthropic error body. ``break_stream``: send
+    ``http_error``: answer ``status`` with an Anthropic error body, plus ``headers`` (e.g.
+    ``retry-after``, ``anthropic-ratelimit-requests-reset``, ``x-should-retry``,
+    ``request-id``), which replace the server's defaults of the same name (case-insensitive:
+    ``request-id`` always, ``retry-after: 0`` and ``x-should-retry: false`` for 429 and 5xx).
+    ``break_stream``: send
     ``after_events`` SSE events of ``reply`` (half the body, for a non-streaming request) then
     drop the connection. ``hang``: accept the request and answer nothing for ``seconds``
     (None: until the server stops).
@@ -63,6 +67,7 @@ class Fault:
     seconds: float | None = None
     reply: Reply | None = None
     times: int | None = None
+    headers: Mapping[str, str] = field(default_factory=dict, hash=False)
 
 
 Turn = Reply | Fault | Callable[["RecordedRequest"], "Reply | Fault"]
@@ -93,10 +98,11 @@ def tool_block(name: str, input: Mapping[str, Any], *, id: str = "") -> dict[str
 
 
 def http_error(status: int = 529, error_type: str = "overloaded_error",
-               message: str = "Overloaded", *, times: int | None = None) -> Fault:
-    """The model answers with an HTTP error (529 overloaded by default)."""
+               message: str = "Overloaded", *, times: int | None = None,
+               headers: Mapping[str, str] | None = None) -> Fault:
+    """The model answers with an HTTP error (529 overloaded by default), with ``headers``."""
     return Fault("http_error", status=status, error_type=error_type, message=message,
-                 times=times)
+                 times=times, headers={str(k): str(v) for k, v in (headers or {}).items()})
 
 
 def break_stream(after_events: int = 3, reply: Reply | None = None, *,
@@ -126,6 +132,9 @@ class RecordedRequest:
     at: float
     scripted: bool = False
     turn: int | None = None
+    #: What the server answered with an error (status, headers sent); None for replies.
+    response_status: int | None = None
+    response_headers: dict[str, str] | None = None
 
     @property
     def json(self) -> dict[str, Any]:
@@ -206,9 +215,12 @@ def turn_from_dict(item: Mapping[str, Any]) -> Reply | Fault:
     fault = item.get("fault")
     times = int(item["times"]) if item.get("times") is not None else None
     if fault == "http_error":
+        headers = item.get("headers") or {}
+        if not isinstance(headers, Mapping):
+            raise ValueError("an http_error's 'headers' must be a mapping of names to values")
         return http_error(int(item.get("status", 529)), str(item.get("error_type",
                           "overloaded_error")), str(item.get("message", "Overloaded")),
-                          times=times)
+                          times=times, headers=headers)
     if fault == "break_stream":
         return break_stream(int(item.get("after_events", 3)), times=times)
     if fault == "hang":

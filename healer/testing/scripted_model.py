@@ -290,15 +290,23 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.model.requests.append(req)
         return req
 
-    def _send_json(self, status: int, data: Any) -> None:
+    def _send_json(self, status: int, data: Any, headers: Mapping[str, str] | None = None,
+                   req: RecordedRequest | None = None) -> None:
+        """Answer ``data``; ``headers`` replace the defaults of the same name."""
         raw = json.dumps(data).encode()
+        sent: dict[str, str] = {"request-id": next_id("req")}
+        if status >= 500 or status == 429:
+            sent.update({"retry-after": "0", "x-should-retry": "false"})
+        for key, value in (headers or {}).items():
+            sent = {k: v for k, v in sent.items() if k.lower() != key.lower()}
+            sent[key] = value
+        if req is not None:  # before sending: a client may act on the headers at once
+            req.response_status, req.response_headers = status, sent
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(raw)))
-        self.send_header("request-id", next_id("req"))
-        if status >= 500 or status == 429:
-            self.send_header("retry-after", "0")
-            self.send_header("x-should-retry", "false")
+        for key, value in sent.items():
+            self.send_header(key, value)
         self.end_headers()
         self.wfile.write(raw)
 
@@ -356,7 +364,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if what.kind == "http_error":
                 self._send_json(what.status, {"type": "error", "error": {
-                    "type": what.error_type, "message": what.message}})
+                    "type": what.error_type, "message": what.message}}, what.headers, req)
                 return
         usage = _usage(req)
         if not req.stream:
