@@ -68,6 +68,7 @@ class Pattern(NamedTuple):
     source: str = ""
     index: int = 0
     min_level: str = "warn"  # a line stating a lower level never fires it (healer.detect.lines)
+    failure_class: str = ""  # an agent runtime failure's class (healer.agents.failures)
 
     @property
     def flags(self) -> int:
@@ -196,7 +197,7 @@ class Catalog(NamedTuple):
         h = hashlib.sha256()
         for p in self.patterns:
             h.update(repr((p.id, p.regex, p.code, p.priority, p.severity, p.window_s,
-                           p.case_sensitive, p.generic, p.min_level)).encode())
+                           p.case_sensitive, p.generic, p.min_level, p.failure_class)).encode())
         for s in self.suppressions:
             h.update(repr((s.id, s.regex, s.codes, s.case_sensitive)).encode())
         return self._replace(digest=h.hexdigest())
@@ -311,7 +312,7 @@ def _pattern(raw: Mapping[str, Any], i: int, source: str) -> Pattern:
         window_s=float(raw["window_s"]) if raw.get("window_s") is not None else None,
         case_sensitive=bool(raw.get("case_sensitive", False)),
         generic=bool(raw.get("generic", False)), source=source, index=i,
-        min_level=str(raw.get("min_level", "warn")),
+        min_level=str(raw.get("min_level", "warn")), failure_class=str(raw.get("class", "")),
     )
     _compile_check(p.regex, p.flags, source=source, pid=p.id, key=key)
     return p

@@ -271,9 +271,18 @@ class Engine:
         if sup_ks:
             gone = self._suppressor.verdict(line, sup_ks, {pats[i].code for i in matched})
             if gone is None:
-                return ()
-            if gone:
+                # A suppression that names no code silences the word patterns ("errors": [],
+                # "failed": 0 …), not a classified runtime failure: its text is specific and
+                # a CLI's failure event carries such counts too. Naming the code silences it.
+                matched = [i for i in matched if pats[i].failure_class]
+                if not matched:
+                    return ()
+            elif gone:
                 matched = [i for i in matched if pats[i].code not in gone]
+        if len(matched) > 1 and any(pats[i].failure_class for i in matched):
+            # A CLI's failure line ("API Error: Connection refused …") also holds the words of
+            # the generic runtime patterns; it is the classified failure, said once.
+            matched = [i for i in matched if pats[i].failure_class or pats[i].priority != 2]
         best: dict[str, int] = {}
         for i in matched:
             code = pats[i].code

@@ -59,6 +59,26 @@ FAILURES: dict[str, list[str]] = {
     "L4": ["task context for task 4 is empty"],
     "E1": ["failed to apply patch: hunk 2 of src/lib.rs rejected"],
     "E2": ["out of memory: cannot allocate 1073741824 bytes"],
+    # agent runtime failures, in the Claude Code CLI's own words (tests/agents/cli_failures)
+    "T1": ["API Error: Request rejected (429) · This request would exceed the rate limit for "
+           "your organization of 50 requests per minute."],
+    "T2": ["API Error: Repeated 529 Overloaded errors. The API is at capacity."],
+    "T3": ["API Error: 500 Internal server error. This is a server-side issue, usually "
+           "temporary."],
+    "T4": ["API Error: Connection refused — a firewall or proxy may be blocking it "
+           "(ECONNREFUSED)"],
+    "X1": ["Invalid API key · Fix external API key"],
+    "X2": ["Failed to authenticate. API Error: 403 Your API key does not have permission to "
+           "use the specified resource."],
+    "X3": ["Credit balance is too low"],
+    "X4": ["API Error: 400 model: claude-nope is not a valid model",
+           'upstream said {"type":"error","error":{"type":"invalid_request_error"}}'],
+    "C1": ["Prompt is too long · the request is ~215000 tokens (limit 200000)"],
+    "C2": ["Error: Reached max turns (1)"],
+    "C3": ["Error: Exceeded USD budget (0.0001)"],
+    "S1": ["No conversation found with session ID: 0f6b2f3e-8a1d-4c55-9d0e-2b7f1c9a4e11"],
+    "S2": ["Error: Session ID 0f6b2f3e-8a1d-4c55-9d0e-2b7f1c9a4e11 is already in use."],
+    "S3": ["lock file /home/agent/.claude/sessions/task-4.lock already exists"],
 }
 PREFLIGHT = ("A10", "A11", "A12")
 WARN_LEVEL = ("L3", "L4")  # logged as warnings by the agents
@@ -90,6 +110,8 @@ PLAIN_NEGATIVES = [  # level-free tool output that mentions failures and is fine
     "test auth::rejects_invalid_token ... ok",
     "tests/test_api.py::test_connection_refused_is_retried PASSED",
     "--- PASS: TestPanicRecovery (0.00s)",
+    "test client::tests::backs_off_on_rate_limit_error ... ok",
+    "tests/test_retry.py::test_overloaded_error_is_retried PASSED",
     "    Finished `test` profile [unoptimized + debuginfo] target(s) in 3.2s",
 ]
 
