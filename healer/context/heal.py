@@ -261,6 +261,9 @@ class ContextHealer:
         if not commits:
             it.reasons = ["the agent committed no change"]
             it.verdict = {}
+        elif (why_not := await asyncio.to_thread(tree.unreviewable)) is not None:
+            it.reasons = [why_not]  # markers, whitespace, net zero: nothing a PR could show
+            it.verdict = {}
         else:
             head = await asyncio.to_thread(tree.head)
             verdict = await asyncio.to_thread(
@@ -305,6 +308,8 @@ class ContextHealer:
         try:
             for what, text in (("PR title", title), ("PR body", body), ("diff", diff)):
                 self.sanitizer.ensure_publishable(text, what)
+            # The last step before the forge, on the very commit the PR would carry.
+            await asyncio.to_thread(tree.require_reviewable, head)
             forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
             ref = await asyncio.to_thread(forge.open_pr, PullRequest(
                 title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
@@ -318,6 +323,8 @@ class ContextHealer:
             return await self._give_up(inc, aid, iterations, f"the verified fix could not be "
                                        f"published: {exc.what} contained personal data or "
                                        "secrets", tree, end=False)
+        except wt.NothingToReview as exc:
+            return await self._give_up(inc, aid, iterations, str(exc), tree)
         self._end(aid, st.PR_OPEN, pr_number=ref.number, pr_url=ref.url, head_sha=head,
                   commits=len(commits), pr_title=title, iterations=len(iterations))
         fix = {"pr_url": ref.url, "pr_number": ref.number, "branch": tree.branch,

@@ -13,7 +13,9 @@ commits, and the PR text and diff are      ``pr_open`` (PR title
 clean                                      ``fix(healing): <type> in <site> [<fp12>]``)
 commits, but the validator finds secrets   ``anonymization_failed``; nothing published
 or personal data in the diff or PR text
-no commits                                 ``failed``
+no commits, or commits whose diff holds    ``failed``; no PR, no forge call (the reason
+nothing to review (empty, net zero,        names the marker files)
+whitespace only, only marker files)
 =========================================  ==========================================
 
 Every end but ``pr_open`` is then escalated to a person (``healer.selfheal.escalate``: a seed
@@ -48,6 +50,7 @@ from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.runner import (
     AgentRunner,
     HealingTask,
+    RunResult,
     render_prompt,
     result_path_for,
     runner_for,
@@ -193,14 +196,20 @@ class Dispatcher:
                                   "reason": "the healing agent found this is not a code bug"}
         commits = await asyncio.to_thread(tree.commits)
         if not commits:
-            why = "the healing agent made no commits"
-            if not outcome.ok and outcome.error:
-                why += f" ({self._clean(outcome.error)})"
-            return st.FAILED, {"reason": why}
+            return st.FAILED, {"reason": self._why("the healing agent made no commits", outcome)}
         diff, diffstat, head = await asyncio.to_thread(
             lambda: (tree.diff(), tree.diffstat(), tree.head()))
-        return await asyncio.to_thread(self._publish, att, tree, repo, commits, diff, diffstat,
-                                       head)
+        try:
+            return await asyncio.to_thread(self._publish, att, tree, repo, commits, diff,
+                                           diffstat, head)
+        except wt.NothingToReview as exc:
+            return st.FAILED, {"reason": self._why(str(exc), outcome)}
+
+    def _why(self, why: str, outcome: RunResult) -> str:
+        """A failure reason, with the agent run's own error (a rate limit …) when it had one."""
+        if not outcome.ok and outcome.error:
+            why += f" ({self._clean(outcome.error)})"
+        return self._clean(why)
 
     def _check_prompt(self, task: HealingTask) -> None:
         """The prompt goes to a model: validate it like anything else that leaves.
@@ -223,6 +232,8 @@ class Dispatcher:
         body = pr_body(att, commits, diffstat)
         for what, text in (("PR title", title), ("PR body", body), ("diff", diff)):
             self.sanitizer.ensure_publishable(text, what)
+        # The last step before the forge, and judged on the very commit the PR would carry.
+        tree.require_reviewable(head)
         forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
         ref = forge.open_pr(PullRequest(
             title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,

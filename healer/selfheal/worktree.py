@@ -4,6 +4,10 @@ A healing agent works in ``<state>/worktrees/heal-<attempt_id>``, a worktree of 
 being healed on branch ``healing/<fp12>-<suffix>`` started from the base branch. The agent
 commits there; the dispatcher reads the commits, the diff and an ``UNFIXABLE`` file back.
 The branch stays after the worktree is removed when a PR points at it.
+
+No PR is opened from a branch whose diff against the base (``base...head``, what the PR would
+show) changes nothing a person could review: no file, or only ``MARKER_FILES``, files that
+stay empty, or whitespace and blank lines (``Worktree.require_reviewable``).
 """
 
 from __future__ import annotations
@@ -11,15 +15,46 @@ from __future__ import annotations
 import contextlib
 import shutil
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from healer.core.git import GitError, git
 from healer.core.names import safe_name
-from healer.errors import UsageError
+from healer.errors import HealerError, UsageError
 
 UNFIXABLE = "UNFIXABLE"
 MAX_UNFIXABLE_BYTES = 64 * 1024
 MAX_DIFF_BYTES = 1 << 20
+MAX_NAMED = 10  # paths named in a "nothing to review" reason
+
+# Files that mark state instead of changing the program: a branch that touches only these
+# holds nothing to review (a rate-limited agent "recovered" into a PR of one marker file).
+# A pattern without "/" matches a file's name at any depth, one with "/" its path from the
+# repository root (``*`` crosses "/").
+MARKER_FILES: tuple[str, ...] = (
+    UNFIXABLE,             # the healing agent's "not a code bug" note (prompts/healing-agent)
+    "HEALED",              # "done" flags an agent may leave in place of a fix
+    "*.marker",
+    ".heal-*",
+    ".healer/**",          # healer's own state dir and living context (state_dir, context.dir)
+    ".healer-skill.json",  # what healer writes into an installed skill (healer.skills.MARKER)
+    "heal-*-[0-9]*.json",  # an agent's result file (heal-<kind>-<target>-<epoch>.json) put here
+)
+
+
+class NothingToReview(HealerError):
+    """The healing branch has commits, but no change a person could review in a PR."""
+
+
+def is_marker(path: str) -> bool:
+    """Whether ``path`` (relative, "/"-separated) is one of ``MARKER_FILES``."""
+    name = path.rsplit("/", 1)[-1]
+    return any(fnmatchcase(path if "/" in pat else name, pat) for pat in MARKER_FILES)
+
+
+def _named(paths: list[str]) -> str:
+    shown = ", ".join(sorted(paths)[:MAX_NAMED])
+    return shown + (f" and {len(paths) - MAX_NAMED} more" if len(paths) > MAX_NAMED else "")
 
 
 def git_identity(worktree: Path) -> dict[str, str]:
@@ -86,6 +121,45 @@ class Worktree:
 
     def diffstat(self) -> str:
         return git(self.path, "diff", "--stat", "--no-color", f"{self.base_sha}", "HEAD").stdout
+
+    def unreviewable(self, head: str = "HEAD") -> str | None:
+        """Why ``base...head`` (what a PR would show) holds nothing to review; None if it does.
+
+        git decides what changed: a path counts when its content differs ignoring all
+        whitespace and blank lines (so commits that add then revert, files that stay empty and
+        whitespace-only edits, re-indentation included, do not) or its mode changed, and it
+        is not a marker file.
+        """
+        spec = f"{self.base_sha}...{head}"
+        # No renames: a renamed file is a deletion plus an addition, each judged by its lines.
+        opts = ("--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "-z")
+        raw = git(self.path, "diff", "--raw", *opts, spec).stdout.split("\0")
+        paths: list[str] = []
+        moved: set[str] = set()
+        for meta, path in zip(raw[0::2], raw[1::2], strict=False):
+            old_mode, new_mode = meta.lstrip(":").split(" ", 2)[:2]
+            paths.append(path)
+            if "000000" not in (old_mode, new_mode) and old_mode != new_mode:
+                moved.add(path)  # chmod +x of a script can be the whole fix
+        numstat = git(self.path, "diff", "--numstat", "--ignore-all-space",
+                      "--ignore-blank-lines", *opts, spec).stdout.split("\0")
+        edited = {rest[-1] for rest in (e.split("\t", 2) for e in numstat if e)
+                  if len(rest) == 3 and rest[:2] != ["0", "0"]}  # binary files: "-", "-"
+        if any(not is_marker(p) for p in edited | moved):
+            return None
+        if not paths:
+            return "the healing branch changes nothing to review (its commits change no file)"
+        markers = [p for p in paths if is_marker(p)]
+        idle = [p for p in paths if not is_marker(p)]
+        what = ([f"marker files: {_named(markers)}"] if markers else []) + (
+            [f"whitespace or empty-file changes: {_named(idle)}"] if idle else [])
+        return f"the healing branch changes nothing to review (only {'; '.join(what)})"
+
+    def require_reviewable(self, head: str = "HEAD") -> None:
+        """Raise ``NothingToReview`` unless ``base...head`` changes something to review."""
+        why = self.unreviewable(head)
+        if why is not None:
+            raise NothingToReview(why)
 
     def unfixable_text(self) -> str | None:
         """The ``UNFIXABLE`` explanation, committed or just left in the worktree, if any."""
