@@ -14,6 +14,15 @@ saves, per case, into ``--out`` (default ``tests/agents/cli_failures/claude/``):
                                 the HTTP status and headers the server sent, exit codes,
                                 durations, requests received
 
+and, for the cases that keep one (``Case.transcript``: ``rate_limit_429``, ``auth_401``), from
+a third plain ``-p`` run with a hook on ``Stop``, ``StopFailure`` and ``SubagentStop`` that
+writes its stdin to a file::
+
+    <case>.transcript.jsonl     the session transcript the CLI wrote under
+                                $CLAUDE_CONFIG_DIR/projects/ (what a Stop hook's
+                                ``transcript_path`` names)
+    <case>.hooks.jsonl          the JSON each of those hooks got on stdin, one a line
+
 Volatile values are normalised so a re-recording diffs cleanly: temp paths become ``${tmp}``,
 the server's port ``${port}``, the pid in the CLI's messaging socket path ``${pid}``. Session
 ids and durations are kept as the CLI printed them (``meta.volatile`` lists those fields).
@@ -23,6 +32,7 @@ the CLI at a closed 127.0.0.1 port. Every run is bounded by ``--timeout``.
 
     .venv/bin/python scripts/record_cli_failures.py                 # every case
     .venv/bin/python scripts/record_cli_failures.py --case auth_401 --out /tmp/x
+    .venv/bin/python scripts/record_cli_failures.py --transcripts-only   # just those files
 """
 
 from __future__ import annotations
@@ -128,6 +138,8 @@ class Case:
     setup_args: Sequence[str] | None = None
     when_exhausted: Turn | None = None
     closed_port: bool = False
+    #: Also keep the session transcript and the Stop/StopFailure hook input (a third run).
+    transcript: bool = False
 
 
 def _cases() -> dict[str, Case]:
@@ -143,7 +155,8 @@ def _cases() -> dict[str, Case]:
                                  "or the maximum tokens requested, or try again later. You "
                                  "may also contact sales at https://www.anthropic.com/contact"
                                  "-sales to discuss your options for a rate limit increase.",
-                                 headers=_reset_headers(time.time()))]),
+                                 headers=_reset_headers(time.time()))],
+             transcript=True),
         Case("overloaded_529", "529 overloaded_error",
              lambda: [http_error(529, "overloaded_error", "Overloaded",
                                  headers=_retryable("req_scripted_overloaded"))]),
@@ -153,7 +166,8 @@ def _cases() -> dict[str, Case]:
         Case("auth_401", "401 authentication_error",
              lambda: [http_error(401, "authentication_error", "invalid x-api-key",
                                  headers={"request-id": "req_scripted_auth",
-                                          "x-should-retry": "false"})]),
+                                          "x-should-retry": "false"})],
+             transcript=True),
         Case("permission_403", "403 permission_error",
              lambda: [http_error(403, "permission_error",
                                  "Your API key does not have permission to use the specified "
@@ -339,6 +353,63 @@ def record_case(cli: str, case: Case, out: Path, timeout: float, version: str
     return meta
 
 
+#: The events whose hook input record_transcript keeps (the ones that end a turn).
+TRANSCRIPT_HOOKS = ("Stop", "StopFailure", "SubagentStop")
+_DUMP_HOOK = '#!/bin/sh\n# record_cli_failures: keep the hook input\ncat >> "$1"\necho >> "$1"\n'
+
+
+def record_transcript(cli: str, case: Case, out: Path, timeout: float) -> dict[str, Any]:
+    """One plain ``-p`` run of ``case`` with a hook on each of ``TRANSCRIPT_HOOKS`` that
+    appends its stdin to a file; saves the session transcript the CLI wrote
+    (``<case>.transcript.jsonl``) and those hook inputs (``<case>.hooks.jsonl``), with temp
+    paths as ``${tmp}`` (the project folder's name ``${tmp_slug}-work``) and the server's port
+    as ``${port}``."""
+    with tempfile.TemporaryDirectory(prefix="healer-cli-rec-") as name:
+        tmp = Path(name)
+        for sub in ("home", "config", "work"):
+            (tmp / sub).mkdir(mode=0o700)
+        dump, inputs = tmp / "dump-hook.sh", tmp / "hooks.jsonl"
+        dump.write_text(_DUMP_HOOK)
+        dump.chmod(0o700)
+        (tmp / "config" / "settings.json").write_text(json.dumps({"hooks": {
+            event: [{"hooks": [{"type": "command", "command": f'"{dump}" "{inputs}"'}]}]
+            for event in TRANSCRIPT_HOOKS}}))
+        model = ScriptedModel(case.script(), when_exhausted=case.when_exhausted)
+        model.start()
+        try:
+            port = _closed_port() if case.closed_port else model.port
+            base = dict(model.env())
+            if case.closed_port:
+                base["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+            values = {"session_id": str(uuid.uuid4())}
+            run = _run(_argv(cli, case, "text", case.args, values),
+                       _env(tmp, {**base, **case.env}), tmp / "work", timeout)
+        finally:
+            model.stop()
+        hooks = [json.loads(line) for line in (inputs.read_text(encoding="utf-8").splitlines()
+                                               if inputs.exists() else []) if line.strip()]
+        transcripts = sorted((tmp / "config" / "projects").glob("*/*.jsonl"))
+        if not hooks or not transcripts:
+            raise RuntimeError(f"{case.name}: no hook input or no transcript "
+                               f"(exit {run['exit_code']}): {run['stderr'][-500:]}")
+        # The CLI names the project folder after the cwd's path, every character but letters
+        # and digits a dash: that name holds the random temp dir too.
+        slugs = {re.sub(r"[^A-Za-z0-9]", "-", str(t)) for t in (tmp, tmp.resolve())}
+
+        def clean(value: str) -> str:
+            for slug in slugs:
+                value = value.replace(slug, "${tmp_slug}")
+            return _normalise(value, tmp, port)
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{case.name}.transcript.jsonl").write_text(
+            clean(transcripts[0].read_text(encoding="utf-8")), encoding="utf-8")
+        (out / f"{case.name}.hooks.jsonl").write_text("".join(
+            clean(json.dumps(h)) + "\n" for h in hooks), encoding="utf-8")
+        return {"exit_code": run["exit_code"], "hooks": [h.get("hook_event_name") for h in hooks],
+                "transcript_bytes": transcripts[0].stat().st_size}
+
+
 RESULT_FIELDS = ("subtype", "is_error", "api_error_status", "api_error_type",
                  "terminal_reason", "stop_reason", "num_turns", "result", "errors")
 
@@ -387,6 +458,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="record only this case (repeatable; default: all)")
     p.add_argument("--cli", default=None, help="the claude binary (default: the bundled one)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per CLI run")
+    p.add_argument("--transcripts-only", action="store_true",
+                   help="record only the transcript and hook input of the cases that keep one")
     args = p.parse_args(argv)
     cli = args.cli or bundled_cli()
     if not cli or not shutil.which(cli):
@@ -394,10 +467,16 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     version = cli_version(cli)
     for name in args.case or list(CASES):
-        meta = record_case(cli, CASES[name], args.out, args.timeout, version)
-        codes = {m: r["exit_code"] for m, r in meta["modes"].items()}
-        took = {m: r["duration_s"] for m, r in meta["modes"].items()}
-        print(f"{name}: exit {codes} in {took} s", flush=True)
+        case = CASES[name]
+        if not args.transcripts_only:
+            meta = record_case(cli, case, args.out, args.timeout, version)
+            codes = {m: r["exit_code"] for m, r in meta["modes"].items()}
+            took = {m: r["duration_s"] for m, r in meta["modes"].items()}
+            print(f"{name}: exit {codes} in {took} s", flush=True)
+        if case.transcript:
+            kept = record_transcript(cli, case, args.out, args.timeout)
+            print(f"{name}: transcript ({kept['transcript_bytes']} bytes), hooks "
+                  f"{kept['hooks']}", flush=True)
     return 0
 
 

@@ -157,7 +157,7 @@ class TestClaudePluginValidate:
     def test_the_repository_passes_strict_plugin_validation(
             self, claude: Path, bundle: Path, tmp_path: Path) -> None:
         """`claude plugin validate --strict .` passes, and the plugin provides the four skills,
-        every agent in agents/, the MCP server through bin/healer, both hooks and the bin."""
+        every agent in agents/, the MCP server through bin/healer, the hooks and the bin."""
         data = plugin_validate(claude, bundle, tmp_path)
         assert data["success"], json.dumps(data["manifest"], indent=1)
         assert data["manifest"]["errors"] == [] and data["manifest"]["warnings"] == []
@@ -167,7 +167,9 @@ class TestClaudePluginValidate:
         assert set(provides["agents"]) == agents
         targets = {s["target"] for s in provides["mcpServers"] if s["name"] == "healer"}
         assert "${CLAUDE_PLUGIN_ROOT}/bin/healer" in targets
-        assert {h["event"] for h in provides["hooks"]} == {"SessionStart", "SessionEnd"}
+        assert {h["event"] for h in provides["hooks"]} == {
+            "SessionStart", "SessionEnd", "Stop", "StopFailure", "SubagentStop",
+            "PostToolUseFailure", "Notification"}
         assert provides["bin"] == ["healer"]
 
     @pytest.mark.e2e
