@@ -56,8 +56,10 @@ def _play(store: Store) -> dict[str, Any]:
     # From the index (built once on a state dir from before it, as attempts' is).
     running = [k for k in running_keys(store)
                if (rec := store.get(KIND, k)) and rec.data.get("status") == "running"]
+    from healer.play.runtime import held
+
     return {"active_sessions": len(active), "open_issues": open_issues,
-            "remediations_running": running}
+            "remediations_running": running, "agents_held": held(store)}
 
 
 def _incidents(store: Store) -> dict[str, Any]:
@@ -161,6 +163,16 @@ def render(data: dict[str, Any]) -> str:
     for i in play["open_issues"][:10]:
         mark = " [escalated]" if i["escalated"] else ""
         lines.append(f"  - {i['play_id']}: {i['description']}{mark}")
+    held = play.get("agents_held") or []
+    if held:
+        waiting = [a for a in held if a["status"] == "waiting"]
+        lines.append(f"agents held: {len(waiting)} waiting, {len(held) - len(waiting)} paused")
+        for a in held[:10]:
+            when = f", resumes {a['resume_at']}" if a.get("resume_at") else ""
+            lines.append(f"  - {a['agent']} in {a['play_id']}: {a['status']} "
+                         f"({a['code']} {a['reason']}{when})")
+        if len(held) > 10:
+            lines.append(f"  … and {len(held) - 10} more")
     inc = data["incidents"]
     if inc["by_kind"]:
         lines.append("incidents: " + "; ".join(

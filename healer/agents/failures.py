@@ -212,6 +212,9 @@ _IN_SECONDS = re.compile(
     r"(?:try again|retry|resets?) in (\d+(?:\.\d+)?)\s*(s|sec|seconds?|m|min|minutes?|h|hours?)\b",
     re.I)
 _EPOCH_SUFFIX = re.compile(r"usage limit reached\|(\d{10})\b", re.I)
+_HEADER = re.compile(r"\b(retry-after|anthropic-ratelimit-[a-z-]+-reset)\"?\s*[:=]\s*\"?"
+                     r"(\d{4}-\d\d-\d\dT[0-9:.]+(?:Z|[+-]\d\d:\d\d)|[0-9]{1,10}(?:\.[0-9]+)?)",
+                     re.I)
 _UNIT = {"s": 1, "m": 60, "h": 3600}
 
 
@@ -249,11 +252,15 @@ def _instant(value: str) -> float | None:
 
 
 def retry_at_from_text(text: str, now: float) -> float | None:
-    """A reset time an agent printed: "try again in 30 seconds", "resets in 5m", or Claude
-    Code's subscription form ``usage limit reached|<epoch>``."""
+    """A reset time an agent printed: "try again in 30 seconds", "resets in 5m", Claude
+    Code's subscription form ``usage limit reached|<epoch>``, or logged response headers
+    (``retry-after: 30``, ``anthropic-ratelimit-requests-reset: <RFC 3339>``)."""
     m = _EPOCH_SUFFIX.search(text)
     if m:
         return float(m.group(1))
+    headers = {h.group(1): h.group(2) for h in _HEADER.finditer(text)}
+    if headers:  # an agent (or its wrapper) that logs the API's response headers
+        return retry_at_from_headers(headers, now)
     m = _IN_SECONDS.search(text)
     if m:
         return now + float(m.group(1)) * _UNIT[m.group(2)[0].lower()]

@@ -39,8 +39,10 @@ class PlaySettings:
                                     "forge issue within this window.", minimum=0)
     actions: dict[str, list[str]] = setting(
         {}, "What the remediation playbook runs per strategy (fix_config, fix_code, restart, "
-        "retry): an argv, no shell. `{play_id}`, `{agent}`, `{issue_type}`, `{level}`, "
-        "`{missing_tools}`, `{task_id}`, `{repository}`, `{namespace}` are substituted.",
+        "retry; resume and fresh_session for agent runtime failures): an argv, no shell. "
+        "`{play_id}`, `{agent}`, `{issue_type}`, `{level}`, `{missing_tools}`, `{task_id}`, "
+        "`{repository}`, `{namespace}`, `{code}` and `{session_id}` (the session not to "
+        "resume) are substituted.",
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
     tools_server_hosts: list[str] = setting(
@@ -49,6 +51,24 @@ class PlaySettings:
         items={"type": "string", "minLength": 1})
     stuck_after_s: float = setting(600.0, "An active agent silent this long (no logs, no "
                                    "inventory) is stuck (alert A9).", minimum=1)
+    limit_first_wait_s: float = setting(
+        60.0, "A rate limit or overload with no reset time: resume the waiting agents this "
+        "long after it was first seen (agent-supervisor default).", minimum=0)
+    limit_wait_s: float = setting(300.0, "Then this long between resume rounds while the "
+                                  "limit keeps coming back.", minimum=0)
+    limit_max_waits: int = setting(12, "Resume rounds before a persisting limit goes to a "
+                                   "person (12 × 300 s ≈ the 120-minute anchor).", minimum=1)
+    resume_stagger_s: float = setting(5.0, "Time between two agents resumed after a shared "
+                                      "limit, so they do not hit it again at once.", minimum=0)
+    crash_loop_launches: int = setting(10, "Failed launches in a row after which an agent is "
+                                       "paused and a person told (K1).", minimum=1)
+    crash_loop_window_s: float = setting(600.0, "A launch counts as failed when the agent "
+                                         "fails again within this time.", minimum=1)
+    crash_backoff_base_s: float = setting(30.0, "Back-off before relaunching an agent after "
+                                          "its first failed launch; doubles each time.",
+                                          minimum=0)
+    crash_backoff_cap_s: float = setting(900.0, "The longest relaunch back-off (15 minutes).",
+                                         minimum=0)
 
 
 @dataclass

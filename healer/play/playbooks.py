@@ -87,7 +87,8 @@ async def remediate(ctx: PlaybookContext) -> dict[str, Any]:
                          f"play.actions.{strategy} to the command that performs it.",
                 "error": f"no action for {strategy}"}
     values = {k: ctx.vars.get(k, "") for k in ("agent", "level", "missing_tools", "task_id",
-                                               "repository", "namespace")}
+                                               "repository", "namespace", "code",
+                                               "session_id")}
     values["play_id"] = ctx.task.target
     values["issue_type"] = issue_type
     unsafe = [k for k, v in values.items() if not _SAFE_VALUE.fullmatch(v)]

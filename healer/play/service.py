@@ -20,6 +20,7 @@ from healer.core.store import Store
 from healer.play import evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
 from healer.play.remediate import RUNNING, Remediator, claim_key, running_keys
+from healer.play.runtime import AgentRuntime
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -43,6 +44,11 @@ class PlayService:
                                      run_agent=run_agent or self._run_agent,
                                      still_broken=self.still_broken, metrics=metrics,
                                      clock=clock)
+        self.runtime = AgentRuntime(settings, store, self.registry,
+                                    run_agent=self.remediator.run_agent,
+                                    ledger=self.remediator.ledger,
+                                    issues=self.remediator.issues, track=self.track,
+                                    clock=clock, metrics=metrics)
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -203,7 +209,8 @@ class PlayService:
                                       missing_tools=verdict.missing_tools
                                       if issue_type == "tool_mismatch" else [],
                                       task_id=task_id))
-        runtime = [a for a in alerts if a.priority == 2]
+        classified = [a for a in alerts if a.pattern is not None and a.pattern.failure_class]
+        runtime = [a for a in alerts if a.priority == 2 and a not in classified]
         for code in sorted({a.code for a in runtime}):
             hits = [a for a in runtime if a.code == code]
             worst = "critical" if any(a.severity == "critical" for a in hits) else "warning"
@@ -225,10 +232,29 @@ class PlayService:
             self.registry.update(play_id, fn)
             if self.metrics is not None:
                 for a in alerts:
+                    if a in classified:
+                        continue
                     self.metrics.incidents.labels(code=a.code).inc()
         recorded = self._record(play_id, issues)
         return {"alerts": [a.to_dict() for a in alerts], "issues": recorded,
-                "checklist": verdict.items}
+                "checklist": verdict.items,
+                "runtime": self._runtime(play_id, agent, classified, lines)}
+
+    def _runtime(self, play_id: str, agent: str, classified: list[Any], lines: list[str]
+                 ) -> dict[str, Any] | None:
+        """Runtime failures (rate limits, bad keys, stale sessions …) take their own path
+        (healer.play.runtime); logs without one tell a waiting or paused agent works again."""
+        if not classified:
+            if lines:
+                self.runtime.cleared(play_id, agent)
+            return None
+        rank = {"terminal": 0, "crash_loop": 1, "session": 2, "capacity": 3, "transient": 4}
+        first = min(classified, key=lambda a: (rank[a.pattern.failure_class], a.line_no))
+        evidence = [a.line for a in classified if a.code == first.code][:MAX_EVIDENCE]
+        if self.metrics is not None:
+            self.metrics.incidents.labels(code=first.code).inc()
+        # A reset time may sit on a line of its own (a wrapper logging the response headers).
+        return self.runtime.report(play_id, agent, first.code, evidence, context=lines[:200])
 
     def _issue(self, issue_type: str, severity: str, agent: str, description: str,
                **extra: Any) -> dict[str, Any]:
@@ -338,6 +364,9 @@ class PlayLoopService:
         n = self.play.recover()
         if n:
             log.info("marked %d interrupted remediation(s)", n)
+        waits = self.play.runtime.recover()
+        if waits:
+            log.info("resumed %d wait(s) for a rate limit or overload", waits)
 
     async def stop(self) -> None:
         await self.play.stop()

@@ -105,5 +105,9 @@ def test_retry_times_from_headers_and_text() -> None:
     assert failures.retry_at_from_text("Claude AI usage limit reached|1800003600", now) == \
         1800003600.0
     assert failures.retry_at_from_text("API Error: Request rejected (429)", now) is None
+    assert failures.retry_at_from_text("< retry-after: 7", now) == now + 7
+    assert failures.retry_at_from_text(
+        'headers {"anthropic-ratelimit-tokens-reset": "2027-01-15T08:00:40Z"}', now) == \
+        1800000040.0
     assert [failures.backoff_s(n, base_s=30, cap_s=900) for n in (1, 2, 3, 6, 10)] == \
         [30, 60, 120, 900, 900]
