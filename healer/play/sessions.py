@@ -157,6 +157,7 @@ class SessionRegistry:
             "cto_config": payload["cto_config"],
             "tasks": payload.get("tasks") or [],
             "tools_server": payload.get("tools_server", ""),
+            "account": payload.get("account", "default"),
             "expected_tools": expected_tools(payload["cto_config"]),
             "started_at": iso(now),
             "started_epoch": now,

@@ -274,3 +274,20 @@ def test_a_crash_loop_is_paused_and_escalated_once(serve: Any, dirs: Any,
     assert _post(s, AGENTS[0], ["noise"])["runtime"] is None
     assert f"{AGENTS[0]} in {PLAY}: paused (K1 crash loop" in cli("status").out
     assert len(_calls(calls)) == 3 and len(_escalations(dirs)) == 1
+
+
+def test_a_limit_is_shared_per_account(serve: Any, dirs: Any, printed: dict[str, Any]) -> None:
+    s = _serve(serve, limit_first_wait_s=600)
+    for n, account in enumerate(("team-a", "team-a", "team-b")):
+        body = {**_body(AGENTS[:1]), "play_id": f"{PLAY}-{n}", "account": account}
+        assert s.http.post("/api/v1/session/start", json=body).status_code in (200, 201)
+        r = s.http.post(f"/api/v1/session/{PLAY}-{n}/logs",
+                        json={"agent": AGENTS[0], "lines": printed["rate_limit_429"]["lines"]})
+        assert r.json()["runtime"]["action"] == "waiting"
+    items = s.http.get("/api/v1/incidents", params={"kind": "play"}).json()["incidents"]
+    assert sorted((i["summary"], i["held_total"]) for i in items) == [
+        ("anthropic rate limit reached (account team-a)", 2),
+        ("anthropic rate limit reached (account team-b)", 1)]
+    bad = s.http.post("/api/v1/session/start", json={**_body(AGENTS[:1]), "play_id": "p-x",
+                                                     "account": "sk-ant-../../x"})
+    assert bad.status_code == 400
