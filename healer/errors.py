@@ -17,6 +17,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentResultError         the agent finished but reported an error
     │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
     │   └── SlotWaitError            no agent slot came free in time; the run never started
+    ├── NothingToReviewError         a healing branch changes nothing a PR could show
     └── UnavailableError             a dependency or service is missing             exit 3
 """
 
@@ -135,6 +136,11 @@ class AgentTimeoutError(ExecutorError):
 class SlotWaitError(ExecutorError):
     """Every one of the machine's ``executor.max_concurrent`` agent slots stayed busy for
     ``executor.slot_wait_s``: the run was not started."""
+
+
+class NothingToReviewError(HealerError):
+    """The healing branch has commits, but no change a person could review in a PR (empty,
+    net-zero, whitespace-only or marker files only)."""
 
 
 class UnavailableError(HealerError):

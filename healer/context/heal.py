@@ -323,7 +323,7 @@ class ContextHealer:
             return await self._give_up(inc, aid, iterations, f"the verified fix could not be "
                                        f"published: {exc.what} contained personal data or "
                                        "secrets", tree, end=False)
-        except wt.NothingToReview as exc:
+        except wt.NothingToReviewError as exc:
             return await self._give_up(inc, aid, iterations, str(exc), tree)
         self._end(aid, st.PR_OPEN, pr_number=ref.number, pr_url=ref.url, head_sha=head,
                   commits=len(commits), pr_title=title, iterations=len(iterations))

@@ -202,7 +202,7 @@ class Dispatcher:
         try:
             return await asyncio.to_thread(self._publish, att, tree, repo, commits, diff,
                                            diffstat, head)
-        except wt.NothingToReview as exc:
+        except wt.NothingToReviewError as exc:
             return st.FAILED, {"reason": self._why(str(exc), outcome)}
 
     def _why(self, why: str, outcome: RunResult) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from healer.core.git import GitError, git
 from healer.core.names import safe_name
-from healer.errors import HealerError, UsageError
+from healer.errors import NothingToReviewError, UsageError
 
 UNFIXABLE = "UNFIXABLE"
 MAX_UNFIXABLE_BYTES = 64 * 1024
@@ -40,10 +40,6 @@ MARKER_FILES: tuple[str, ...] = (
     ".healer-skill.json",  # what healer writes into an installed skill (healer.skills.MARKER)
     "heal-*-[0-9]*.json",  # an agent's result file (heal-<kind>-<target>-<epoch>.json) put here
 )
-
-
-class NothingToReview(HealerError):
-    """The healing branch has commits, but no change a person could review in a PR."""
 
 
 def is_marker(path: str) -> bool:
@@ -156,10 +152,10 @@ class Worktree:
         return f"the healing branch changes nothing to review (only {'; '.join(what)})"
 
     def require_reviewable(self, head: str = "HEAD") -> None:
-        """Raise ``NothingToReview`` unless ``base...head`` changes something to review."""
+        """Raise ``NothingToReviewError`` unless ``base...head`` changes something to review."""
         why = self.unreviewable(head)
         if why is not None:
-            raise NothingToReview(why)
+            raise NothingToReviewError(why)
 
     def unfixable_text(self) -> str | None:
         """The ``UNFIXABLE`` explanation, committed or just left in the worktree, if any."""

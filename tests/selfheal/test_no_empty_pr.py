@@ -215,7 +215,7 @@ def test_what_counts_as_a_change(repo: Path, tmp_path: Path,
     why = tree.unreviewable()
     assert (why is None) is reviewable, why
     if not reviewable:
-        with pytest.raises(wt.NothingToReview):
+        with pytest.raises(wt.NothingToReviewError):
             tree.require_reviewable(tree.head())
 
 
