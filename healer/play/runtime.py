@@ -211,6 +211,9 @@ class AgentRuntime:
             play_id, agent = a["play_id"], a["agent"]
             if self._agent(play_id, agent).get("status") != WAITING:
                 continue  # it recovered by itself, or a crash loop paused it
+            if (self.registry.get(play_id) or {}).get("status") != "active":
+                self.forget(play_id)
+                continue  # the play ended while it waited
             strategy = "resume" if self.settings.play.actions.get("resume") else "restart"
             ok = await self._launch(play_id, agent, strategy, code)
             resumed += ok
@@ -382,8 +385,8 @@ class AgentRuntime:
                 f"{agent} in play `{play_id}` failed {fails} launches in a row (last: {why}). "
                 "healer paused it and restarts it no more."),
                 steps=[failures.CODES["K1"].remedy,
-                       "When it is fixed, start the agent again; its next clean logs end the "
-                       "pause."],
+                       "When it is fixed, start the agent yourself (healer will not). Starting "
+                       "or finishing the play ends the pause."],
                 evidence=[why], dedup=f"heal-K1-{play_id}-{agent}"))
         log.warning("play %s: %s paused (%s)", play_id, agent, reason)
         return state
@@ -529,6 +532,19 @@ class AgentRuntime:
             await self.sleep(min(left, 5.0))
 
     # -- status and recovery ---------------------------------------------------------------------
+
+    def forget(self, play_id: str) -> None:
+        """The play started again or finished: its agents are held no more (a crash loop's
+        pause included — a person restarted it), and leave the limits they waited on."""
+        prefix = f"{play_id}."
+        for key in [k for k in self.store.members(HELD) if k.startswith(prefix)]:
+            self.store.remove_member(HELD, key)
+        for rec in list(self.store.list(AGENTS)):
+            if rec.key.startswith(prefix) and rec.data.get("play_id") == play_id:
+                self.store.delete(AGENTS, rec.key)
+                if rec.data.get("limit"):
+                    self._leave(str(rec.data["limit"]), rec.key,
+                                resolved_by=f"play {play_id} started again or finished")
 
     def recover(self) -> int:
         """Waits a stopped healer left: their claims are released and their waiters start

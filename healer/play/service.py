@@ -76,6 +76,7 @@ class PlayService:
 
     def start_session(self, body: dict[str, Any]) -> dict[str, Any]:
         data = self.registry.start(body)
+        self.runtime.forget(data["play_id"])  # a new run: nothing of the last one is held
         if self.metrics is not None:
             self.metrics.sessions_started.inc()
         log.info("play %s started: %d agent(s)", data["play_id"], len(data["expected_tools"]))
@@ -113,7 +114,9 @@ class PlayService:
         return item
 
     def finish_session(self, play_id: str, status: str, reason: str) -> dict[str, Any]:
-        return self.registry.finish(play_id, status, reason)
+        data = self.registry.finish(play_id, status, reason)
+        self.runtime.forget(play_id)
+        return data
 
     def _agent_started(self, play_id: str, agent: str, ts: float | None) -> float:
         """When ``agent`` started: first seen (or its own first timestamp), recorded once.

@@ -274,6 +274,10 @@ def test_a_crash_loop_is_paused_and_escalated_once(serve: Any, dirs: Any,
     assert _post(s, AGENTS[0], ["noise"])["runtime"] is None
     assert f"{AGENTS[0]} in {PLAY}: paused (K1 crash loop" in cli("status").out
     assert len(_calls(calls)) == 3 and len(_escalations(dirs)) == 1
+    # A person restarts the play: nothing of the old run is held any more.
+    assert s.http.post("/api/v1/session/start", json=_body(AGENTS[:1])).status_code == 409
+    s.http.post(f"/api/v1/session/{PLAY}/finish", json={"status": "failed", "reason": "fixed"})
+    assert "agents held" not in cli("status").out
 
 
 def test_a_limit_is_shared_per_account(serve: Any, dirs: Any, printed: dict[str, Any]) -> None:
