@@ -37,6 +37,7 @@ ROUTE_PROVIDERS = [
     "healer.api.routes.context:routes",
     "healer.api.routes.fleet:routes",
     "healer.api.routes.incidents:routes",
+    "healer.api.routes.sentry_ingest:routes",
 ]
 
 
@@ -105,7 +106,7 @@ def create_app(ctx: ApiContext) -> Starlette:
                             Exception: _unexpected},
     )
     app.state.ctx = ctx
-    policy = GuardPolicy.from_settings(ctx.settings.api)
+    policy = GuardPolicy.from_settings(ctx.settings.api, ctx.settings.ingest)
     app.state.openapi = openapi.build(routes, bearer=bool(ctx.settings.api.token),
                                       public=policy.public)
     app.add_middleware(GuardMiddleware, policy=policy)

@@ -17,6 +17,12 @@ The checks, in order, each answered before the body is read:
 5. **Size and time** — a body larger than ``api.max_body_bytes`` is 413, one that takes longer
    than ``api.body_timeout_s`` to arrive is 408.
 
+The Sentry ingest (``/api/<project id>/envelope/`` and ``/store/``) is keyed like a signed
+route, and differs in three ways, on those two paths only: browser pages of
+``ingest.cors_origins`` may call it; its bodies may be ``application/x-sentry-envelope``,
+``application/json``, ``text/plain`` (browser SDKs' beacons) or untyped (Node's transport);
+and its size limit is ``ingest.max_body_bytes``.
+
 Pure ASGI, so the hot read paths pay a few dictionary look-ups.
 """
 
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import re
 import socket
 import time
 from collections.abc import Iterable
@@ -40,6 +47,9 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Routes whose every request is authenticated by its own signature or key: they keep the
 # content types their senders use and are exempt from the API token.
 SIGNED_PREFIXES = ("/api/v1/webhooks/",)
+INGEST_PATH = re.compile(r"/api/(?:\d{1,20}|\{project_id(?::int)?\})/(?:envelope|store)/?")
+INGEST_TYPES = frozenset({b"application/x-sentry-envelope", b"application/json", b"text/plain",
+                          b""})
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "*"})  # noqa: S104 - names, not a bind
 
 
@@ -56,10 +66,14 @@ class GuardPolicy:
     max_body: int = 1 << 20
     body_timeout_s: float = 30.0
     signed_prefixes: tuple[str, ...] = SIGNED_PREFIXES
+    ingest_origins: tuple[str, ...] = ()
+    ingest_max_body: int = 1 << 20
 
     @classmethod
-    def from_settings(cls, api: object) -> GuardPolicy:
+    def from_settings(cls, api: object, ingest: object = None) -> GuardPolicy:
         return cls(
+            ingest_origins=tuple(_origin_key(o) for o in getattr(ingest, "cors_origins", ())),
+            ingest_max_body=getattr(ingest, "max_body_bytes", 1 << 20),
             bind_host=getattr(api, "host", "127.0.0.1"),
             token=getattr(api, "token", ""),
             allowed_hosts=tuple(h.lower().rstrip(".") for h in getattr(api, "allowed_hosts", ())),
@@ -94,7 +108,7 @@ class GuardPolicy:
 
     def public(self, method: str, path: str) -> bool:
         """Routes that need no token."""
-        if path.startswith(self.signed_prefixes):
+        if path.startswith(self.signed_prefixes) or is_ingest(path):
             return True
         if method in SAFE_METHODS:
             if path == "/health":
@@ -124,7 +138,8 @@ class GuardMiddleware:
             await error_response(code, reason, headers=extra)(scope, receive, send)
             return
         if scope["method"] not in SAFE_METHODS:
-            receive = self._bounded(receive)
+            receive = self._bounded(receive, self.policy.ingest_max_body
+                                    if is_ingest(scope["path"]) else self.policy.max_body)
         await self.app(scope, receive, send)
 
     def _refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
@@ -141,9 +156,10 @@ class GuardMiddleware:
             return (421, "Host header not served here (allowed: loopback, the bound address "
                     "and api.allowed_hosts)", {})
 
+        ingest = is_ingest(path)
         origin = headers.get(b"origin")
         if origin is not None:
-            if not self._origin_allowed(origin, scope, host_header):
+            if not self._origin_allowed(origin, scope, host_header, ingest):
                 return 403, "cross-origin request refused (not in api.allowed_origins)", {}
         elif method not in SAFE_METHODS and headers.get(b"sec-fetch-site") in (
                 b"cross-site", b"same-site"):
@@ -155,12 +171,18 @@ class GuardMiddleware:
         if method in SAFE_METHODS:
             return None
         length = headers.get(b"content-length")
+        limit = p.ingest_max_body if ingest else p.max_body
         if length is not None:
             if not length.isdigit():
                 return 400, "bad Content-Length", {}
-            if int(length) > p.max_body:
-                return 413, f"body larger than {p.max_body} bytes", {}
-        if not path.startswith(p.signed_prefixes):
+            if int(length) > limit:
+                return 413, f"body larger than {limit} bytes", {}
+        if ingest:
+            media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+            if media not in INGEST_TYPES:
+                return (415, "expected Content-Type: application/x-sentry-envelope, "
+                        f"application/json or text/plain, got {media.decode('latin-1')}", {})
+        elif not path.startswith(p.signed_prefixes):
             has_body = (length is not None and int(length) > 0) or b"transfer-encoding" in headers
             ctype = headers.get(b"content-type")
             if ctype is not None or has_body:
@@ -171,7 +193,8 @@ class GuardMiddleware:
                     return (415, f"expected Content-Type: application/json, got {shown}", {})
         return None
 
-    def _origin_allowed(self, origin: bytes, scope: Scope, host_header: bytes) -> bool:
+    def _origin_allowed(self, origin: bytes, scope: Scope, host_header: bytes,
+                        ingest: bool = False) -> bool:
         try:
             value = origin.decode("ascii").strip().lower()
         except UnicodeDecodeError:
@@ -181,15 +204,15 @@ class GuardMiddleware:
         scheme = scope.get("scheme", "http")
         own = _origin_key(f"{scheme}://{host_header.decode('latin-1')}")
         key = _origin_key(value)
-        return key == own or key in self.policy.allowed_origins
+        return key == own or key in self.policy.allowed_origins or (
+            ingest and key in self.policy.ingest_origins)
 
     def _bearer_ok(self, given: bytes) -> bool:
         scheme, _, value = given.strip().partition(b" ")
         return scheme.lower() == b"bearer" and hmac.compare_digest(value.strip(), self._token)
 
-    def _bounded(self, receive: Receive) -> Receive:
+    def _bounded(self, receive: Receive, limit: int) -> Receive:
         """The body, capped in size and in time."""
-        limit = self.policy.max_body
         deadline = time.monotonic() + self.policy.body_timeout_s
         seen = 0
 
@@ -208,6 +231,11 @@ class GuardMiddleware:
             return message
 
         return wrapped
+
+
+def is_ingest(path: str) -> bool:
+    """Whether ``path`` is one of the Sentry ingest routes."""
+    return INGEST_PATH.fullmatch(path) is not None
 
 
 def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:

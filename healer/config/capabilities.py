@@ -219,3 +219,35 @@ class ContextSettings:
                               "`context.dir`.")
     loki_interval_s: float = setting(60.0, "How often the LogQL rules are evaluated.",
                                      minimum=1)
+
+
+@dataclass
+class IngestSettings:
+    """The Sentry-compatible ingest (``/api/<project_id>/envelope/`` and ``/store/``): any
+    Sentry SDK whose DSN points at healer reports its errors as living-context incidents."""
+
+    enabled: bool = setting(True, "Whether the ingest endpoints accept events (they still "
+                            "need a key: with none configured and none made by `healer sentry "
+                            "dsn`, every event is refused).")
+    sentry_keys: list[str] = setting(
+        [], "Keys SDKs may use (the public key of their DSN): one key or a list; `KEY:ID` binds "
+        "a key to project id ID, a bare key serves every project. Keys made by `healer sentry "
+        "dsn` (`<state>/sentry-keys.json`) are accepted too.", env="HEALER_SENTRY_KEY",
+        secret=True, type=["array", "string"], items={"type": "string", "minLength": 1})
+    cors_origins: list[str] = setting(
+        [], "Browser origins (`https://app.example.com`) whose pages may send events; none by "
+        "default (server SDKs send no Origin).", items={"type": "string", "minLength": 1})
+    max_body_bytes: int = setting(1 << 20, "Largest request body as sent (compressed); more is "
+                                  "413.", minimum=1024)
+    max_decompressed_bytes: int = setting(4 << 20, "Largest body after gzip/deflate/br "
+                                          "decoding; more is 413.", minimum=1024)
+    max_event_bytes: int = setting(1 << 20, "Largest single event item; more is 413.",
+                                   minimum=1024)
+    max_items: int = setting(100, "Most items in one envelope; more is 413.", minimum=1)
+    rate_per_s: float = setting(0.0, "Events per second each key may send (a token bucket); "
+                                "over it is 429 with Retry-After and X-Sentry-Rate-Limits, which "
+                                "the SDKs honour. 0 is unlimited.", minimum=0)
+    rate_burst: int = setting(100, "Events a key may send at once before `rate_per_s` "
+                              "applies.", minimum=1)
+    queue_size: int = setting(10_000, "Events accepted but not yet filed; when full, 429 (the "
+                              "SDKs retry later).", minimum=1)

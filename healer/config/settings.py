@@ -10,6 +10,7 @@ from healer.config.capabilities import (
     ContextSettings,
     DetectSettings,
     FleetSettings,
+    IngestSettings,
     PlaySettings,
     SelfhealSettings,
 )
@@ -53,6 +54,7 @@ class Settings:
     fleet: FleetSettings = section(FleetSettings, "Fleet channels, watchdog and healing loop.")
     context: ContextSettings = section(ContextSettings, "Living-context healing.")
     webhooks: WebhookSettings = section(WebhookSettings, "Inbound webhook secrets.")
+    ingest: IngestSettings = section(IngestSettings, "The Sentry-compatible event ingest.")
 
     # Where each value came from is not a setting; the loader notes the files it read here.
     sources: list[str] = field(default_factory=list, metadata={"internal": True})

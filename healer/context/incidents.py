@@ -57,6 +57,8 @@ NO_FILE = "no_file"
 FIX_REJECTED = "fix_rejected"
 HUMAN_HOLDS = frozenset({FIX_REJECTED})  # decisions only a person undoes
 INTAKE = "context"
+MAX_USERS = 10_000  # distinct user hashes kept per incident; the count stops there
+MAX_TAGS = 50
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,8 @@ class IncidentBook:
         for k in ("issue_url", "release", "environment"):
             if isinstance(sentry.get(k), str):
                 sentry[k] = s(sentry[k])
+        if sentry.get("tags"):
+            sentry["tags"] = {s(k): s(v) for k, v in sentry["tags"].items()}
         return replace(error, message=s(error.message), stack_trace=s(error.stack_trace),
                        environment=s(error.environment), function=s(error.function),
                        sentry=sentry)
@@ -245,10 +249,19 @@ class IncidentBook:
 
         sig = core.Signal(kind="code", key=signal.key, source=signal.source,
                           status=signal.status, severity=severity, summary=summary,
-                          detail=dict(signal.detail))
+                          detail=dict(signal.detail), count=max(1, signal.count))
         if signal.status == FIRING and self.ledger.get(sig.id) is None:
             fields["regressions"] = []
-        got = self.ledger.receive(sig, fields=fields, refire=refire)
+            if signal.users and "error" in fields:
+                fields["user_hashes"] = list(dict.fromkeys(signal.users))[:MAX_USERS]
+                fields["error"].setdefault("sentry", {})["users"] = len(fields["user_hashes"])
+            if error is not None and error.sentry:
+                fields["error"].setdefault("sentry", {})["events"] = sig.count
+        merge = None
+        if error is not None and signal.status == FIRING:
+            def merge(cur: dict[str, Any]) -> None:
+                _merge_repeat(cur, error, signal.users)
+        got = self.ledger.receive(sig, fields=fields, refire=refire, merge=merge)
         data = got.incident
         if data is not None and data.get("intake") != INTAKE and signal.status == FIRING:
             self.ledger.update(sig.id, intake=INTAKE, **fields)
@@ -324,6 +337,35 @@ class IncidentBook:
             if (inc.get("gate") or {}).get("reason") in gate.RETRYABLE:
                 out.append(self.admit(inc["key"]))
         return out
+
+
+def _merge_repeat(cur: dict[str, Any], error: NormalizedError, users: tuple[str, ...]) -> None:
+    """Fold a repeat into its incident: the distinct users (hashes), the latest breadcrumbs,
+    release and environment, the tags, and the event count in the Sentry block."""
+    if users:
+        known = list(cur.get("user_hashes") or [])
+        seen = set(known)
+        for u in users:
+            if len(known) >= MAX_USERS:
+                break
+            if u not in seen:
+                seen.add(u)
+                known.append(u)
+        cur["user_hashes"] = known
+    if not isinstance(cur.get("error"), dict) or not (error.sentry or users):
+        return
+    block = dict(cur["error"].get("sentry") or {})
+    new = error.sentry
+    for k in ("breadcrumbs", "release", "environment"):
+        if new.get(k):
+            block[k] = new[k]
+    if new.get("tags"):
+        tags = {**(block.get("tags") or {}), **new["tags"]}
+        block["tags"] = dict(list(tags.items())[-MAX_TAGS:])
+    if cur.get("user_hashes"):
+        block["users"] = len(cur["user_hashes"])
+    block["events"] = int(cur.get("count", 1))
+    cur["error"] = {**cur["error"], "sentry": block}
 
 
 def _in_repo(root: str, file: str) -> bool:

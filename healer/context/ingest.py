@@ -145,6 +145,8 @@ class Signal:
     source: str
     error: NormalizedError | None = None
     detail: Mapping[str, Any] = field(default_factory=dict)
+    count: int = 1  # occurrences this signal stands for (an ingest batch folds repeats)
+    users: tuple[str, ...] = ()  # hashes of the users it hit (never the ids)
 
     def __post_init__(self) -> None:
         if not is_safe_name(self.key):

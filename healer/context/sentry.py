@@ -41,6 +41,8 @@ from healer.errors import UsageError
 RESOURCES = ("event_alert", "error", "issue", "metric_alert")
 MAX_BREADCRUMBS = 10
 MAX_FRAMES_SHOWN = 50
+MAX_TAGS = 50
+MAX_TAG = 200
 
 
 def _map(value: object) -> Mapping[str, Any]:
@@ -63,12 +65,12 @@ def from_sentry(resource: str, body: object, root: Path | str | None = None) -> 
         event = data.get("event")
         if not isinstance(event, Mapping):
             raise UsageError("data.event: expected an object")
-        return [_event_signal(event, root, rule=str(_map(data).get("triggered_rule", "")))]
+        return [event_signal(event, root, rule=str(_map(data).get("triggered_rule", "")))]
     if resource == "error":
         event = data.get("error")
         if not isinstance(event, Mapping):
             raise UsageError("data.error: expected an object")
-        return [_event_signal(event, root)] if action in ("created", "") else []
+        return [event_signal(event, root)] if action in ("created", "") else []
     if resource == "issue":
         issue = data.get("issue")
         if not isinstance(issue, Mapping):
@@ -137,14 +139,29 @@ def _breadcrumbs(event: Mapping[str, Any]) -> list[str]:
     return out
 
 
+def tags_of(event: Mapping[str, Any]) -> dict[str, str]:
+    """The event's tags as a flat map: SDKs send an object, Sentry's webhooks a list of
+    ``[name, value]`` pairs. At most ``MAX_TAGS``, names and values cut."""
+    raw = event.get("tags")
+    pairs = raw.items() if isinstance(raw, Mapping) else (
+        (p[0], p[1]) for p in _list(raw) if isinstance(p, list) and len(p) == 2)
+    out: dict[str, str] = {}
+    for name, value in pairs:
+        if len(out) >= MAX_TAGS:
+            break
+        if isinstance(name, str) and name and isinstance(value, str | int | float | bool):
+            out[name[:MAX_TAG]] = str(value)[:MAX_TAG]
+    return out
+
+
 def _tag(event: Mapping[str, Any], name: str) -> str:
-    for pair in _list(event.get("tags")):
-        if isinstance(pair, list) and len(pair) == 2 and pair[0] == name:
-            return str(pair[1])
-    return ""
+    return tags_of(event).get(name, "")
 
 
-def _event_signal(event: Mapping[str, Any], root: Path | str | None, rule: str = "") -> Signal:
+def event_signal(event: Mapping[str, Any], root: Path | str | None, rule: str = "") -> Signal:
+    """One Sentry event (a webhook's ``data.event``, an SDK's envelope item) as a signal:
+    the raised exception, its innermost in-app frame as the culprit, breadcrumbs, release,
+    environment and tags. The key is the Sentry issue when the event names one."""
     exc, frames = _frames(event)
     etype = str(exc.get("type") or "")
     value = str(exc.get("value") or "")
@@ -163,6 +180,7 @@ def _event_signal(event: Mapping[str, Any], root: Path | str | None, rule: str =
         "breadcrumbs": _breadcrumbs(event),
         "release": _cut(event.get("release") or _tag(event, "release"), 200),
         "environment": _cut(environment, 200),
+        "tags": tags_of(event),
     }
     error = NormalizedError(
         message=_cut(message, MAX_MESSAGE), file=_frame_file(frame, root) if frame else "",
@@ -171,7 +189,7 @@ def _event_signal(event: Mapping[str, Any], root: Path | str | None, rule: str =
         severity=severity_of(event.get("level"), "high"), source="sentry",
         environment=_cut(environment, 200), error_type=etype[:300] or error_type_of(message),
         function=str(frame.get("function") or "")[:300] if frame else "",
-        sentry={k: v for k, v in sentry.items() if v not in ("", [], None)})
+        sentry={k: v for k, v in sentry.items() if v not in ("", [], {}, None)})
     return Signal(key=_issue_key(issue_id, f"{etype}|{message}|{error.file}"), status=FIRING,
                   source="sentry", error=error,
                   detail={"event_id": str(event.get("event_id", ""))[:64],

@@ -260,7 +260,8 @@ class Ledger:
     # --- intake -------------------------------------------------------------------------------
 
     def receive(self, signal: Signal, *, fields: dict[str, Any] | None = None,
-                refire: Refire | None = None, decision: Decision | None = None) -> Receipt:
+                refire: Refire | None = None, decision: Decision | None = None,
+                merge: Callable[[dict[str, Any]], None] | None = None) -> Receipt:
         """File one signal: open, count, reopen or resolve its incident.
 
         ``fields``: kind-specific data stored with a new (or reopened) incident.
@@ -268,13 +269,17 @@ class Ledger:
         ``resolved`` incident (``reopened``, ``regression`` or ``duplicate``); by default a
         resolved one reopens and a fixed one is a duplicate.
         ``decision``: what the gate already said about it, recorded in the same write (the
-        hot path of a repeated report is one write)."""
+        hot path of a repeated report is one write).
+        ``merge(incident)``: folds what a repeat adds (users, tags, the latest breadcrumbs)
+        into an existing incident, in the same write."""
         now = self.clock()
         out: dict[str, str] = {}
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             if signal.status == FIRING:
                 new = self._firing(cur, signal, fields or {}, now, out, refire)
+                if cur is not None and merge is not None:
+                    merge(new)
             else:
                 new = _resolving(cur, signal.source, now, out)
             if new is not None and decision is not None:

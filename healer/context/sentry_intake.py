@@ -1,0 +1,220 @@
+"""The Sentry ingest's state: its keys, its per-key rate, and the queue that files events.
+
+* **Keys** (``KeyRing``): ``ingest.sentry_keys`` (``KEY`` serves every project, ``KEY:ID`` one)
+  and the keys ``healer sentry dsn`` made, kept in ``<state>/sentry-keys.json`` (mode 0600)::
+
+      {"projects": {"default": {"id": 1, "key": "3f…"}}}
+
+  Every comparison is constant-time.
+* **Rate** (``RateLimiter``): a token bucket per key (``ingest.rate_per_s``,
+  ``ingest.rate_burst``); over it the route answers 429 with how long to wait.
+* **Queue** (``EventQueue``): the route parses and authenticates, then hands the signals over
+  and answers; one worker files them, folding repeats of one incident that arrived together
+  into one signal (its count, its users) so a burst of N events costs a few ledger writes, not
+  N. A full queue is 429 too: the SDKs retry later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import math
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from healer.context.ingest import Signal
+from healer.core.files import atomic_write_bytes, dumps, read_json
+from healer.core.names import is_safe_name
+from healer.errors import UsageError
+
+log = logging.getLogger(__name__)
+
+KEYS_FILE = "sentry-keys.json"
+BATCH = 500
+
+
+def keys_path(settings: Any) -> Path:
+    return Path(settings.state_path) / KEYS_FILE
+
+
+@dataclass(frozen=True)
+class Key:
+    key: str
+    project: str = ""  # empty: every project
+
+
+def _configured(value: object) -> list[Key]:
+    items = [value] if isinstance(value, str) else list(value or [])
+    out = []
+    for item in items:
+        for raw in str(item).split(","):
+            key, _, project = raw.strip().partition(":")
+            if key.strip():
+                out.append(Key(key.strip(), project.strip()))
+    return out
+
+
+class KeyRing:
+    """The keys the ingest accepts: configured ones and those in the state file (re-read
+    when it changes)."""
+
+    def __init__(self, settings: Any):
+        self.configured = _configured(settings.ingest.sentry_keys)
+        self.path = keys_path(settings)
+        self._stored: list[Key] = []
+        self._stamp: tuple[int, int] | None = None
+
+    def _file_keys(self) -> list[Key]:
+        try:
+            st = self.path.stat()
+        except OSError:
+            self._stored, self._stamp = [], None
+            return []
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp != self._stamp:
+            try:
+                projects = (read_json(self.path) or {}).get("projects") or {}
+                self._stored = [Key(str(p["key"]), str(p["id"])) for p in projects.values()
+                                if isinstance(p, dict) and p.get("key")]
+            except (OSError, ValueError, AttributeError, KeyError, TypeError) as exc:
+                log.warning("%s is unreadable (%s): its keys are not accepted", self.path, exc)
+                self._stored = []
+            self._stamp = stamp
+        return self._stored
+
+    @property
+    def keys(self) -> list[Key]:
+        return [*self.configured, *self._file_keys()]
+
+    def check(self, key: str, project: str) -> int:
+        """200 if ``key`` may send to ``project``, 401 when no key is given or none is set
+        up, 403 when it is wrong (or bound to another project)."""
+        keys = self.keys
+        if not key or not keys:
+            return 401
+        given = key.encode("utf-8", "replace")
+        fits = False
+        for k in keys:  # no early exit: the time does not say which key was close
+            same = hmac.compare_digest(k.key.encode(), given)
+            fits |= same and (not k.project or k.project == project)
+        return 200 if fits else 403
+
+
+def ensure_key(settings: Any, project: str = "default") -> tuple[str, str]:
+    """(key, project id) for ``project``: the stored one, or a new one saved (0600)."""
+    from filelock import FileLock
+
+    if not is_safe_name(project) or len(project) > 64:
+        raise UsageError(f"unusable project name {project!r} (letters, digits, - and _)")
+    path = keys_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=10):
+        try:
+            data = read_json(path)
+        except FileNotFoundError:
+            data = {"projects": {}}
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{path} is unreadable ({exc}); move it away") from exc
+        projects = data.setdefault("projects", {})
+        if project not in projects:
+            ids = [int(p["id"]) for p in projects.values() if str(p.get("id", "")).isdigit()]
+            projects[project] = {"id": max(ids, default=0) + 1, "key": secrets.token_hex(16)}
+            atomic_write_bytes(path, dumps(data), mode=0o600)
+        return str(projects[project]["key"]), str(projects[project]["id"])
+
+
+class RateLimiter:
+    """A token bucket per key: ``take(key)`` is 0 when allowed, else the seconds to wait."""
+
+    def __init__(self, rate_per_s: float, burst: int, clock: Callable[[], float] = time.monotonic):
+        self.rate = rate_per_s
+        self.burst = max(1, burst)
+        self.clock = clock
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str, n: int = 1) -> int:
+        if self.rate <= 0:
+            return 0
+        now = self.clock()
+        tokens, at = self._buckets.get(key, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate)
+        if tokens >= n:
+            self._buckets[key] = (tokens - n, now)
+            return 0
+        self._buckets[key] = (tokens, now)
+        if len(self._buckets) > 10_000:  # keys are few; a flood of wrong ones never gets here
+            self._buckets.clear()
+        return max(1, math.ceil((n - tokens) / self.rate))
+
+
+def fold(signals: list[Signal]) -> list[Signal]:
+    """Signals of one key as one: the latest one, with the sum of counts and all users."""
+    by_key: dict[str, list[Signal]] = {}
+    for s in signals:
+        by_key.setdefault(s.key, []).append(s)
+    out = []
+    for group in by_key.values():
+        last = group[-1]
+        if len(group) == 1:
+            out.append(last)
+            continue
+        users = tuple(dict.fromkeys(u for s in group for u in s.users))
+        out.append(replace(last, count=sum(s.count for s in group), users=users))
+    return out
+
+
+class EventQueue:
+    """Signals accepted by the route and not yet filed; one worker files them in batches."""
+
+    def __init__(self, ingest: Callable[[list[Signal]], Awaitable[Any]], size: int):
+        self._ingest = ingest
+        self._queue: asyncio.Queue[Signal] = asyncio.Queue(maxsize=size)
+        self._worker: asyncio.Task[None] | None = None
+        self.filed = 0
+
+    def offer(self, signals: list[Signal]) -> bool:
+        """Queue all of ``signals``, or none of them (False: the queue is full)."""
+        if self._queue.maxsize - self._queue.qsize() < len(signals):
+            return False
+        for s in signals:
+            self._queue.put_nowait(s)
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._run(),
+                                                                  name="sentry-ingest")
+        return True
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < BATCH and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                await self._ingest(fold(batch))
+                self.filed += len(batch)
+            except Exception:  # one bad batch must not stop the intake
+                log.exception("filing %d Sentry event(s) failed", len(batch))
+
+    async def close(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._worker
+
+
+def dsn_for(settings: Any, key: str, project_id: str, host: str | None = None) -> str:
+    """``http://KEY@HOST:PORT/ID`` for the configured API address (a wildcard bind prints
+    this machine's name)."""
+    import socket
+
+    name = host or settings.api.host
+    if name in ("", "0.0.0.0", "::", "*"):  # noqa: S104 - names, not a bind
+        name = socket.getfqdn() or "localhost"
+    if ":" in name and not name.startswith("["):
+        name = f"[{name}]"
+    return f"http://{key}@{name}:{settings.api.port}/{project_id}"
