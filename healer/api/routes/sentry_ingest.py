@@ -197,14 +197,18 @@ async def close(ctx: Any) -> None:
 def routes(ctx: Any) -> list[BaseRoute]:
     answers = {200: "Accepted ({id}); events are filed in the background", 400: "Malformed",
                401: "No key", 403: "Wrong key", 413: "Too large", 415: "Unsupported encoding",
+               404: "The ingest is disabled",
                429: "Over the rate (Retry-After, X-Sentry-Rate-Limits)"}
+    params = {"project_id": {"type": "integer", "minimum": 0}}
     out: list[BaseRoute] = []
     for name, handler, summary in (
             ("envelope", envelope, "Sentry SDK envelope ingest (event items become incidents)"),
             ("store", store, "Sentry SDK legacy store ingest (one event)")):
         out.append(route(f"/api/{{project_id:int}}/{name}/", handler, methods=("POST",),
-                         tag="sentry", summary=summary, responses=answers))
+                         tag="sentry", summary=summary, responses=answers, params=params,
+                         body_required=False))
         out.append(route(f"/api/{{project_id:int}}/{name}/", preflight, methods=("OPTIONS",),
                          tag="sentry", summary="CORS preflight for browser SDKs",
-                         responses={204: "Allowed", 403: "Origin not allowed"}))
+                         params=params, responses={204: "Allowed", 400: "No Origin",
+                                                   403: "Origin not allowed"}))
     return out
