@@ -59,3 +59,9 @@ if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extra]"
   touch "$stamp.$extra"
 fi
+
+# The Node SDK tests' pinned @sentry/node (healer.testing.sentry_node), when npm is here: a few
+# seconds the first time, a file check after; an unreachable registry only makes them skip.
+if [ "$want_test" = 1 ] && command -v npm >/dev/null; then
+  "$VENV/bin/python" -m healer.testing.sentry_node --quiet || true
+fi
