@@ -228,7 +228,9 @@ class IncidentBook:
         summary = ""
         if error is not None and ident is not None:
             severity = error.severity if error.severity in core.SEVERITIES else "high"
-            summary = f"{ident.error_type}: {error.message}"
+            # A message that already names its type (Sentry's "RangeError: …") is not prefixed.
+            summary = error.message if error.message.startswith(f"{ident.error_type}:") else \
+                f"{ident.error_type}: {error.message}"
             fields = {"intake": INTAKE, "error": error.as_dict(),
                       "fingerprint": ident.fingerprint, "error_type": ident.error_type,
                       "call_site": ident.call_site}

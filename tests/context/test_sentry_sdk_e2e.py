@@ -100,6 +100,8 @@ class TestPythonSdk:
         assert err["function"] == "average"
         assert err["source"] == "sentry"
         assert code["count"] == 3 and code["first_seen"] <= code["last_seen"]
+        assert code["summary"].startswith("ZeroDivisionError: ") and \
+            "ZeroDivisionError: ZeroDivisionError" not in code["summary"]  # named once
         assert err["sentry"]["users"] == 2  # user-0 and user-1, counted, never stored
         assert "user-0" not in str(code) and "u0@example.com" not in str(code)
         assert any("added item 2" in b for b in err["sentry"]["breadcrumbs"])
