@@ -133,6 +133,16 @@ def executor_choice(settings: Settings) -> Check:
     return Check("executor", True, detail, False)
 
 
+def claude_runs(settings: Settings) -> Check:
+    """healer's own Claude runs here: stopped on a rejected key, waiting out a rate limit, or
+    enabled (the records of ``healer.agents.limits``; read only)."""
+    check = optional("healer.agents.limits:doctor_check")
+    if check is None:
+        return Check("claude runs", True, "agent runtime not installed", False)
+    ok, detail = check(settings)
+    return Check("claude runs", ok, detail, False)
+
+
 def settings_check(settings: Settings) -> Check:
     sources = ", ".join(settings.sources) or "embedded defaults"
     return Check("settings", True, f"loaded from {sources}")
@@ -140,7 +150,7 @@ def settings_check(settings: Settings) -> Check:
 
 def run_all(settings: Settings) -> list[Check]:
     checks = [settings_check(settings), *python_deps(), *tools(settings), *folders(settings),
-              executor_choice(settings)]
+              executor_choice(settings), claude_runs(settings)]
     for name, spec in _HEALTH_CHECKS:
         health = optional(spec)
         verdict = health(settings) if health is not None else None

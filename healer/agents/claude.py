@@ -19,6 +19,20 @@ its pid, so a timeout or a cancellation kills it and everything it started. SDK 
 healer's: CLI missing → ``AgentUnavailableError``; the process failing → ``AgentProcessError``;
 an error result (API error, turn or budget cap) → ``AgentResultError``; the time limit →
 ``AgentTimeoutError``.
+
+Model API failures that are not the agent's fault (``healer.agents.failures``, classified
+from the result and the synthetic assistant message's error category) follow the runtime
+rules, with the node's records in ``healer.agents.limits``:
+
+- **transient** (T1–T4): the account-wide limit is recorded, the run waits until its
+  ``retry_at`` (the API's retry time when the CLI saw one, else the back-off) and launches the
+  CLI again — once, within its own time limit; when the time limit would pass first, or the
+  second launch fails the same way, it ends ``deferred`` (``deferred_error``, with the
+  next ``retry_at``), not failed. Every Claude run waits for the limit before launching; a run
+  the model answered clears it.
+- **rejected credential** (X1–X3): the run fails, Claude runs on this node stop (the marker,
+  one escalation), and while the marker holds an agent with a playbook runs it instead, any
+  other fails at once without launching the CLI; a new credential clears it.
 """
 
 from __future__ import annotations
@@ -30,21 +44,33 @@ import importlib
 import json
 import logging
 import os
+import random
 import shutil
 import stat
 import sys
+import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from healer.agents import _proctree
+from healer.agents import _proctree, failures, limits
 from healer.agents.definitions import KNOWN_TOOLS
 from healer.agents.executors.auto import claude_cli, user_claude_dir
-from healer.agents.executors.base import Executor, Prepared, run_env, secret_env_names
+from healer.agents.executors.base import (
+    Executor,
+    Prepared,
+    deferred_error,
+    run_env,
+    secret_env_names,
+)
+from healer.agents.executors.playbook import PlaybookExecutor
+from healer.agents.task import AgentTask, RunOutcome
 from healer.errors import (
     AgentProcessError,
     AgentResultError,
     AgentUnavailableError,
+    ExecutorError,
 )
 
 log = logging.getLogger(__name__)
@@ -61,6 +87,8 @@ QUIET_ENV = {
 }
 MAX_TRANSCRIPT_BYTES = 5 << 20
 _KILL_WAIT_S = 10.0
+_POLL_LIMIT_S = 1.0  # how often a waiting run looks at the limit record again
+_STAGGER_S = 2.0  # at most this much later than retry_at, so waiting runs do not start at once
 
 LAUNCHER = '''\
 # healer: start Claude Code in a session of its own and note its pid, so that a timeout
@@ -103,6 +131,36 @@ if not any(isinstance(f, _QuietKills) for f in _sdk_log.filters):
     _sdk_log.addFilter(_QuietKills())
 
 
+class _APIFailure(Exception):
+    """One launch ended with a model API failure the runtime rules act on (internal to this
+    module: ``_execute`` acts on it and raises healer's own error)."""
+
+    def __init__(self, message: str, *, found: failures.Failure, hint_s: float | None,
+                 agent: str, run_id: str):
+        self.found = found
+        self.failure = found.to_dict()  # what the result document carries
+        self.hint_s = hint_s
+        self.ids = {"agent": agent, "run_id": run_id}
+        super().__init__(message)
+
+    def as_error(self, suffix: str = "") -> AgentResultError:
+        """The run's error: an ``AgentResultError`` carrying the failure for the result."""
+        error = AgentResultError(f"{self}{suffix}", **self.ids)
+        error.failure = self.failure  # type: ignore[attr-defined]
+        return error
+
+
+@dataclass
+class _Launch:
+    """What one launch of the CLI told: the synthetic assistant message's error category, the
+    CLI's last retry delay on a 429 (it honours the API's ``retry-after``), whether the model
+    answered at all."""
+
+    error: str = ""
+    hint_s: float | None = None
+    answered: bool = False
+
+
 class ClaudeExecutor(Executor):
     """Runs an agent with Claude Code (see the module doc for what it may do)."""
 
@@ -113,6 +171,31 @@ class ClaudeExecutor(Executor):
         super().__init__(settings, **kw)
         self.extra_env = dict(env or {})
         self.cli_path = cli_path
+
+    def run_environment(self) -> dict[str, str]:
+        """The environment the CLI inherits, as far as its credential goes (the fingerprint
+        of ``healer.agents.limits`` is taken over it)."""
+        env = dict(os.environ)
+        env.update({name: "" for name in secret_env_names(self.settings)})
+        env.update(self.extra_env)
+        return env
+
+    async def run(self, task: AgentTask, **kw: Any) -> RunOutcome:
+        """Run ``task``; while Claude runs are disabled here (a rejected key), an agent with a
+        playbook runs that instead (any other fails at once, in ``_execute``)."""
+        marker = await asyncio.to_thread(limits.disabled, self.settings,
+                                         self.run_environment())
+        if marker is not None:
+            from healer.agents.playbooks import get_playbook
+
+            if get_playbook(task.agent) is not None:
+                log.warning("Claude runs are disabled here since %s (%s): agent %s runs its "
+                            "playbook instead", marker.get("since_iso"), marker.get("code"),
+                            task.agent)
+                fallback = PlaybookExecutor(self.settings, agents_dir=self.agents_dir,
+                                            prompts_dir=self.prompts_dir)
+                return await fallback.run(task, **kw)
+        return await super().run(task, **kw)
 
     # -- building the session ------------------------------------------------------------
 
@@ -173,19 +256,133 @@ class ClaudeExecutor(Executor):
     # -- running -------------------------------------------------------------------------
 
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
+        ids = {"agent": prep.run.agent, "run_id": prep.run.run_id}
+        env = self.run_environment()
+        marker = await asyncio.to_thread(limits.disabled, self.settings, env)
+        if marker is not None:
+            raise AgentUnavailableError(limits.refusal(marker), **ids)
         cli = self.cli_path or claude_cli(self.settings)
         if not cli:
             raise AgentUnavailableError(
                 "Claude Code CLI not found (install claude-agent-sdk, or set "
-                "executor.claude.cli_path)", agent=prep.run.agent, run_id=prep.run.run_id)
+                "executor.claude.cli_path)", **ids)
         try:
             # The SDK takes ~1 s to import: not on the event loop, where other runs are going.
             await asyncio.to_thread(importlib.import_module, "claude_agent_sdk")
         except ImportError as exc:
             raise AgentUnavailableError(f"claude-agent-sdk is not installed: {exc}",
-                                        agent=prep.run.agent, run_id=prep.run.run_id) from exc
+                                        **ids) from exc
         prompt = prep.prompt()
         (prep.run_dir / "prompt.md").write_text(prompt, encoding="utf-8")
+        deadline = prep.started + prep.timeout_s  # monotonic, like the executor's timeout
+        resumed = False
+        while True:
+            await self._wait_for_limit(prep, deadline)
+            launch = _Launch()
+            try:
+                await self._launch(prep, cli, prompt, launch)
+            except _APIFailure as exc:
+                if exc.found.transient:
+                    rec = await self._defer(prep, exc)
+                    if self._has_result(prep):
+                        raise exc.as_error() from exc  # the agent's own result stands
+                    if resumed:  # the rules resume once: the run ends deferred
+                        raise self._deferred(prep, rec, again=True) from exc
+                    resumed = True
+                    continue  # wait for retry_at (next round), then launch the CLI again
+                await self._disable(prep, exc, env)  # a rejected credential (_classify)
+                raise exc.as_error("; Claude runs on this node are stopped until the "
+                                   "credential changes") from exc
+            except ExecutorError:
+                if launch.answered:
+                    await asyncio.to_thread(limits.clear_limit, self.settings)
+                raise
+            await asyncio.to_thread(limits.clear_limit, self.settings)
+            return None
+
+    @staticmethod
+    def _has_result(prep: Prepared) -> bool:
+        """The agent wrote its result before the API failed: that result stands."""
+        return prep.staged_path.exists() or prep.staged_path.is_symlink()
+
+    # -- the runtime-failure rules ----------------------------------------------------------
+
+    async def _wait_for_limit(self, prep: Prepared, deadline: float) -> None:
+        """Wait until the node's Claude limit (if any) has passed, staggered; raise
+        the deferred error at once when it lasts past the run's time limit."""
+        stagger: float | None = None
+        while True:
+            rec = await asyncio.to_thread(limits.read_limit, self.settings)
+            now = time.time()
+            if rec is None:
+                return
+            retry_at = float(rec["retry_at"])
+            if stagger is None:
+                stagger = random.uniform(  # noqa: S311 - a spread, not a secret
+                    0.0, min(_STAGGER_S, 0.1 * max(0.0, retry_at - now)))
+            if retry_at + stagger <= now:
+                return
+            if retry_at + stagger - now >= deadline - time.monotonic():
+                raise self._deferred(prep, rec)
+            if prep.deferral is None:
+                log.info("[%s] model API %s (%s): waiting until %s before launching Claude "
+                         "Code", prep.run.run_id, rec.get("code"), rec.get("title"),
+                         rec.get("retry_at_iso"))
+            prep.deferral = self._deferred(prep, rec)  # the time limit passing: deferred
+            await asyncio.sleep(min(_POLL_LIMIT_S, retry_at + stagger - now))
+
+    def _deferred(self, prep: Prepared, rec: Mapping[str, Any], *,
+                  failure: Mapping[str, Any] | None = None,
+                  again: bool = False) -> AgentResultError:
+        """The run ends deferred on the limit ``rec``, with ``failure`` (else the latest the
+        run saw, else the record's); ``again``: its second launch failed too, else its time
+        limit comes first."""
+        if failure is None and prep.deferral is not None:
+            failure = prep.deferral.failure
+        failure = dict(failure) if failure is not None else {
+            "code": rec.get("code"), "class": failures.class_of(str(rec.get("code"))),
+            "title": rec.get("title"), "detail": rec.get("detail") or "",
+            "status": rec.get("status"), "provider": "anthropic"}
+        retry_at = float(rec["retry_at"])
+        failure["retry_at"] = retry_at
+        status = f", API status {failure['status']}" if failure.get("status") else ""
+        detail = f": {failure['detail']}" if failure.get("detail") else ""
+        why = ("it failed again after the wait" if again else
+               "the run's time limit comes before it may be tried again")
+        return deferred_error(
+            f"deferred: the model API failed with {failure.get('code')} "
+            f"({failure.get('title')}{status}){detail}; {why}; try again after "
+            f"{limits.iso(retry_at)} — not a failed attempt",
+            retry_at=retry_at, failure=failure, agent=prep.run.agent, run_id=prep.run.run_id)
+
+    async def _defer(self, prep: Prepared, exc: _APIFailure) -> dict[str, Any]:
+        """Record a transient failure as the node's limit (returned); the run may wait it
+        out, and ends deferred if its time limit passes meanwhile."""
+        rec = await asyncio.to_thread(limits.note_transient, self.settings, exc.found,
+                                      now=time.time(), hint_s=exc.hint_s)
+        prep.deferral = self._deferred(prep, rec, failure=exc.failure)
+        log.warning("[%s] model API %s (%s), %d in a row: Claude runs on this node wait until "
+                    "%s (%s)", prep.run.run_id, exc.found.code, exc.found.title, rec["waits"],
+                    rec["retry_at_iso"], rec["source"])
+        return rec
+
+    async def _disable(self, prep: Prepared, exc: _APIFailure,
+                       env: Mapping[str, str]) -> None:
+        """A rejected credential: stop Claude runs here, tell a person once."""
+        marker, created = await asyncio.to_thread(limits.disable, self.settings, exc.found,
+                                                  env)
+        if created:
+            log.error("Claude runs on this node are disabled: %s (%s): %s", exc.found.title,
+                      exc.found.code, marker.get("reason"))
+            # Shielded: the run's time limit must not cut the one escalation short.
+            escalation = asyncio.ensure_future(_escalate(
+                self.settings, marker, f"{prep.run.agent} {prep.run.run_id}"))
+            _ESCALATING.add(escalation)
+            escalation.add_done_callback(_ESCALATING.discard)
+            await asyncio.shield(escalation)
+
+    async def _launch(self, prep: Prepared, cli: str, prompt: str, launch: _Launch) -> None:
+        """One launch of the CLI, to its end (or killed on timeout or cancellation)."""
         config_dir = self._config_dir(prep)
         launcher = _launcher(self.settings.state_path.resolve() / "agents")
         stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
@@ -196,7 +393,8 @@ class ClaudeExecutor(Executor):
 
         options = self.options(prep, launcher=launcher, config_dir=config_dir, cli=cli,
                                stderr=on_stderr)
-        consume = asyncio.create_task(self._consume(prep, prompt, options, stderr_tail))
+        consume = asyncio.create_task(self._consume(prep, prompt, options, stderr_tail,
+                                                    launch))
         try:
             await asyncio.shield(consume)
         except asyncio.CancelledError:
@@ -207,7 +405,6 @@ class ClaudeExecutor(Executor):
         finally:
             await _proctree.kill_tree(None, prep.run.run_id, grace_s=1.0)
             shutil.rmtree(config_dir, ignore_errors=True)  # it holds a copy of the login
-        return None
 
     @staticmethod
     def _pid(prep: Prepared) -> int | None:
@@ -217,7 +414,7 @@ class ClaudeExecutor(Executor):
             return None
 
     async def _consume(self, prep: Prepared, prompt: str, options: Any,
-                       stderr_tail: collections.deque[str]) -> None:
+                       stderr_tail: collections.deque[str], launch: _Launch) -> None:
         import claude_agent_sdk as sdk
 
         ids = {"agent": prep.run.agent, "run_id": prep.run.run_id}
@@ -229,13 +426,28 @@ class ClaudeExecutor(Executor):
                 _log_message(prep.run.run_id, message)
                 if isinstance(message, sdk.ResultMessage):
                     final = message
+                elif isinstance(message, sdk.AssistantMessage):
+                    if message.error:
+                        launch.error = str(message.error)
+                    elif message.model != "<synthetic>":
+                        launch.answered = True
+                        prep.deferral = None  # the model answers: a timeout is a timeout
+                elif isinstance(message, sdk.SystemMessage) and message.subtype == "api_retry":
+                    delay = message.data.get("retry_delay_ms")
+                    if message.data.get("error_status") == 429 and isinstance(
+                            delay, int | float):
+                        launch.hint_s = float(delay) / 1000.0
         except sdk.CLINotFoundError as exc:
             raise AgentUnavailableError(f"Claude Code CLI not found: {exc}", **ids) from exc
         except sdk.CLIConnectionError as exc:
             raise AgentUnavailableError(f"cannot start Claude Code: {exc}", **ids) from exc
         except sdk.ResultError as exc:
-            raise AgentResultError(_describe_result(exc.subtype, exc.result, exc.errors,
-                                                    exc.api_error_status), **ids) from exc
+            message = _describe_result(exc.subtype, exc.result, exc.errors,
+                                       exc.api_error_status)
+            found = _classify(exc.data or _as_result(exc), launch)
+            if found is not None:
+                raise _APIFailure(message, found=found, hint_s=launch.hint_s, **ids) from exc
+            raise AgentResultError(message, **ids) from exc
         except sdk.ProcessError as exc:
             stderr = "\n".join(stderr_tail) or (exc.stderr or "")
             raise AgentProcessError(f"Claude Code failed (exit code {exc.exit_code})",
@@ -248,8 +460,41 @@ class ClaudeExecutor(Executor):
         if final is None:
             raise AgentProcessError("Claude Code ended without a result message", **ids)
         if final.is_error:
-            raise AgentResultError(_describe_result(final.subtype, final.result, final.errors,
-                                                    final.api_error_status), **ids)
+            message = _describe_result(final.subtype, final.result, final.errors,
+                                       final.api_error_status)
+            found = _classify(_as_result(final), launch)
+            if found is not None:
+                raise _APIFailure(message, found=found, hint_s=launch.hint_s, **ids)
+            raise AgentResultError(message, **ids)
+
+
+_ESCALATING: set[asyncio.Future[None]] = set()  # escalations in flight (kept referenced)
+
+
+async def _escalate(settings: Any, marker: Mapping[str, Any], run: str) -> None:
+    try:
+        await limits.escalate_disabled(settings, marker, run=run)
+    except Exception:  # the marker holds either way; doctor shows it
+        log.exception("could not escalate the disabled Claude runs")
+
+
+def _as_result(obj: Any) -> dict[str, Any]:
+    """A ``ResultMessage`` or ``ResultError`` as the CLI's result event."""
+    return {"is_error": True, "subtype": getattr(obj, "subtype", None),
+            "result": getattr(obj, "result", None), "errors": getattr(obj, "errors", None),
+            "api_error_status": getattr(obj, "api_error_status", None),
+            "terminal_reason": getattr(obj, "terminal_reason", None)}
+
+
+def _classify(result: Mapping[str, Any], launch: _Launch) -> failures.Failure | None:
+    """The failure the runtime rules act on here (transient, or a rejected credential);
+    None for the rest (turn and budget caps, invalid requests, sessions: plain errors)."""
+    text = str(result.get("result") or "")
+    found = failures.from_result(result, error=launch.error,
+                                 retry_at=failures.retry_at_from_text(text, time.time()))
+    if found is None or not (found.transient or found.code in limits.DISABLING):
+        return None
+    return found
 
 
 async def _settle(task: asyncio.Task[None]) -> None:

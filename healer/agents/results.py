@@ -6,7 +6,8 @@ Every run ends with ``<results dir>/heal-<kind>-<target>-<epoch>.json`` valid ag
 (``<state>/agents/runs/<run_id>/``), out of the bus's sight — so neither a half-written file
 nor the Write tool's temp file is ever picked up — and healer checks it and publishes it
 atomically in the results dir when the run ends. When the agent left none, or an invalid one,
-healer writes a failed result instead, so whoever waits on the bus always hears back.
+healer writes a failed result instead, so whoever waits on the bus always hears back (or a
+``deferred`` one, when the model API kept refusing with a transient failure).
 """
 
 from __future__ import annotations
@@ -23,6 +24,12 @@ from healer.core.files import atomic_write_json
 from healer.core.schemas import errors as schema_errors
 
 SUCCESS = frozenset({"ok", "diagnosed", "healed", "fixed"})
+# Not done yet, and not a failed attempt: the model API was rate-limited, overloaded or
+# unreachable past the run's time limit (the result carries ``retry_at`` and ``failure``).
+# Counts for no breaker or cooldown (``healer.core.gate.DEFERRED``).
+DEFERRED = "deferred"
+STATUSES = frozenset({*SUCCESS, "partial", "retrying", "failed", "escalated", "unfixable",
+                      "timeout", DEFERRED})  # = the schema's enum
 
 _reserved: set[str] = set()
 _lock = threading.Lock()

@@ -122,6 +122,14 @@ class ClaudeSettings:
                                     minimum=0)
     cli_path: str = setting("", "Path to the `claude` CLI; empty uses the one bundled in "
                             "claude-agent-sdk.")
+    defer_base_s: float = setting(
+        30.0, "After a transient model API failure (rate limit, overloaded, server error, "
+        "unreachable) with no retry time from the API, Claude runs on this node wait this long "
+        "before the next launch, doubling with each failure in a row up to `defer_cap_s`; a "
+        "run whose time limit would pass first ends `deferred`.", minimum=0.1)
+    defer_cap_s: float = setting(
+        900.0, "Longest back-off between two Claude launches after transient model API "
+        "failures (see `defer_base_s`).", minimum=1)
 
 
 @dataclass

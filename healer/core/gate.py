@@ -17,7 +17,8 @@ In order, each with the reason recorded on the incident when it says no:
 Gates 1–3 are the caller's (``precheck``: no store access); 4–8 and the claim are one
 compare-and-set on the admission record (``heal-admission/gate``), so any number of processes
 racing with one key start exactly one attempt and the caps hold across processes.
-Refusals never feed the breaker.
+Refusals never feed the breaker, and neither does a ``deferred`` outcome (the agent's model
+API was rate-limited or overloaded: no attempt was made, so no cooldown starts either).
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ NO_MODEL = "no_model"
 REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, ALREADY_INVESTIGATING, COOLDOWN,
            CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL)
 RETRYABLE = frozenset({COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL})
+# An outcome that is not an attempt: the agent run waited out a transient model API failure
+# past its time limit (the agent result status ``deferred``). Settled like a released claim.
+DEFERRED = "deferred"
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,8 @@ def _kind_of(entry: dict[str, Any]) -> str:
 
 
 def _failed(outcome: dict[str, Any]) -> bool:
+    if outcome.get("status") == DEFERRED:
+        return False  # never a failed attempt, whatever wrote it
     if "breaker" in outcome:
         return bool(outcome["breaker"])
     return outcome.get("status") in _OLD_FAILURES  # written before outcomes said so
@@ -229,7 +235,10 @@ def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str
     ``held``: a fix waits for review (the key stays taken, not running); ``ended``: the
     attempt is over — the cooldown starts (unless ``cooldown`` is false: a kind without one)
     and, unless ``outcome`` is empty, the kind's breaker learns it (``breaker``: it counts as
-    a failure)."""
+    a failure). A ``DEFERRED`` outcome only frees the key: no cooldown, nothing for the
+    breaker (whatever ``breaker`` says), as if the attempt had not been made."""
+    if outcome == DEFERRED:
+        cooldown = False
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
         adm = cur or empty_admission()

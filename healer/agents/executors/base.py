@@ -42,6 +42,26 @@ EXECUTORS = ("playbook", "claude", "command")
 KEEP_RUN_DIRS = 200  # run folders (prompt, transcript, output) kept under the state dir
 
 
+def deferred_error(message: str, *, retry_at: float, failure: Mapping[str, Any],
+                   agent: str = "", run_id: str = "") -> AgentResultError:
+    """The error of a run that ends ``deferred``: the model API kept answering with a
+    transient failure (rate limit, overload, server error, unreachable) until the run's time
+    limit — not a failed attempt. It carries when to try again (``retry_at``, Unix seconds)
+    and the failure (``failure``: its code, class and the CLI's words); ``deferred_until``
+    tells it from other result errors."""
+    error = AgentResultError(message, agent=agent, run_id=run_id)
+    error.retry_at = float(retry_at)  # type: ignore[attr-defined]
+    error.failure = dict(failure)  # type: ignore[attr-defined]
+    return error
+
+
+def deferred_until(error: BaseException | None) -> float | None:
+    """``retry_at`` of a run's error made by ``deferred_error`` (None for any other)."""
+    value = getattr(error, "retry_at", None)
+    return float(value) if isinstance(value, int | float) and not isinstance(
+        value, bool) else None
+
+
 @dataclass
 class Prepared:
     """A task with every default filled in, its definition, and where its result goes."""
@@ -58,6 +78,9 @@ class Prepared:
     prompts_dir: Path | None = None
 
     prompt_text: str | None = None
+    # Set by an executor while it waits out a transient model API failure (cleared once the
+    # model answers again): the run's time limit passing meanwhile ends it deferred.
+    deferral: AgentResultError | None = None  # made by ``deferred_error``
 
     def prompt(self) -> str:
         """The task prompt: given, or rendered from the agent's template (once)."""
@@ -183,9 +206,9 @@ class Executor(abc.ABC):
         except SlotWaitError as exc:
             error = exc
         except TimeoutError:
-            error = AgentTimeoutError(f"no result within {prep.timeout_s:g} s; the run was "
-                                      "stopped", timeout_s=prep.timeout_s, agent=prep.run.agent,
-                                      run_id=prep.run.run_id)
+            error = prep.deferral or AgentTimeoutError(
+                f"no result within {prep.timeout_s:g} s; the run was stopped",
+                timeout_s=prep.timeout_s, agent=prep.run.agent, run_id=prep.run.run_id)
         except ExecutorError as exc:
             error = exc
         except asyncio.CancelledError:
@@ -277,12 +300,20 @@ class Executor(abc.ABC):
         if error is None:
             error = AgentResultError(why or "no result", agent=prep.run.agent,
                                      run_id=prep.run.run_id)
-        message = str(error) if not why or why in str(error) else f"{error}; {why}"
-        status = "timeout" if isinstance(error, AgentTimeoutError) else "failed"
+        message = str(error) if not why or why in str(error) or deferred_until(
+            error) is not None else f"{error}; {why}"
+        retry_at = deferred_until(error)
+        status = ("timeout" if isinstance(error, AgentTimeoutError) else
+                  results.DEFERRED if retry_at is not None else "failed")
         doc = {**self._base(prep), "status": status,
                "summary": results.clip(f"{prep.run.agent} run {prep.run.run_id} {status}: "
                                        f"{message}", 4000),
                "error": results.clip(message)}
+        if retry_at is not None:
+            doc["retry_at"] = round(max(0.0, retry_at), 3)
+        failure = getattr(error, "failure", None)  # a model API failure that ended the run
+        if isinstance(failure, Mapping) and (fields := _failure_fields(failure)):
+            doc["failure"] = fields
         written = results.write_result(prep.result_path, doc)
         return self._outcome(prep, written, status, error, message)
 
@@ -290,3 +321,18 @@ class Executor(abc.ABC):
         """Keep an unusable agent result for debugging, out of the bus's way."""
         with contextlib.suppress(OSError):
             os.replace(prep.staged_path, prep.staged_path.with_name("invalid-result.json"))
+
+
+def _failure_fields(failure: Mapping[str, Any]) -> dict[str, Any]:
+    """A failure as the result schema holds it (known keys, cut to size; {} without a code)."""
+    if not failure.get("code"):
+        return {}
+    out: dict[str, Any] = {}
+    for key in ("code", "class", "title", "detail", "provider"):
+        if failure.get(key):
+            out[key] = results.clip(str(failure[key]), 2000 if key == "detail" else 200)
+    if isinstance(failure.get("status"), int) and 100 <= failure["status"] <= 599:
+        out["status"] = failure["status"]
+    if isinstance(failure.get("retry_at"), int | float) and failure["retry_at"] >= 0:
+        out["retry_at"] = failure["retry_at"]
+    return out

@@ -22,7 +22,8 @@ def can_run(settings: Any, agent: str, env: Mapping[str, str] | None = None,
             executor: str | None = None) -> bool:
     """Whether ``agent`` can run here with the configured executor (``auto`` resolved): a
     command for it, Claude Code with a model to talk to, or a playbook of that name — the
-    gate's "executor available" question."""
+    gate's "executor available" question. While Claude runs are disabled here (a rejected
+    key, ``healer.agents.limits``), a Claude run can only be the agent's playbook."""
     from healer.agents.executors.auto import claude_cli
     from healer.agents.playbooks import get_playbook
 
@@ -35,6 +36,10 @@ def can_run(settings: Any, agent: str, env: Mapping[str, str] | None = None,
         argv = cmds.get(agent) or cmds.get("*")
         return bool(argv) and (shutil.which(argv[0]) is not None or Path(argv[0]).is_file())
     if kind == "claude":
+        from healer.agents.limits import holds
+
+        if holds(settings, environ) is not None:
+            return get_playbook(agent) is not None  # what a disabled Claude run falls back to
         return claude_cli(settings) is not None and explain_auto(settings, environ)[0] == "claude"
     return get_playbook(agent) is not None
 
