@@ -123,26 +123,32 @@ class TestHealingRun:
 
 
 class TestFailures:
-    async def test_broken_stream_is_a_failed_result(
+    async def test_broken_stream_is_deferred(
             self, settings: Any, claude_executor: Any) -> None:
-        """A model stream that breaks midway maps to AgentResultError and a failed result."""
+        """A model stream that breaks midway is a network failure (T4, transient): the run
+        ends deferred with the failure and when to try again, not failed."""
         with ScriptedModel([break_stream(after_events=3)]) as model:
             outcome = await claude_executor(model).run(
-                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"}))
-        assert outcome.status == "failed" and not outcome.ok
+                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"},
+                          timeout_s=10))
+        assert outcome.status == "deferred" and not outcome.ok
         assert isinstance(outcome.exception, AgentResultError), outcome.exception
         data = valid(outcome.result_path)
         assert data["executor"] == "claude" and data["run_id"] == outcome.run_id
-        assert "Claude Code reported an error" in data["error"]
+        assert data["failure"]["code"] == "T4" and data["retry_at"] > 0
 
     async def test_http_error_names_the_status(
             self, settings: Any, claude_executor: Any) -> None:
-        """An API error answer (529 overloaded) is reported with its status."""
+        """An API error answer (529 overloaded) is reported with its status (and, being
+        transient, defers the run)."""
         with ScriptedModel([http_error(529)]) as model:
             outcome = await claude_executor(model).run(
-                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"}))
+                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"},
+                          timeout_s=10))
         assert isinstance(outcome.exception, AgentResultError)
-        assert "529" in valid(outcome.result_path)["error"]
+        data = valid(outcome.result_path)
+        assert "529" in data["error"] and data["status"] == "deferred"
+        assert data["failure"]["code"] == "T2"
 
     async def test_timeout_kills_the_cli_and_everything_it_started(
             self, settings: Any, claude_executor: Any) -> None:

@@ -101,9 +101,12 @@ class TestRun:
         assert "tool Bash" in r.err  # the agent's messages stream to the log
 
     @pytest.mark.e2e
-    @pytest.mark.parametrize("model_url", ["- fault: break_stream\n"], indirect=True)
+    @pytest.mark.parametrize("model_url", ["- fault: http_error\n  status: 400\n"
+                                           "  error_type: invalid_request_error\n"
+                                           "  message: bad request\n"], indirect=True)
     def test_failed_claude_run_exits_1(self, cli: Any, dirs: Any, model_url: str) -> None:
-        """A run whose model breaks exits 1 with a failed result on the bus."""
+        """A run whose model rejects the request (X4: not transient) exits 1 with a failed
+        result on the bus."""
         env = {**dirs.env, **CLAUDE_ENV, "ANTHROPIC_BASE_URL": model_url,
                "ANTHROPIC_API_KEY": "dummy"}
         r = cli("agents", "run", "channel-diagnoser", "--executor", "claude", "--target",
