@@ -37,7 +37,7 @@ class BlockEngine(Protocol):
                labels: Mapping[str, str] | None = None, not_before: float | None = None
                ) -> BlockStream: ...
 
-    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes]
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0
                    ) -> tuple[int, list[RawHit], list[bytes]]: ...
 
     def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,

@@ -17,6 +17,7 @@ same alerts by construction: Hyperscan is a (very fast) superset filter, ``re`` 
 from __future__ import annotations
 
 import bisect
+import itertools
 import re
 import threading
 from collections.abc import Sequence
@@ -288,15 +289,20 @@ class Suppressor:
         """For each line, the suppressions worth trying on it (in catalog order)."""
         if self._db is None or not lines:
             return [self._always] * len(lines)
-        starts: list[int] = []
-        pos = 0
-        for line in lines:
-            starts.append(pos)
-            pos += len(line) + 1
-        found: list[set[int]] = [set() for _ in lines]
-        for off, k in self._db.candidates(b"\n".join(lines), 0, pos - 1):
-            found[bisect.bisect_right(starts, off) - 1].add(k)
-        return [sorted(f.union(self._always)) if f else self._always for f in found]
+        starts = line_starts(lines)
+        found: dict[int, set[int]] = {}
+        right = bisect.bisect_right
+        for off, k in self._db.candidates(b"\n".join(lines), 0, starts[-1] - 1):
+            n = right(starts, off) - 1
+            got = found.get(n)
+            if got is None:
+                found[n] = {k}
+            else:
+                got.add(k)
+        out = [self._always] * len(lines)
+        for n, got in found.items():
+            out[n] = sorted(got.union(self._always))
+        return out
 
     def verdict(self, line: bytes, ks: Sequence[int], codes: set[str]) -> set[str] | None:
         """None if the whole line is suppressed, else the codes suppressed on it."""
@@ -310,3 +316,46 @@ class Suppressor:
                     return None
                 gone |= limited
         return gone
+
+
+def line_starts(lines: Sequence[Any]) -> list[int]:
+    """Where each of ``lines`` starts in ``b"\\n".join(lines)``, and (last) its length + 1."""
+    return list(itertools.accumulate([len(line) + 1 for line in lines], initial=0))
+
+
+class LineFlagger:
+    """Which of many lines some expressions match anywhere: one Hyperscan scan over the lines
+    joined by newlines (``^`` is a line's start), one report per match.
+
+    Only exact: ``LineFlagger.build`` gives None when Hyperscan is missing or would only
+    prefilter an expression, and the caller then tests each line itself.
+    """
+
+    def __init__(self, matcher: HyperscanMatcher):
+        self._m = matcher
+
+    @classmethod
+    def build(cls, expressions: Sequence[tuple[str, bool]]) -> LineFlagger | None:
+        """``expressions``: (regex, case-sensitive) pairs."""
+        if not hyperscan_available():
+            return None
+        fake = [Pattern(id=f"flag-{k}", regex=rx, code="F", priority=2, severity="info",
+                        case_sensitive=cs, index=k) for k, (rx, cs) in enumerate(expressions)]
+        matcher = HyperscanMatcher(fake)
+        if matcher.leftover or matcher.prefiltered or len(matcher.patterns) != len(fake):
+            return None
+        return cls(matcher)
+
+    def flagged(self, lines: Sequence[Any], joined: Any = None) -> set[int]:
+        """The indexes of the lines (none holds a newline) on which some expression matches;
+        ``joined``: ``b"\\n".join(lines)`` if the caller has it."""
+        if not lines:
+            return set()
+        if joined is None:
+            joined = b"\n".join(lines)
+        found = self._m.candidates(joined, 0, len(joined))
+        if not found:
+            return set()
+        starts = line_starts(lines)
+        right = bisect.bisect_right
+        return {right(starts, off) - 1 for off, _ in found}

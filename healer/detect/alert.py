@@ -13,8 +13,7 @@ from healer.detect.catalog import Pattern
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
 
 _q = json.encoder.encode_basestring_ascii  # type: ignore[attr-defined]
-_FRAGMENTS: dict[int, tuple[Pattern, str, str]] = {}
-_SOURCES: dict[str, str] = {}
+_FRAGMENTS: dict[tuple[int, str], tuple[Pattern, str, str]] = {}
 
 
 class Alert(NamedTuple):
@@ -59,28 +58,28 @@ class Alert(NamedTuple):
         return out
 
     def to_json(self) -> str:
-        """``to_dict()`` as one line of JSON (same keys and order), built from cached parts."""
+        """``to_dict()`` as one line of JSON (same keys and order), built from cached parts:
+        per pattern and source, everything before the line number and after the line."""
         p = self.pattern
         if p is None:
             return json.dumps(self.to_dict(), ensure_ascii=True, separators=(",", ":"))
-        frag = _FRAGMENTS.get(id(p))
-        if frag is None or frag[0] is not p:
-            frag = _FRAGMENTS[id(p)] = (
+        key = (id(p), self.source)
+        parts = _FRAGMENTS.get(key)
+        if parts is None or parts[0] is not p:
+            if len(_FRAGMENTS) > 10_000:
+                _FRAGMENTS.clear()
+            parts = _FRAGMENTS[key] = (
                 p,
                 f'{{"code":{_q(self.code)},"id":{_q(self.id)},"priority":{self.priority},'
-                f'"severity":{_q(self.severity)},"source":',
+                f'"severity":{_q(self.severity)},"source":{_q(self.source)},"line_no":',
                 f',"meaning":{_q(p.meaning)},"action":{_q(p.action)}',
             )
-        src = _SOURCES.get(self.source)
-        if src is None:
-            if len(_SOURCES) > 10_000:
-                _SOURCES.clear()
-            src = _SOURCES[self.source] = _q(self.source)
-        ts = "null" if self.ts is None else '"' + iso(self.ts) + '"'
-        labels = (',"labels":' + json.dumps(dict(self.labels), ensure_ascii=True,
-                                            separators=(",", ":"))) if self.labels else ""
-        return (f'{frag[1]}{src},"line_no":{self.line_no},"ts":{ts},"line":{_q(self.line)}'
-                f"{frag[2]}{labels}}}")
+        stamp = "null" if self.ts is None else '"' + iso(self.ts) + '"'
+        if self.labels:
+            labels = json.dumps(dict(self.labels), ensure_ascii=True, separators=(",", ":"))
+            return (f'{parts[1]}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{parts[2]}'
+                    f',"labels":{labels}}}')
+        return f'{parts[1]}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{parts[2]}}}'
 
     def to_text(self) -> str:
         """``source:line: CODE severity [id] line`` for people."""

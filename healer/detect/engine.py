@@ -14,6 +14,12 @@ per code (generic level patterns only when nothing specific matched), and turned
 ``Alert``. Only matching lines are ever materialised; line numbers come from counting
 newlines between them.
 
+The per-line work runs a block at a time (``Engine(fast=True)``, the default): the lines the
+line model must view are found by one Hyperscan scan over their heads, timestamps come from a
+cached parser, the alert lines of a block are decoded at once. ``fast=False`` judges, parses
+and decodes each line on its own — the reference the fast path is tested against, byte for
+byte (tests/detect/test_detect_fast_path.py).
+
 Time: a line's own timestamp is parsed only for matched lines. Windowed patterns (priority 1,
 ``window_s``) count only when the line's time — its own timestamp, else that of the nearest
 earlier line within 64 lines, else the time it was read — lies within the window after the
@@ -33,10 +39,19 @@ from typing import Any
 
 from healer.detect import _match
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
-from healer.detect._timestamps import HEAD_BYTES, parse_ts
+from healer.detect._timestamps import HEAD_BYTES, parse_ts, parse_ts_cached
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
-from healer.detect.lines import RANK, SPEECH, SourceStarts, judge
+from healer.detect.lines import (
+    JUDGE_HEAD,
+    JUDGE_TRIGGERS,
+    RANK,
+    SPEECH,
+    SourceStarts,
+    judge,
+    needs_view,
+    view_fields,
+)
 from healer.errors import UnavailableError, UsageError
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
@@ -45,6 +60,11 @@ SKEW_S = 2.0  # a line this much before the agent's start still counts (clock sk
 # Control characters are replaced in alert lines: they would garble terminals and logs.
 _CONTROLS = {c: "\ufffd" for c in [*range(0x00, 0x09), *range(0x0A, 0x20), 0x7F]}
 _HAS_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# The bytes that make _text change a line besides cutting it: a trailing CR, control
+# characters (newlines apart: they join many lines).
+_TEXT_WORK = r"[\x00-\x08\x0b-\x1f\x7f]"
+_new_tuple = tuple.__new__
+_CLEANED = 1 << 40  # added to the pattern index of a candidate found in an ANSI line's text
 
 
 def resolve_engine(kind: str | None = None) -> str:
@@ -66,7 +86,8 @@ class Engine:
     """A compiled catalog. Thread-safe: scans may run concurrently."""
 
     def __init__(self, catalog: Catalog, *, engine: str | None = None, max_line_chars: int = 200,
-                 preflight_window_s: float = 60.0, clock: Callable[[], float] = time.time):
+                 preflight_window_s: float = 60.0, clock: Callable[[], float] = time.time,
+                 fast: bool = True):
         self.catalog = catalog
         self.kind = resolve_engine(engine)
         self.max_line_chars = max(20, int(max_line_chars))
@@ -95,6 +116,14 @@ class Engine:
             self.matchers.append(_match.ReMatcher(pats))
         self._suppressor = _match.Suppressor(catalog.suppressions,
                                              use_hyperscan=self.kind == "hyperscan")
+        # The block-at-a-time path (``fast``): the same alerts as judging, confirming and
+        # rendering each line on its own (``fast=False``, the reference the tests hold it to).
+        self.fast = fast
+        hs = fast and self.kind == "hyperscan"
+        self._flagger = _match.LineFlagger.build(JUDGE_TRIGGERS) if hs else None
+        self._controls = _match.LineFlagger.build([(_TEXT_WORK, True)]) if hs else None
+        self._single = [(i,) for i in range(len(pats))]
+        self._trusted = [c is _trusted for c in self._confirm]
 
     # -- public scanning API -------------------------------------------------------------------
 
@@ -154,12 +183,17 @@ class Engine:
 
     # -- internals shared with _files and StreamScanner ------------------------------------------
 
-    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes]
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0
                    ) -> tuple[int, list[RawHit], list[bytes]]:
-        """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads)."""
-        cands: list[tuple[int, int]] = []
-        for m in self.matchers:
-            cands += m.candidates(buf, lo, hi)
+        """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads).
+
+        A hit's line index counts from ``first`` (the lines before this block)."""
+        if len(self.matchers) == 1:
+            cands = self.matchers[0].candidates(buf, lo, hi)
+        else:
+            cands = []
+            for m in self.matchers:
+                cands += m.candidates(buf, lo, hi)
         # Lines with ANSI escapes are matched without them: their raw candidates are replaced
         # by those of their cleaned text (only those lines are copied, never the block).
         ansi = _match.ansi_lines(buf, lo, hi)
@@ -172,12 +206,12 @@ class Engine:
         # once per matching line of a big file, so it is written for speed.
         found: list[tuple[int, int, Any, list[int]]] = []  # (line idx, start, line, patterns)
         add = found.append
-        line_idx = 0
+        line_idx = first
         counted = lo
         ls = le = -1
         idxs: list[int] = []
         count, rfind, find = buf.count, buf.rfind, buf.find
-        confirm = self._confirm
+        confirm, trusted = self._confirm, self._trusted
         for off, idx in cands:
             if off <= le:
                 if idx not in idxs:
@@ -187,10 +221,12 @@ class Engine:
                 line = cleaned.get(ls) if cleaned else None
                 if line is None:
                     line = buf[ls:le]
+                else:  # an ANSI line: only the candidates of its cleaned text count
+                    idxs = [i - _CLEANED for i in idxs if i >= _CLEANED]
                 if len(idxs) == 1:
-                    if confirm[idxs[0]](line):
+                    if trusted[idxs[0]] or confirm[idxs[0]](line):
                         add((line_idx, ls, line, idxs))
-                else:
+                elif idxs:
                     matched = [i for i in sorted(idxs) if confirm[i](line)]
                     if matched:
                         add((line_idx, ls, line, matched))
@@ -204,8 +240,19 @@ class Engine:
                 buf, counted, ls)
             counted = ls
             idxs = [idx]
-        newlines = line_idx + newlines_in(buf, counted, hi)
-        # Pass 2: suppressions (batched), best pattern per code, timestamps.
+        newlines = line_idx - first + newlines_in(buf, counted, hi)
+        if not found:
+            hits: list[RawHit] = []
+        elif self.fast:
+            hits = self._hits(buf, lo, found, tail)
+        else:
+            hits = self._hits_one_by_one(buf, lo, found, tail)
+        return newlines, hits, _tail_heads(buf, lo, hi, tail)
+
+    def _hits_one_by_one(self, buf: Any, lo: int, found: list[tuple[int, int, Any, list[int]]],
+                         tail: list[bytes]) -> list[RawHit]:
+        """Pass 2, the reference: each line judged on its own, then suppressions (batched),
+        best pattern per code, timestamps."""
         hits: list[RawHit] = []
         keep = self.max_line_chars * 4 + 8
         generic, window, windowed = self._generic, self._window, self._windowed
@@ -240,26 +287,80 @@ class Engine:
                 borrowed = _lookback(buf, lo, start, tail)
             hits.append((li, line[:keep] if len(line) > keep else line, best, own, borrowed,
                          src, level))
-        return newlines, hits, _tail_heads(buf, lo, hi, tail)
+        return hits
+
+    def _hits(self, buf: Any, lo: int, found: list[tuple[int, int, Any, list[int]]],
+              tail: list[bytes]) -> list[RawHit]:
+        """Pass 2 for a whole block at once: what ``_hits_one_by_one`` finds, with less work a
+        line. The lines ``judge`` would view are found by one Hyperscan scan over their heads
+        (``lines.JUDGE_TRIGGERS``); only those are viewed; timestamps come from the cached
+        parser; a lone pattern's tuple is shared."""
+        keep = self.max_line_chars * 4 + 8
+        generic, window, windowed = self._generic, self._window, self._windowed
+        min_rank, single = self._min_rank, self._single
+        flagger = self._flagger
+        if flagger is not None:
+            to_view = flagger.flagged([f[2][:JUDGE_HEAD] for f in found])
+        else:
+            to_view = {k for k, f in enumerate(found) if needs_view(f[2])}
+        judged = []
+        add = judged.append
+        for k, (li, start, line, matched) in enumerate(found):
+            if k not in to_view:  # nothing about the line could change the verdict
+                add((li, start, line, matched, line, "", ""))
+                continue
+            body, level, src, part = view_fields(line)
+            if part == SPEECH:
+                continue  # the agent's own words or code (a transcript), not a failure
+            if level:
+                rank = RANK[level]
+                matched = [i for i in matched if rank >= min_rank[i]]
+                if not matched:
+                    continue
+            add((li, start, line, matched, body, src, level))
+        # Suppressions see the line without its prefixes (kubectl, timestamps, compose).
+        sup_cands = self._suppressor.candidates([j[4] for j in judged])
+        hits: list[RawHit] = []
+        add_hit = hits.append
+        resolve, ts_of = self._resolve, parse_ts_cached
+        for (li, start, line, matched, body, src, level), ks in zip(judged, sup_cands,
+                                                                      strict=True):
+            if ks or len(matched) > 1 or generic[matched[0]]:
+                best = resolve(body, matched, ks)
+                if not best:
+                    continue
+            else:
+                best = single[matched[0]]
+            own = ts_of(line)
+            borrowed = own
+            if own is None and windowed and any(window[i] is not None for i in best):
+                borrowed = _lookback(buf, lo, start, tail)
+            add_hit((li, line[:keep] if len(line) > keep else line, best, own, borrowed,
+                     src, level))
+        return hits
 
     def _clean_candidates(self, cands: list[tuple[int, int]],
                           ansi: list[tuple[int, int, bytes]]) -> list[tuple[int, int]]:
-        """Drop raw candidates on ANSI lines; add those found in their cleaned text."""
+        """Add the candidates found in the cleaned text of ANSI lines, at their line's start
+        and marked (pattern index + ``_CLEANED``): pass 1 takes only those on such a line. The
+        reference path also drops the raw candidates on them first (the fast one need not: it
+        is one bisection a candidate)."""
         starts = [ls for ls, _, _ in ansi]
-        keep = []
-        for off, idx in cands:
-            k = bisect.bisect_right(starts, off) - 1
-            if k < 0 or off > ansi[k][1]:
-                keep.append((off, idx))
-        joined = b"\n".join(text for _, _, text in ansi)
-        offsets = []
-        pos = 0
-        for _, _, text in ansi:
-            offsets.append(pos)
-            pos += len(text) + 1
+        if self.fast:
+            keep = cands
+        else:
+            keep = []
+            for off, idx in cands:
+                k = bisect.bisect_right(starts, off) - 1
+                if k < 0 or off > ansi[k][1]:
+                    keep.append((off, idx))
+        texts = [text for _, _, text in ansi]
+        joined = b"\n".join(texts)
+        offsets = _match.line_starts(texts)
+        right = bisect.bisect_right
         for m in self.matchers:
             for off, idx in m.candidates(joined, 0, len(joined)):
-                keep.append((starts[bisect.bisect_right(offsets, off) - 1], idx))
+                keep.append((starts[right(offsets, off) - 1], idx + _CLEANED))
         return keep
 
     def _resolve(self, line: Any, matched: list[int], sup_ks: list[int]) -> tuple[int, ...]:
@@ -300,6 +401,10 @@ class Engine:
         names one (``start_of(source, when)``: each pod or service has its own pre-flight; a
         line without one asks for ``""``: the source that started most recently before it),
         else from ``start``."""
+        if self.fast:
+            return self._alerts(hits, base=base, source=source, start=start, seen_at=seen_at,
+                                labels=labels, not_before=not_before, ts_override=ts_override,
+                                start_of=start_of)
         out: list[Alert] = []
         add = out.append
         pats, window = self._patterns, self._window
@@ -329,6 +434,47 @@ class Engine:
                           own, label_map, p, level, src))
         return out
 
+    def _alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
+                seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,
+                ts_override: float | None, start_of: StartOf | None) -> list[Alert]:
+        """``alerts`` for many hits at once: the filters first, then every kept line decoded
+        in one go (``_texts``), then the alerts built as plain tuples."""
+        rows = []
+        keep = rows.append
+        window = self._window
+        lo_t, skew = start - SKEW_S, start
+        for idx, raw, pidxs, own, borrowed, src, level in hits:
+            if ts_override is not None:
+                own = borrowed = ts_override
+            if not_before is not None and own is not None and own < not_before:
+                continue
+            if len(pidxs) == 1 and window[pidxs[0]] is None:  # most hits: nothing to window
+                keep((idx, raw, own, src, level, pidxs))
+                continue
+            when = borrowed if borrowed is not None else seen_at
+            lo, hi = lo_t, skew
+            if start_of is not None and any(window[pi] is not None for pi in pidxs):
+                own_start = start_of(src, when)
+                if own_start is not None:
+                    lo, hi = own_start - SKEW_S, own_start
+            kept = [pi for pi in pidxs
+                    if (w := window[pi]) is None or lo <= when <= hi + w]
+            if kept:
+                keep((idx, raw, own, src, level, kept))
+        out: list[Alert] = []
+        add = out.append
+        pats = self._patterns
+        label_map = labels if labels else NO_LABELS
+        first = base + 1
+        for (idx, _, own, src, level, pidxs), text in zip(
+                rows, self._texts([r[1] for r in rows]), strict=True):
+            line_no = first + idx
+            for pi in pidxs:
+                p = pats[pi]
+                add(_new_tuple(Alert, (p.code, p.id, p.priority, p.severity, source, line_no,
+                                       text, own, label_map, p, level, src)))
+        return out
+
     def _text(self, raw: bytes) -> str:
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         if not text.isprintable() and _HAS_CONTROL.search(text):
@@ -336,6 +482,28 @@ class Engine:
         if len(text) > self.max_line_chars:
             text = text[: self.max_line_chars - 1] + "…"
         return text
+
+    def _texts(self, raws: list[Any]) -> list[str]:
+        """``[self._text(raw) for raw in raws]`` (no raw holds a newline), decoded at once:
+        UTF-8 decoding never joins bytes across an ASCII newline, so the joined lines decode
+        to the decoded lines joined."""
+        if not raws:
+            return []
+        joined = b"\n".join(raws)
+        text = joined.decode("utf-8", "replace")
+        parts = text.split("\n")
+        if len(parts) != len(raws):  # a raw with a newline: cannot happen, but be exact
+            return [self._text(raw) for raw in raws]
+        # A CR or control character somewhere (as bytes: UTF-8 decoding keeps ASCII as is)?
+        if self._controls is not None:
+            for k in self._controls.flagged(raws, joined):
+                parts[k] = _clean_text(parts[k])
+        elif not all(map(str.isprintable, parts)):
+            parts = [t if t.isprintable() else _clean_text(t) for t in parts]
+        most = self.max_line_chars
+        if max(map(len, parts)) > most:
+            parts = [t if len(t) <= most else t[: most - 1] + "…" for t in parts]
+        return parts
 
     def first_line_ts(self, head: bytes) -> float | None:
         """The timestamp of the first line of ``head`` (which starts a stream)."""
@@ -433,6 +601,14 @@ class StreamScanner:
 
 def _trusted(line: Any) -> bool:
     return True
+
+
+def _clean_text(text: str) -> str:
+    """What ``Engine._text`` does to a decoded line besides cutting it."""
+    text = text.rstrip("\r\n")
+    if not text.isprintable() and _HAS_CONTROL.search(text):
+        text = text.translate(_CONTROLS)
+    return text
 
 
 def newlines_in(buf: Any, a: int, b: int) -> int:

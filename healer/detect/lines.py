@@ -80,27 +80,49 @@ def judge(line: bytes) -> LineView | None:
     """``view(line)``, or None when it could not change a verdict: the line has no prefix, no
     JSON, no escape codes and no low level word in its head (so its level is warn or higher,
     or none). The engine asks this for every match; most matches are error lines."""
+    return view(line) if needs_view(line) else None
+
+
+def needs_view(line: bytes) -> bool:
+    """Whether ``judge`` views the line (else it could not change a verdict)."""
     head = line[:160]
     if line[:5] == b"[pod/" or line[:1] == b"<" or b"{" in head or b"| " in head or \
             b"\x1b" in head:
-        return view(line)
+        return True
     low = head.lower()
-    if b"info" in low or b"debug" in low or b"trace" in low or b"notice" in low:
-        return view(line)
-    return None
+    return b"info" in low or b"debug" in low or b"trace" in low or b"notice" in low
+
+
+# What makes ``judge`` look closer, as Hyperscan expressions over the heads of many lines
+# (one line each, case-sensitive first, then caseless): the engine finds the lines to view in
+# a block with one scan instead of nine tests a line (healer.detect._match.LineFlagger).
+JUDGE_TRIGGERS = ((r"^\[pod/", True), (r"^<", True), (r"\{", True), (r"\| ", True),
+                  (r"\x1b", True), (r"info|debug|trace|notice", False))
+JUDGE_HEAD = 160
 
 
 def view(line: bytes) -> LineView:
     """Prefixes off, level and source read, transcripts recognised (module doc)."""
+    return LineView._make(view_fields(line))
+
+
+_TRANSCRIPT = re.compile(rb'"type"|"msg": ?\{')
+_JSON_WORDS: dict[bytes, str] = {}  # a _JSON_LEVEL match → its level
+
+
+def view_fields(line: bytes) -> tuple[bytes, str, str, str]:
+    """``view(line)`` as a plain tuple (body, level, source, part): what the engine uses."""
     body = line[:-1] if line[-1:] == b"\n" else line
     if body[-1:] == b"\r":
         body = body[:-1]
     if b"\x1b" in body:
         body = _ANSI_FREE.sub(b"", body)
     source = ""
+    first = body[:1]
     # kubectl prefix, then its timestamp, then a compose prefix (in either order); each is
     # only tried when the first byte says it could be there — this runs for every match.
-    for _ in range(3):
+    # (None of them starts with "{": a JSON line skips the loop.)
+    for _ in range(3 if first != b"{" else 0):
         first = body[:1]
         if first == b"[":
             m = _KUBECTL.match(body)
@@ -123,18 +145,24 @@ def view(line: bytes) -> LineView:
         break
     first = body[:1]
     if first == b"{" or (first == b" " and body.lstrip()[:1] == b"{"):
-        if b'"type"' not in body and b'"msg":{' not in body and b'"msg": {' not in body:
+        if _TRANSCRIPT.search(body) is None:
             # A structured log record, not a transcript event: its level field is enough.
             m = _JSON_LEVEL.search(body)
             if m:
-                word = _level_word(int(m.group(2)) if m.group(2) else m.group(1).decode(
-                    "ascii"))
-                return LineView(body, word, source, LOG)
+                found = m.group()
+                word = _JSON_WORDS.get(found)
+                if word is None:
+                    word = _level_word(int(m.group(2)) if m.group(2) else m.group(1).decode(
+                        "ascii"))
+                    if len(_JSON_WORDS) > 4096:
+                        _JSON_WORDS.clear()
+                    _JSON_WORDS[found] = word
+                return body, word, source, LOG
         doc = _json(body)
         if doc is not None:
             level, part = _structured(doc)
-            return LineView(body, level, source, part)
-    return LineView(body, _level(body), source, LOG)
+            return body, level, source, part
+    return body, _level(body), source, LOG
 
 
 def _json(text: bytes) -> dict[str, Any] | None:
@@ -236,8 +264,23 @@ def _codex_event(kind: str, doc: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+_LEVELS_SEEN: dict[bytes, str] = {}  # a body's first _LEVEL_REACH bytes → _level(body)
+
+
 def _level(body: bytes) -> str:
-    """The level a plain-text line states ('' for none)."""
+    """The level a plain-text line states ('' for none): it depends on the body's first
+    _LEVEL_REACH bytes alone (the searches stop there), so it is cached by them."""
+    head = bytes(body[:_LEVEL_REACH])
+    level = _LEVELS_SEEN.get(head)
+    if level is None:
+        level = _level_of(head)
+        if len(_LEVELS_SEEN) > 8192:
+            _LEVELS_SEEN.clear()
+        _LEVELS_SEEN[head] = level
+    return level
+
+
+def _level_of(body: bytes) -> str:
     first = body[:1]
     if first == b"<":
         m = _SYSLOG.match(body)

@@ -39,10 +39,14 @@ def band(count: int) -> str:
     return "low"
 
 
+_ERROR_LEVELS = frozenset(("error", "fatal"))
+_ERROR_SEVERITIES = frozenset(("critical", "high"))
+
+
 def is_error(level: str, severity: str) -> bool:
     if level:
-        return level in ("error", "fatal")
-    return severity in ("critical", "high")
+        return level in _ERROR_LEVELS
+    return severity in _ERROR_SEVERITIES
 
 
 class ServiceTally:
@@ -52,9 +56,17 @@ class ServiceTally:
         self.rows: dict[str, list[Any]] = {}  # service → [errors, warnings, samples]
 
     def add(self, alerts: Iterable[Any]) -> None:
+        rows = self.rows
         for a in alerts:  # the engine read each line's level and source (a.level, a.origin)
-            row = self.rows.setdefault(a.origin or a.source, [0, 0, []])
-            row[0 if is_error(a.level, a.severity) else 1] += 1
+            service = a.origin or a.source
+            row = rows.get(service)
+            if row is None:
+                row = rows[service] = [0, 0, []]
+            level = a.level
+            if (level in _ERROR_LEVELS) if level else (a.severity in _ERROR_SEVERITIES):
+                row[0] += 1
+            else:
+                row[1] += 1
             if len(row[2]) < SAMPLES:
                 row[2].append(a.line[:SAMPLE_CHARS])
 
