@@ -78,6 +78,7 @@ class AgentRuntime:
         # Claims mark "someone has this"; runs take their slots from the dispatcher.
         self.policy = gate.Policy(kind="play", cooldown_s=0.0, max_concurrent=1_000_000,
                                   breaker_window=0, holds_slot=False)
+        self._last_resume = 0.0  # when a waiter last resumed an agent (the stagger's anchor)
 
     # -- intake ----------------------------------------------------------------------------------
 
@@ -205,9 +206,12 @@ class AgentRuntime:
         self.ledger.started(iid, attempt, f"resume {len(waiting)} agent(s) after the "
                                           f"{failures.CODES[code].title} (round {n})")
         resumed = 0
-        for i, a in enumerate(sorted(waiting, key=lambda a: a["since"])):
-            if i and self.settings.play.resume_stagger_s:
-                await self.sleep(self.settings.play.resume_stagger_s)
+        stagger = self.settings.play.resume_stagger_s
+        for a in sorted(waiting, key=lambda a: a["since"]):
+            # A stagger after the last resume of any round: a round that starts right after a
+            # long one must not resume its first agent on the heels of the previous one.
+            if stagger and (gap := self._last_resume + stagger - self.clock()) > 0:
+                await self.sleep(gap)
             play_id, agent = a["play_id"], a["agent"]
             if self._agent(play_id, agent).get("status") != WAITING:
                 continue  # it recovered by itself, or a crash loop paused it
@@ -216,6 +220,7 @@ class AgentRuntime:
                 continue  # the play ended while it waited
             strategy = "resume" if self.settings.play.actions.get("resume") else "restart"
             ok = await self._launch(play_id, agent, strategy, code)
+            self._last_resume = self.clock()  # the next one waits a stagger after this one
             resumed += ok
             if self._agent(play_id, agent).get("status") != PAUSED:  # a crash loop stopped it
                 self._set_member(limit, agent_key(play_id, agent), RESUMED if ok else WAITING)
