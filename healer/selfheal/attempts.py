@@ -307,7 +307,7 @@ class Attempts:
             cur["history"] = [*cur.get("history", []), {"status": to, "at": now}]
             if status in ACTIVE and to not in ACTIVE:
                 cur["ended_at"] = now
-                if to in ESCALATES and not cur.get("incident"):
+                if to in ESCALATES and not cur.get("incident") and not cur.get("deferred"):
                     cur["escalation_due"] = True
             return cur
 
@@ -322,7 +322,8 @@ class Attempts:
         # The investigation is over: the cooldown starts, the breaker learns (an UNFIXABLE
         # verdict says nothing about healer's health, so it is not an outcome for it).
         gate.settle(self.store, att["fingerprint"], attempt_id, now=now, kind="code",
-                    ended=ended, outcome=to if ended and to != UNFIXABLE else "",
+                    ended=ended, outcome=gate.DEFERRED if att.get("deferred") else
+                    to if ended and to != UNFIXABLE else "",
                     breaker=to in BREAKER_FAILURES and not att.get("stopped"),
                     held=to == PR_OPEN)
         self._sync_incident(att, to)

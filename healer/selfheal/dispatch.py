@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.agents.results import DEFERRED
 from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.publish.sanitizer import Sanitizer
@@ -195,6 +196,11 @@ class Dispatcher:
             return st.UNFIXABLE, {"unfixable_reason": self._clean(_cut_words(unfixable)),
                                   "reason": "the healing agent found this is not a code bug"}
         commits = await asyncio.to_thread(tree.commits)
+        if not commits and outcome.detail.get("status") == DEFERRED:
+            # The model API kept refusing (rate limit, overload): not a failed attempt — no
+            # breaker, no cooldown, no escalation; the next report of the error tries again.
+            return st.FAILED, {"deferred": True, "reason": self._why(
+                "the healing run was deferred: the model API kept refusing", outcome)}
         if not commits:
             return st.FAILED, {"reason": self._why("the healing agent made no commits", outcome)}
         diff, diffstat, head = await asyncio.to_thread(
