@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from healer.agents.results import DEFERRED
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import Settings
 from healer.core import gate
@@ -39,6 +40,8 @@ RUNNING_INDEXED = ("remediation-index", "running")  # marks that RUNNING covers 
 _SEVERITY = {"critical": "critical", "high": "high", "error": "high", "warning": "medium",
              "medium": "medium", "low": "low", "info": "info"}
 RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
+MAX_DEFERRALS = 12  # then the deferred outcome counts like any failed one
+DEFER_CAP_S = 900.0
 
 
 def running_keys(store: Store) -> list[str]:
@@ -263,9 +266,18 @@ class Remediator:
 
     async def _remediate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
                          plan: evaluate.Plan, attempt: int) -> RunOutcome:
-        outcome: RunOutcome = await self.run_agent(AgentTask(
-            agent="remediation-agent", target=play_id, kind="remediation",
-            vars=self._vars(play_id, session, issue, plan, attempt), incident=issue["id"]))
+        task = AgentTask(agent="remediation-agent", target=play_id, kind="remediation",
+                         vars=self._vars(play_id, session, issue, plan, attempt),
+                         incident=issue["id"])
+        outcome: RunOutcome = await self.run_agent(task)
+        for _ in range(MAX_DEFERRALS):
+            if outcome.status != DEFERRED:
+                break
+            # The model API kept refusing the remediation agent (a rate limit): the attempt
+            # did not happen, so it is run again after the reset instead of being counted.
+            retry_at = float((outcome.result or {}).get("retry_at") or 0)
+            await asyncio.sleep(min(DEFER_CAP_S, max(1.0, retry_at - self.clock())))
+            outcome = await self.run_agent(task)
         log.info("remediation %s of %s/%s (%s %s): %s", attempt, play_id, issue["issue_type"],
                  plan.level, plan.strategy, outcome.status)
         return outcome

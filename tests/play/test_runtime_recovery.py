@@ -53,3 +53,34 @@ async def test_a_wait_survives_a_restart(tmp_path: Path) -> None:
     assert adm is not None
     assert len([k for k in adm.data["active"] if k.startswith("play.limit.")]) <= 1
     await second.stop()
+
+
+async def test_a_deferred_remediation_is_not_an_attempt(tmp_path: Path) -> None:
+    """The remediation agent's model kept refusing (its run ended ``deferred``): the same
+    attempt runs again after the reset; only the run that worked counts."""
+    from healer.agents.task import AgentTask, RunOutcome
+
+    runs: list[str] = []
+
+    async def run_agent(task: AgentTask) -> RunOutcome:
+        runs.append(task.agent)
+        status = "diagnosed" if task.agent == "evaluation-agent" else (
+            "deferred" if runs.count("remediation-agent") == 1 else "fixed")
+        result = {"status": status, "retry_at": time.time() + 0.2} if status == "deferred" \
+            else {"status": status, "notes": "ok"}
+        return RunOutcome(run_id=f"r{len(runs)}", agent=task.agent, executor="fake",
+                          status=status, result_path="", result=result, error="",
+                          duration_s=0.0)
+
+    settings = load_settings(env={}, overrides={
+        "state_dir": str(tmp_path / "state"), "results_dir": str(tmp_path / "results"),
+        "fleet_dir": str(tmp_path / "fleet"), "play": {"reevaluate_after_s": 0}})
+    svc = PlayService(settings, FileStore(tmp_path / "state"), run_agent=run_agent)
+    svc.start_session({"play_id": "p-2", "repository": "a/b", "cto_config": {"agents": {
+        "rex": {"tools": {"remote": []}}}}})
+    await svc.ingest_logs("p-2", "rex", ["2026-12-02T10:00:00Z ERROR thread 'main' panicked at "
+                                         "src/main.rs:1:1"])
+    await svc.wait_idle(30)
+    assert runs == ["evaluation-agent", "remediation-agent", "remediation-agent"]
+    rec = next(svc.store.list("remediations"))
+    assert rec.data["status"] == "resolved" and len(rec.data["attempts"]) == 1
