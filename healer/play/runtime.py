@@ -147,12 +147,7 @@ class AgentRuntime:
         resume_at = self._resume_at(data)
         self._set_agent(play_id, agent, status=WAITING, code=code, limit=limit,
                         resume_at=resume_at, reason=failures.CODES[code].title)
-        signal = self._signal(limit, code, f"{provider} {failures.CODES[code].title} "
-                              f"(account {account})", severity="high",
-                              detail={"provider": provider, "account": account})
-        decision = self._claim(limit, now)
-        self._file(signal, decision)
-        self._show(signal.id, limit)
+        signal, decision = self._shared(limit, code, provider, account, "high", now)
         if decision.accepted:
             self.track(self._wait_and_resume(limit, decision.attempt_id, signal.id))
         return {"action": "waiting", "code": code, "incident_id": signal.id,
@@ -257,12 +252,7 @@ class AgentRuntime:
         reason = f"{failures.CODES[code].title}: waiting for a person"
         self._set_agent(play_id, agent, status=PAUSED, code=code, limit=limit, reason=reason,
                         resume_at=None)
-        signal = self._signal(limit, code, f"{provider} {failures.CODES[code].title} "
-                              f"(account {account})", severity="critical",
-                              detail={"provider": provider, "account": account})
-        decision = self._claim(limit, now)
-        self._file(signal, decision)
-        self._show(signal.id, limit)
+        signal, decision = self._shared(limit, code, provider, account, "critical", now)
         if decision.accepted:
             self.track(self._tell(signal.id, code, target=limit, what=(
                 f"The {provider} API refused agent {agent} in play `{play_id}`: "
@@ -435,6 +425,18 @@ class AgentRuntime:
         else:
             self.store.remove_member(HELD, key)
         return dict(rec.data)
+
+    def _shared(self, limit: str, code: str, provider: str, account: str, severity: str,
+                now: float) -> tuple[inc.Signal, gate.Decision]:
+        """The incident of a limit or key problem the agents of an account share, and the
+        gate's word on it (accepted: this report starts its waiter or its escalation)."""
+        signal = self._signal(limit, code, f"{provider} {failures.CODES[code].title} "
+                              f"(account {account})", severity=severity,
+                              detail={"provider": provider, "account": account})
+        decision = self._claim(limit, now)
+        self._file(signal, decision)
+        self._show(signal.id, limit)
+        return signal, decision
 
     def _claim(self, limit: str, now: float) -> gate.Decision:
         """The gate's claim on a shared limit (its waiter) or key problem (its escalation);

@@ -9,13 +9,13 @@ changes it is noticed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from healer.testing import cli_recorder
 
 pytestmark = [pytest.mark.e2e]
 
@@ -24,19 +24,9 @@ RECORDED = ROOT / "tests" / "agents" / "cli_failures" / "claude"
 RESULT_SHAPE = ("subtype", "is_error", "api_error_status", "api_error_type", "terminal_reason")
 
 
-def _recorder() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "record_cli_failures", ROOT / "scripts" / "record_cli_failures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def recorder() -> Any:
-    module = _recorder()
+    module = cli_recorder.recorder()
     if module.bundled_cli() is None:
         pytest.skip("the Claude Code CLI bundled with claude-agent-sdk is missing")
     return module

@@ -8,7 +8,6 @@ so the tests see what healer did — and did not do.
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
 import json
 import sys
@@ -20,6 +19,7 @@ import pytest
 
 from healer.core import gate, seeds
 from healer.core.store import FileStore
+from healer.testing import cli_recorder
 
 pytestmark = [pytest.mark.e2e]
 
@@ -30,20 +30,10 @@ CASES = ("rate_limit_429", "overloaded_529", "auth_401", "context_overflow_400",
          "resume_missing")
 
 
-def _recorder() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "record_cli_failures", ROOT / "scripts" / "record_cli_failures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def printed() -> dict[str, dict[str, Any]]:
     """What the real CLI printed (plain ``-p``) for each case, and the headers it was sent."""
-    recorder = _recorder()
+    recorder = cli_recorder.recorder()
     path = recorder.bundled_cli()
     if path is None:
         pytest.skip("the Claude Code CLI bundled with claude-agent-sdk is missing")
