@@ -240,6 +240,9 @@ class TestOverHttp:
         bad = server.http.options("/api/5/envelope/", headers={
             "origin": "https://evil.example", "access-control-request-method": "POST"})
         assert bad.status_code == 403
+        plain = server.http.options("/api/5/envelope/")  # no Origin: not a CORS preflight
+        assert plain.status_code == 204 and plain.headers["allow"] == "POST, OPTIONS"
+        assert "access-control-allow-origin" not in plain.headers
         refused = server.http.post(f"/api/5/store/?sentry_key={KEY}", content=b"{}",
                                    headers={"origin": "https://evil.example",
                                             "content-type": "text/plain"})

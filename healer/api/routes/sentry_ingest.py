@@ -27,7 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
-from healer.api.http import HTTPError, route
+from healer.api.http import route
 from healer.context import envelope as env
 from healer.context.ingest import Signal
 from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter
@@ -180,7 +180,8 @@ async def store(request: Request) -> Response:
 async def preflight(request: Request) -> Response:
     """CORS preflight; the guard already refused origins not in ``ingest.cors_origins``."""
     if not request.headers.get("origin"):
-        raise HTTPError(400, "a CORS preflight needs an Origin header")
+        # Not a browser's preflight: a plain OPTIONS, answered with the methods and no CORS.
+        return Response(status_code=204, headers={"Allow": "POST, OPTIONS"})
     return Response(status_code=204, headers={
         **_cors(request), "Access-Control-Allow-Methods": "POST, OPTIONS",
         "Access-Control-Allow-Headers": "Content-Type, Content-Encoding, X-Sentry-Auth, "
@@ -209,6 +210,6 @@ def routes(ctx: Any) -> list[BaseRoute]:
                          body_required=False))
         out.append(route(f"/api/{{project_id:int}}/{name}/", preflight, methods=("OPTIONS",),
                          tag="sentry", summary="CORS preflight for browser SDKs",
-                         params=params, responses={204: "Allowed", 400: "No Origin",
-                                                   403: "Origin not allowed"}))
+                         params=params, responses={204: "Allowed (CORS headers for an "
+                                                   "allowed Origin)", 403: "Origin not allowed"}))
     return out
