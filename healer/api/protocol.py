@@ -10,6 +10,8 @@ deadline is the API guard's (``api.body_timeout_s``), where a 408 can still be a
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 from typing import Any
 
 try:
@@ -28,6 +30,7 @@ def protocol_class(header_timeout_s: float) -> Any:
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
+            _no_delay(transport)
             self._arm()
 
         def on_headers_complete(self) -> None:
@@ -59,3 +62,14 @@ def protocol_class(header_timeout_s: float) -> Any:
                 self.transport.close()
 
     return HeaderDeadlineProtocol
+
+
+def _no_delay(transport: asyncio.BaseTransport) -> None:
+    """TCP_NODELAY on the connection. uvicorn writes a response's head and body separately;
+    with Nagle's algorithm on, the body waits for the client's delayed ACK — about 40 ms on
+    every request over loopback (measured: every API call took 44 ms, /health included)."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
