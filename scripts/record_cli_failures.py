@@ -52,7 +52,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -259,33 +259,47 @@ def _argv(cli: str, case: Case, mode: str, args: Sequence[str], values: Mapping[
     return argv
 
 
-def record_mode(cli: str, case: Case, mode: str, timeout: float) -> dict[str, Any]:
-    """One run of ``case`` in ``mode`` (stream or text), in a fresh temp dir."""
-    values = {"session_id": str(uuid.uuid4())}
+@contextlib.contextmanager
+def _sandbox() -> Iterator[Path]:
+    """A fresh temp dir with the CLI's own ``home``, ``config`` and ``work`` folders."""
     with tempfile.TemporaryDirectory(prefix="healer-cli-rec-") as name:
         tmp = Path(name)
         for sub in ("home", "config", "work"):
             (tmp / sub).mkdir(mode=0o700)
-        model = ScriptedModel(case.script(), when_exhausted=case.when_exhausted)
-        model.start()
-        try:
-            port = _closed_port() if case.closed_port else model.port
-            base = dict(model.env())
-            if case.closed_port:
-                base["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
-            env = _env(tmp, {**base, **case.env})
-            setup: dict[str, Any] | None = None
-            if case.setup_args is not None:
-                setup = _run(_argv(cli, case, mode, case.setup_args, values), env,
-                             tmp / "work", timeout)
-                setup = {k: v for k, v in setup.items() if k not in ("stdout", "stderr")} | {
-                    "argv": _placeholders(_argv("claude", case, mode, case.setup_args,
-                                                values), values),
-                    "stdout_tail": _normalise(setup["stdout"], tmp, port)[-2000:]}
-            before = len(model.requests)
-            run = _run(_argv(cli, case, mode, case.args, values), env, tmp / "work", timeout)
-        finally:
-            model.stop()
+        yield tmp
+
+
+@contextlib.contextmanager
+def _serving(case: Case) -> Iterator[tuple[ScriptedModel, int, dict[str, str]]]:
+    """The case's scripted model, serving: (model, the port the CLI is sent to, its env).
+    A ``closed_port`` case is sent to a port nothing listens on."""
+    model = ScriptedModel(case.script(), when_exhausted=case.when_exhausted)
+    model.start()
+    try:
+        port = _closed_port() if case.closed_port else model.port
+        base = dict(model.env())
+        if case.closed_port:
+            base["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+        yield model, port, base
+    finally:
+        model.stop()
+
+
+def record_mode(cli: str, case: Case, mode: str, timeout: float) -> dict[str, Any]:
+    """One run of ``case`` in ``mode`` (stream or text), in a fresh temp dir."""
+    values = {"session_id": str(uuid.uuid4())}
+    with _sandbox() as tmp, _serving(case) as (model, port, base):
+        env = _env(tmp, {**base, **case.env})
+        setup: dict[str, Any] | None = None
+        if case.setup_args is not None:
+            setup = _run(_argv(cli, case, mode, case.setup_args, values), env,
+                         tmp / "work", timeout)
+            setup = {k: v for k, v in setup.items() if k not in ("stdout", "stderr")} | {
+                "argv": _placeholders(_argv("claude", case, mode, case.setup_args,
+                                            values), values),
+                "stdout_tail": _normalise(setup["stdout"], tmp, port)[-2000:]}
+        before = len(model.requests)
+        run = _run(_argv(cli, case, mode, case.args, values), env, tmp / "work", timeout)
         reqs = model.requests[before:]
         errors = [r for r in reqs if r.response_status is not None]
         return {
@@ -364,28 +378,17 @@ def record_transcript(cli: str, case: Case, out: Path, timeout: float) -> dict[s
     (``<case>.transcript.jsonl``) and those hook inputs (``<case>.hooks.jsonl``), with temp
     paths as ``${tmp}`` (the project folder's name ``${tmp_slug}-work``) and the server's port
     as ``${port}``."""
-    with tempfile.TemporaryDirectory(prefix="healer-cli-rec-") as name:
-        tmp = Path(name)
-        for sub in ("home", "config", "work"):
-            (tmp / sub).mkdir(mode=0o700)
+    with _sandbox() as tmp:
         dump, inputs = tmp / "dump-hook.sh", tmp / "hooks.jsonl"
         dump.write_text(_DUMP_HOOK)
         dump.chmod(0o700)
         (tmp / "config" / "settings.json").write_text(json.dumps({"hooks": {
             event: [{"hooks": [{"type": "command", "command": f'"{dump}" "{inputs}"'}]}]
             for event in TRANSCRIPT_HOOKS}}))
-        model = ScriptedModel(case.script(), when_exhausted=case.when_exhausted)
-        model.start()
-        try:
-            port = _closed_port() if case.closed_port else model.port
-            base = dict(model.env())
-            if case.closed_port:
-                base["ANTHROPIC_BASE_URL"] = f"http://127.0.0.1:{port}"
+        with _serving(case) as (_model, port, base):
             values = {"session_id": str(uuid.uuid4())}
             run = _run(_argv(cli, case, "text", case.args, values),
                        _env(tmp, {**base, **case.env}), tmp / "work", timeout)
-        finally:
-            model.stop()
         hooks = [json.loads(line) for line in (inputs.read_text(encoding="utf-8").splitlines()
                                                if inputs.exists() else []) if line.strip()]
         transcripts = sorted((tmp / "config" / "projects").glob("*/*.jsonl"))

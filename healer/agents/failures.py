@@ -32,6 +32,8 @@ from typing import Any
 TRANSIENT, TERMINAL, CAPACITY, SESSION, CRASH_LOOP = (
     "transient", "terminal", "capacity", "session", "crash_loop")
 CLASSES = (TRANSIENT, TERMINAL, CAPACITY, SESSION, CRASH_LOOP)
+# Which failure counts when one run shows several (a rejected key explains the retries too).
+PRECEDENCE = {TERMINAL: 0, CRASH_LOOP: 1, SESSION: 2, CAPACITY: 3, TRANSIENT: 4}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
+from healer.agents import failures
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core import gate
@@ -251,8 +252,8 @@ class PlayService:
             if lines:
                 self.runtime.cleared(play_id, agent)
             return None
-        rank = {"terminal": 0, "crash_loop": 1, "session": 2, "capacity": 3, "transient": 4}
-        first = min(classified, key=lambda a: (rank[a.pattern.failure_class], a.line_no))
+        first = min(classified, key=lambda a: (failures.PRECEDENCE[a.pattern.failure_class],
+                                               a.line_no))
         evidence = [a.line for a in classified if a.code == first.code][:MAX_EVIDENCE]
         if self.metrics is not None:
             self.metrics.incidents.labels(code=first.code).inc()
