@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import calendar
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import Any
 
@@ -100,7 +100,6 @@ class Failure:
     status: int | None = None  # the API's HTTP status, when known
     provider: str = ""  # anthropic | openai | "" (unknown)
     retry_at: float | None = None  # when the API said to try again (Unix seconds)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cls(self) -> str:
@@ -178,34 +177,6 @@ def from_result(result: Mapping[str, Any], *, error: str = "",
     if status is None and reason == "api_error":
         return failure("T4")  # no HTTP answer at all: refused, reset, timed out
     return None
-
-
-def from_events(events: Iterable[Mapping[str, Any]], *,
-                retry_at: float | None = None) -> Failure | None:
-    """Classify a stream-json run (or a Claude Code transcript): its result event, with the
-    synthetic assistant message's error category."""
-    error, result = "", None
-    for event in events:
-        kind = event.get("type")
-        if kind == "assistant" and event.get("error"):
-            error = str(event["error"])
-            if result is None and event.get("isApiErrorMessage", True):
-                # A transcript has no result event: the synthetic message stands for it.
-                result = {"is_error": True, "api_error_status": event.get("api_error_status"),
-                          "terminal_reason": "api_error", "result": _text_of(event)}
-        elif kind == "result":
-            result = event
-    if result is None:
-        return None
-    return from_result(result, error=error, retry_at=retry_at)
-
-
-def _text_of(event: Mapping[str, Any]) -> str:
-    message = event.get("message") or {}
-    blocks = message.get("content") if isinstance(message, Mapping) else None
-    if not isinstance(blocks, list):
-        return ""
-    return " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, Mapping))
 
 
 # -- when to try again -------------------------------------------------------------------------

@@ -3,7 +3,7 @@
 Every case reads a recording (``tests/agents/cli_failures/``): the Claude Code CLI's plain and
 stream-json output and stderr, and Codex's JSONL put together from its sources. The text forms
 go through the detection catalog (what a play agent's logs meet); the stream-json forms through
-``healer.agents.failures`` (what healer's own runs and hooks meet). Both must agree.
+``healer.agents.failures.from_result`` (what healer's own claude runs meet). Both must agree.
 """
 
 from __future__ import annotations
@@ -54,7 +54,11 @@ def test_claude_code_plain_output_and_stderr_get_their_code(case: str) -> None:
 def test_claude_code_stream_json_gets_the_same_code(case: str) -> None:
     path = RECORDED / "claude" / f"{case}.stream.jsonl"
     events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    failure = failures.from_events(events)
+    # As the claude executor sees a run: its result, and the synthetic message's category.
+    result = next(e for e in events if e.get("type") == "result")
+    error = next((str(e["error"]) for e in events if e.get("type") == "assistant"
+                  and e.get("error")), "")
+    failure = failures.from_result(result, error=error)
     assert failure is not None and failure.code == CLAUDE[case]
     assert failure.cls == failures.class_of(CLAUDE[case])
     # The catalog sees the same run's lines the same way (an agent that logs stream-json).
