@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import json
 import re
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 from healer.context import envelope as env
-from healer.context.sentry_intake import KeyRing, RateLimiter, fold
+from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter, ensure_key, fold
 from healer.testing.api import ServeProcess
 from healer.testing.loop import healer_env
 
@@ -147,6 +148,44 @@ class TestKeysAndRate:
         assert ring.check("bound", "8") == 403
         assert ring.check("nope", "7") == 403
         assert ring.check("", "7") == 401
+
+    def test_stored_keys_are_looked_at_once_a_second_and_on_a_refusal(self, tmp_path: Any
+                                                                         ) -> None:
+        from healer.config import load_settings
+        from healer.context.sentry_intake import keys_path
+
+        s = load_settings(env={}, overrides=[f"state_dir={tmp_path}"])
+        ring = KeyRing(s)
+        now = [100.0]
+        ring.clock = lambda: now[0]
+        assert ring.check("x" * 32, "1") == 401  # none set up yet
+        key, project = ensure_key(s)
+        assert ring.check(key, project) == 200  # made a moment ago: found on first use
+        keys_path(s).write_text('{"projects": {}}')  # taken out of the file
+        now[0] += 0.5
+        assert ring.check(key, project) == 200  # within the second: the known keys
+        now[0] += 0.6
+        assert ring.check(key, project) == 401  # looked again: gone
+
+    @pytest.mark.asyncio
+    async def test_a_burst_is_filed_as_one_batch(self) -> None:
+        batches: list[list[Any]] = []
+
+        async def ingest(signals: list[Any]) -> None:
+            batches.append(signals)
+
+        queue = EventQueue(ingest, 1000)
+        signals = [env.signal_of(EVENT, "1", None) for _ in range(50)]
+        for sig in signals:  # one request at a time, the worker awake between them
+            assert queue.offer([sig])
+            for _ in range(3):
+                await asyncio.sleep(0)
+        deadline = asyncio.get_running_loop().time() + 10
+        while queue.filed < 50 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await queue.close()
+        assert queue.filed == 50
+        assert len(batches) == 1 and batches[0][0].count == 50  # folded: one incident, 50
 
     def test_rate_limiter(self) -> None:
         now = [0.0]
