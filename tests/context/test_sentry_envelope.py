@@ -78,7 +78,7 @@ class TestParsing:
 
     def test_encodings_and_a_compression_bomb(self) -> None:
         """gzip and deflate (zlib or raw) are decoded; a bomb stops at the limit (413);
-        garbage is 400; an unknown encoding 415; br without brotli is 415 saying so."""
+        garbage is 400; an unknown encoding 415; br is decoded with the same bounds."""
         body = envelope(event_item())
         assert env.decode_body(gzip.compress(body), "gzip", 1 << 20) == body
         assert env.decode_body(zlib.compress(body), "deflate", 1 << 20) == body
@@ -97,10 +97,17 @@ class TestParsing:
         with pytest.raises(env.EnvelopeError) as got:
             env.decode_body(body, "compress", 1 << 20)
         assert got.value.status == 415
-        if not env.brotli_available():
-            with pytest.raises(env.EnvelopeError) as got:
-                env.decode_body(body, "br", 1 << 20)
-            assert got.value.status == 415 and "brotli" in got.value.reason
+        import brotli
+
+        assert env.decode_body(brotli.compress(body), "br", 1 << 20) == body
+        br_bomb = brotli.compress(b"\0" * (50 << 20), quality=5)  # 50 MB in under 1 KB
+        assert len(br_bomb) < 1000
+        with pytest.raises(env.EnvelopeError) as got:
+            env.decode_body(br_bomb, "br", 1 << 20)
+        assert got.value.status == 413
+        with pytest.raises(env.EnvelopeError) as got:
+            env.decode_body(brotli.compress(body)[:-4], "br", 1 << 20)
+        assert got.value.status == 400
 
     def test_legacy_store_bodies(self) -> None:
         """A store body is the event as JSON, or base64 of zlib'd JSON (old SDKs)."""

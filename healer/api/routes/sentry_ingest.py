@@ -9,7 +9,7 @@
 Authentication is what the SDKs send: ``X-Sentry-Auth: Sentry sentry_key=…`` (or
 ``Authorization: Sentry …``), ``?sentry_key=`` (browsers), or the ``dsn`` in the envelope
 header. No key (or none set up) is 401, a wrong one or one bound to another project 403, and
-nothing of the request is kept. Bodies may be gzip, deflate or (with the brotli module) br
+nothing of the request is kept. Bodies may be gzip, deflate or br
 encoded. Over ``ingest.rate_per_s`` the answer is 429 with ``Retry-After`` and
 ``X-Sentry-Rate-Limits``, which the SDKs honour by holding back. A good request is answered
 ``200 {"id": <event id>}`` as soon as it is parsed; its events are filed in the background
