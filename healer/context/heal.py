@@ -306,8 +306,9 @@ class ContextHealer:
                          inc["fingerprint"])
         body = outcomes.pr_body(inc, aid, it, it.markdown, commits, diffstat)
         try:
+            own = (inc["key"], inc["fingerprint"], aid, tree.branch)
             for what, text in (("PR title", title), ("PR body", body), ("diff", diff)):
-                self.sanitizer.ensure_publishable(text, what)
+                self.sanitizer.ensure_publishable(text, what, own=own)
             # The last step before the forge, on the very commit the PR would carry.
             await asyncio.to_thread(tree.require_reviewable, head)
             forge = self.forge or open_forge(self.settings, repo, self.sanitizer)

@@ -131,3 +131,31 @@ class TestPythonSdk:
         reached = metric(healer, "accepted") + metric(healer, "rate_limited")
         assert metric(healer, "accepted") == 5  # the burst
         assert reached < 12, f"{reached} requests reached healer: the SDK did not back off"
+
+
+class TestHealedFromTheSdk:
+    def test_an_unmodified_sdk_error_is_healed_to_a_pr(self, serve_env: Any, project: Path,
+                                                       tmp_path: Path, dirs: Any) -> None:
+        """What a new user sees: `sentry_sdk.init(dsn=<healer>)` and nothing else; the
+        ZeroDivisionError becomes a code incident, the healing agent fixes app/payment.py in
+        a worktree, the verifier passes it and a PR record is written."""
+        from context_helpers import BUGGY, GOOD_FIX, edit, plan
+
+        s = ServeProcess(serve_env(plan=plan(tmp_path / "agent", edit(BUGGY, GOOD_FIX)),
+                                   HEALER_SENTRY_KEY=KEY))
+        try:
+            done = run_sdk(project, dsn(s), times=1)
+            assert done.returncode == 0, done.stderr
+
+            def settled() -> Any:
+                found = [i for i in incidents(s) if "ZeroDivisionError" in i["summary"]]
+                return found[0] if found and found[0]["status"] in ("fixed", "escalated") \
+                    else None
+
+            inc = s.wait_for(settled, timeout=120)
+            assert inc["status"] == "fixed", inc.get("escalation")
+            assert inc["error"]["function"] == "average"
+            prs = sorted((dirs.state / "forge" / "prs").glob("*.json"))
+            assert prs and "app/payment.py" in prs[0].read_text()
+        finally:
+            s.close()

@@ -69,6 +69,21 @@ class TestNoOverRedaction:
         assert scrub(text) == text
         assert validate(text) == []
 
+    def test_identifiers_healer_minted_pass_only_when_declared(self) -> None:
+        """An incident key such as ``sentry-<20 hex>`` (what an SDK event with no Sentry
+        issue id is filed under) looks random to the census: a PR body naming it is
+        publishable when the caller declares it its own, and the same shape from anywhere
+        else is still blocked."""
+        body = "Heals incident `sentry-61c4038fbe057fd02708` (attempt 20261202T185516-ab12cd34)."
+        sanitizer = Sanitizer()
+        with pytest.raises(AnonymizationError):
+            sanitizer.ensure_publishable(body, "PR body")
+        own = ("sentry-61c4038fbe057fd02708", "20261202T185516-ab12cd34")
+        assert sanitizer.ensure_publishable(body, "PR body", own=own) == body
+        other = body + " token slack-9e107d9d372bb6826bd8"
+        with pytest.raises(AnonymizationError):
+            sanitizer.ensure_publishable(other, "PR body", own=own)
+
     def test_structure_stays_readable(self) -> None:
         """Frames, line numbers and the exception line survive around the markers."""
         text = CASES[0].text

@@ -74,9 +74,15 @@ class Forge(Protocol):
     def comment_issue(self, number: int, body: str) -> None: ...
 
 
-def _check(sanitizer: Sanitizer, **texts: str) -> None:
+def _check(sanitizer: Sanitizer, own: tuple[str, ...] = (), **texts: str) -> None:
     for what, text in texts.items():
-        sanitizer.ensure_publishable(text, what.replace("_", " "))
+        sanitizer.ensure_publishable(text, what.replace("_", " "), own=own)
+
+
+def _own(pr: PullRequest) -> tuple[str, ...]:
+    """The identifiers healer minted for this PR (its meta: incident, attempt, fingerprint)
+    and its branch."""
+    return (pr.head, *(str(v) for v in (pr.meta or {}).values() if isinstance(v, str)))
 
 
 class LocalForge:
@@ -99,7 +105,7 @@ class LocalForge:
             n += 1
 
     def open_pr(self, pr: PullRequest) -> PrRef:
-        _check(self.sanitizer, pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
+        _check(self.sanitizer, _own(pr), pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
         folder = self.root / "prs"
         record: dict[str, Any] = {
             "title": pr.title, "body": pr.body, "head": pr.head, "base": pr.base,
@@ -212,7 +218,7 @@ class GitHubForge:
                              f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
 
     def open_pr(self, pr: PullRequest) -> PrRef:
-        _check(self.sanitizer, pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
+        _check(self.sanitizer, _own(pr), pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
         self._push(pr.head)
         created = self._request("POST", "/pulls", {
             "title": pr.title, "head": pr.head, "base": pr.base, "body": pr.body,

@@ -151,11 +151,16 @@ class Sanitizer:
                 self._brought_cache[key] = found
         return found
 
-    def findings(self, text: str, *, entropy_census: bool = True) -> list[Finding]:
+    def findings(self, text: str, *, entropy_census: bool = True,
+                 own: Iterable[str] = ()) -> list[Finding]:
         """Every hit in ``text`` (empty when it is safe to publish): the rules' hits, then the
         entropy census's (``HIGH-ENTROPY``: random tokens no rule knows; see ``entropy``).
 
         ``entropy_census=False``: the rules only — what ``scrub`` guarantees to leave clean.
+        ``own``: identifiers healer minted for this text (an incident key such as
+        ``sentry-<20 hex>``, an attempt id, a branch): random by construction, so the census
+        would take them for keys; exactly those strings are let through (the rules still
+        see them).
         """
         if not text:
             return []
@@ -166,13 +171,15 @@ class Sanitizer:
                  if census is None or i in census
                  for start, end, _rep in det.find(view)]
         if entropy_census:
+            mine = {o for o in own if o}
             found += [Finding(entropy.KIND, start, end, mask(text[start:end]))
-                      for start, end in entropy.census(text)]
+                      for start, end in entropy.census(text) if text[start:end] not in mine]
         return found
 
-    def ensure_publishable(self, text: str, what: str) -> str:
-        """Return ``text`` unchanged, or raise ``AnonymizationError`` if anything is found."""
-        hits = self.findings(text)
+    def ensure_publishable(self, text: str, what: str, *, own: Iterable[str] = ()) -> str:
+        """Return ``text`` unchanged, or raise ``AnonymizationError`` if anything is found
+        (``own`` as for ``findings``)."""
+        hits = self.findings(text, own=own)
         if hits:
             raise AnonymizationError(what, hits)
         return text
