@@ -118,7 +118,7 @@ def escalation(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iterati
                        f"`{attempt_id}`). healer could not produce a verified fix: {why}"),
         attempts=attempts, next_steps=steps, commands=commands, evidence=evidence,
         incident=inc["key"], kind="escalation", labels=["heal", "escalation", "living-context"],
-        dedup_key=f"ctx.{inc['key']}")
+        dedup_key=f"ctx.{inc['key']}", own=(attempt_id, str(inc.get("fingerprint", "")), branch))
 
 
 def memory_entry(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iteration], *,

@@ -17,6 +17,7 @@ stays the same). The record of the open escalation is ``escalations/<dedup_key>`
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass, field
@@ -66,6 +67,10 @@ class Escalation:
     only, for an escalation whose subject should not leave this machine even scrubbed."""
     dedup_window_s: float | None = None
     """Forge-issue dedup window; None: ``play.dedup_window_s``."""
+    own: tuple[str, ...] = ()
+    """Identifiers healer minted that the text names (attempt ids, fingerprints, branches),
+    besides ``incident`` and ``target``: random by construction, so the publish check's
+    entropy census is told they are not keys."""
     comment_every_s: float = 0.0
     """With ``one_open``: the least time between two comments on the open escalation's issue
     when the title is unchanged (0: every update comments). For escalations that repeat on a
@@ -100,6 +105,17 @@ class Escalation:
         return "\n".join(lines)
 
 
+def redact(text: str, findings: list[Any]) -> str:
+    """``text`` with each finding's span replaced by its marker (``[REDACTED-KIND]``)."""
+    out, at = [], 0
+    for f in sorted(findings, key=lambda f: f.start):
+        if f.start < at:
+            continue  # overlaps one already blanked
+        out += [text[at:f.start], f"[REDACTED-{f.kind}]"]
+        at = f.end
+    return "".join([*out, text[at:]])
+
+
 @dataclass
 class EscalationRecord:
     seed_file: Path | None
@@ -120,6 +136,7 @@ async def escalate(settings: Any, store: Store, esc: Escalation, *,
     ``notify``, and what ``Issues`` reads), typed ``Any`` so that core does not import the
     config layer.
     """
+    from healer.core.publish.findings import AnonymizationError
     from healer.core.publish.sanitizer import ensure_publishable, scrub
 
     now = time.time()
@@ -133,8 +150,16 @@ async def escalate(settings: Any, store: Store, esc: Escalation, *,
     title = scrub(esc.title)[:200]
     seed_path: Path | None = None
     updated = False
+    own = (esc.incident, esc.target, esc.dedup_key, *esc.own)
     try:
-        ensure_publishable(body, "escalation")
+        try:
+            ensure_publishable(body, "escalation", own=own)
+        except AnonymizationError as exc:
+            # A person is always told: what still looked secret after scrubbing is blanked
+            # out, and the file is written.
+            body = redact(body, exc.findings)
+            log.warning("escalation %s: %d span(s) that looked secret were blanked out",
+                        esc.target, len(exc.findings))
         seed = seeds.Seed(sender=settings.node, to=seeds.HUMAN, subject=title, body=body,
                           type=esc.kind, severity=esc.severity, incident=esc.incident)
         if prior:
@@ -159,10 +184,11 @@ async def escalate(settings: Any, store: Store, esc: Escalation, *,
                 posted = (title != prior.get("title")
                           or now - float(prior.get("posted_at") or 0) >= esc.comment_every_s)
                 if posted:
-                    await asyncio.to_thread(issues.forge.comment_issue, number, body)
+                    await asyncio.to_thread(functools.partial(
+                        issues.forge.comment_issue, number, body, own=own))
             else:
                 ref = await issues.open(key=key, title=title, body=body, labels=esc.labels,
-                                        window_s=window)
+                                        window_s=window, own=own)
                 posted = True
             if posted:
                 _count(metrics, "forge")

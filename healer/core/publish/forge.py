@@ -69,9 +69,10 @@ class Forge(Protocol):
 
     def pr_state(self, number: int) -> str: ...
 
-    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = ()) -> PrRef: ...
+    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
+                   own: tuple[str, ...] = ()) -> PrRef: ...
 
-    def comment_issue(self, number: int, body: str) -> None: ...
+    def comment_issue(self, number: int, body: str, *, own: tuple[str, ...] = ()) -> None: ...
 
 
 def _check(sanitizer: Sanitizer, own: tuple[str, ...] = (), **texts: str) -> None:
@@ -140,14 +141,15 @@ class LocalForge:
             return MERGED
         return CLOSED if rec.get("state") == CLOSED else OPEN
 
-    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = ()) -> PrRef:
-        _check(self.sanitizer, issue_title=title, issue_body=body)
+    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
+                   own: tuple[str, ...] = ()) -> PrRef:
+        _check(self.sanitizer, own, issue_title=title, issue_body=body)
         head = f"---\ntitle: {json.dumps(title)}\nlabels: {json.dumps(list(labels))}\n---\n\n"
         n, path = self._next(self.root / "issues", ".md", (head + body.rstrip() + "\n").encode())
         return PrRef(n, path.resolve().as_uri())
 
-    def comment_issue(self, number: int, body: str) -> None:
-        _check(self.sanitizer, issue_comment=body)
+    def comment_issue(self, number: int, body: str, *, own: tuple[str, ...] = ()) -> None:
+        _check(self.sanitizer, own, issue_comment=body)
         path = self.root / "issues" / f"{int(number)}.md"
         try:
             text = path.read_text(encoding="utf-8")
@@ -235,14 +237,15 @@ class GitHubForge:
             return MERGED
         return CLOSED if data.get("state") == "closed" else OPEN
 
-    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = ()) -> PrRef:
-        _check(self.sanitizer, issue_title=title, issue_body=body)
+    def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
+                   own: tuple[str, ...] = ()) -> PrRef:
+        _check(self.sanitizer, own, issue_title=title, issue_body=body)
         data = self._request("POST", "/issues", {"title": title, "body": body,
                                                  "labels": list(labels)})
         return PrRef(int(data["number"]), str(data.get("html_url", "")))
 
-    def comment_issue(self, number: int, body: str) -> None:
-        _check(self.sanitizer, issue_comment=body)
+    def comment_issue(self, number: int, body: str, *, own: tuple[str, ...] = ()) -> None:
+        _check(self.sanitizer, own, issue_comment=body)
         self._request("POST", f"/issues/{int(number)}/comments", {"body": body})
 
 

@@ -9,6 +9,7 @@ every title and body with the publication validator before anything is written o
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import time
 from dataclasses import dataclass
@@ -53,14 +54,17 @@ class Issues:
         return self._forge
 
     async def open(self, *, key: str, title: str, body: str, labels: list[str],
-                   window_s: float) -> IssueRef:
+                   window_s: float, own: tuple[str, ...] = ()) -> IssueRef:
+        """``own``: identifiers healer minted that the texts name (see ``Forge``)."""
         now = time.time()
         existing = self.store.get(KEYS, key)
         if existing and now - float(existing.data["opened"]) < window_s:
             number = int(existing.data["number"])
-            await asyncio.to_thread(self.forge.comment_issue, number, body)
+            await asyncio.to_thread(functools.partial(self.forge.comment_issue, number, body,
+                                                      own=own))
             return IssueRef(number, existing.data["url"], created=False)
-        ref = await asyncio.to_thread(self.forge.open_issue, title, body, tuple(labels))
+        ref = await asyncio.to_thread(functools.partial(self.forge.open_issue, title, body,
+                                                        tuple(labels), own=own))
         data: dict[str, Any] = {"number": ref.number, "url": ref.url, "opened": now,
                                 "title": title}
         try:

@@ -226,9 +226,12 @@ def validate(text: str, *, allowed_hosts: Iterable[str] = ()) -> list[Finding]:
     return s.findings(text)
 
 
-def ensure_publishable(text: str, what: str, *, allowed_hosts: Iterable[str] = ()) -> str:
-    """Return ``text``, or raise ``AnonymizationError`` (kinds only, no values) on any hit."""
-    hits = validate(text, allowed_hosts=allowed_hosts)
+def ensure_publishable(text: str, what: str, *, allowed_hosts: Iterable[str] = (),
+                       own: Iterable[str] = ()) -> str:
+    """Return ``text``, or raise ``AnonymizationError`` (kinds only, no values) on any hit
+    (``own``: identifiers healer minted, as for ``Sanitizer.findings``)."""
+    s = Sanitizer(allowed_hosts=allowed_hosts) if allowed_hosts else default()
+    hits = s.findings(text, own=own)
     if hits:
         raise AnonymizationError(what, hits)
     return text
