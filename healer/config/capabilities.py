@@ -41,8 +41,9 @@ class PlaySettings:
         {}, "What the remediation playbook runs per strategy (fix_config, fix_code, restart, "
         "retry; resume and fresh_session for agent runtime failures): an argv, no shell. "
         "`{play_id}`, `{agent}`, `{issue_type}`, `{level}`, `{missing_tools}`, `{task_id}`, "
-        "`{repository}`, `{namespace}`, `{code}` and `{session_id}` (the session not to "
-        "resume) are substituted.",
+        "`{repository}`, `{namespace}`, `{code}`, `{session_id}` (the session not to "
+        "resume), and for a watcher's alert `{target}` (`pod/cto/NAME`) and `{pod}` (NAME) "
+        "are substituted.",
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
     tools_server_hosts: list[str] = setting(
