@@ -205,11 +205,16 @@ class AlertSink:
         self.store.add_member(FIRING_SET, key)
         data = rec.data
         issue = self._issue(alert, key, int(data["episode"]))
+        new_target = out["new"] or data["targets"][alert.target]["first_seen"] == now
         session = self._session(alert.play_id)
         if session is not None:
+            # The remediation is scheduled here but runs after this call returns (on this
+            # loop, or handed to the bound one), so the incident shows its target first.
             stored = self.play.report_issues(alert.play_id, [issue], start=self._start)
             if stored:
                 self._note(key, issue_id=stored[0]["id"], session=True)
+                issue["id"] = stored[0]["id"]
+            self._show(alert, issue, new_target)
             return
         issue["id"] = inc.digest(f"alert-{key}-{data['episode']}")
         issue["sessionless"] = True
@@ -217,8 +222,17 @@ class AlertSink:
             self._note(key, issue_id=issue["id"], session=False, issue=issue)
             log.warning("play %s (no active session): %s", alert.play_id, alert.summary)
         self.play.remediator.sighted(alert.play_id, issue)
+        self._show(alert, issue, new_target)
         if out["new"]:
             self._start(self.play.remediator.handle(alert.play_id, issue))
+
+    def _show(self, alert: PlayAlert, issue: dict[str, Any], new_target: bool) -> None:
+        """Put the object behind the alert on its incident (``target``, ``links``)."""
+        if new_target:
+            iid = self.play.remediator.incident_id(alert.play_id, issue)
+            links = {"dashboard": alert.link} if alert.link else {}
+            self.play.remediator.ledger.update(iid, "target", target=alert.target,
+                                               **({"links": links} if links else {}))
 
     def clear(self, code: str, play_id: str, agent: str, target: str) -> None:
         """``target`` is healthy again; the alert clears (its incident resolves, a remediation
