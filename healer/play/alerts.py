@@ -49,7 +49,7 @@ import logging
 import re
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from healer.core import incidents as inc
 from healer.core.names import safe_name
@@ -57,8 +57,9 @@ from healer.core.publish.sanitizer import scrub
 from healer.errors import UsageError
 from healer.play.sessions import ISSUE_TYPES, iso
 
-if TYPE_CHECKING:
-    from healer.play.service import PlayService
+# The play capability's service (``healer.play.service.PlayService``): not imported, since it
+# imports this module (``still_firing`` is its verifier of an alert's remediation).
+PlayService = Any
 
 log = logging.getLogger(__name__)
 

@@ -114,6 +114,7 @@ class KubeClient:
                             reason="NoConfiguration") from None
         except Exception as exc:
             raise _error(exc, "connecting to the Kubernetes API") from None
+        api.timeout = 30.0  # plain requests; watches and logs set their own
         return cls(api, settings.namespace)
 
     @property

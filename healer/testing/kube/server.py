@@ -14,7 +14,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -29,9 +29,6 @@ from healer.testing.kube.objects import (
     status,
 )
 
-if TYPE_CHECKING:
-    from healer.testing.kube import FakeKube
-
 REVIEW_GROUPS = {"authorization.k8s.io": ("selfsubjectaccessreviews", "SelfSubjectAccessReview"),
                  "authentication.k8s.io": ("selfsubjectreviews", "SelfSubjectReview")}
 
@@ -45,7 +42,7 @@ def _err(code: int, reason: str, message: str) -> JSONResponse:
 
 
 class Handler:
-    def __init__(self, fake: FakeKube):
+    def __init__(self, fake: Any):  # the FakeKube it serves
         self.fake = fake
         self.objects = fake.objects
 

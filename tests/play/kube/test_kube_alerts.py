@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from healer import overview
 from healer.play import progress
 from healer.testing.kube import coderun, crash_loop, pod, ready, terminated, workflow
 from healer.testing.kube.objects import rfc3339
@@ -44,6 +45,8 @@ class TestPodFailure:
         assert "retry play-task-4-abc rex play-task-4-abc-rex A7" in rig.actions()
         seed = rig.escalations()[0].read_text()
         assert "play-task-4-abc" in seed and "A7" in seed
+        status = overview.render(overview.overview(rig.play.settings, rig.play.store))
+        assert "on pod/cto/play-task-4-abc-rex" in status
 
         rig.kube.objects.patch("pods", "cto", "play-task-4-abc-rex", ready(at=rig.clock()))
         await until(lambda: rig.watcher.state.pods[("cto", "play-task-4-abc-rex")]
