@@ -162,3 +162,23 @@ def run_all(settings: Settings) -> list[Check]:
 # Checks of optional backends: ``module:function`` returning (ok, detail), or None when the
 # backend is not in use.
 _HEALTH_CHECKS = (("jetstream", "healer.core.bus.jetstream:health"),)
+
+
+def kube_report(settings: Settings) -> dict[str, Any] | None:
+    """The cluster as the play healer's watcher sees it (None without that capability)."""
+    report = optional("healer.play.kube.identity:report")
+    return report(settings) if report is not None else None
+
+
+def kube_check(data: dict[str, Any]) -> Check:
+    if not data.get("enabled"):
+        found = "a cluster is configured" if data.get("configured") else "none configured"
+        return Check("kubernetes", True, f"kube.enabled is false ({found})", False)
+    if not data.get("reachable"):
+        return Check("kubernetes", False, f"unreachable: {data.get('error', '')}")
+    denied = [p for p, ok in data["permissions"].items() if not ok]
+    return Check("kubernetes", not denied,
+                 f"{data['server']} ({data['version']}) as {data['identity']} "
+                 f"[{data['identity_from']}], namespace {data['namespace']}: "
+                 + ("every permission the watcher needs" if not denied
+                    else "missing " + ", ".join(denied)))

@@ -18,6 +18,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
     │   └── SlotWaitError            no agent slot came free in time; the run never started
     ├── NothingToReviewError         a healing branch changes nothing a PR could show
+    ├── KubeError                    the Kubernetes API failed or refused (status, reason)  exit 3
+    │   └── KubeGoneError            410 Gone: a resourceVersion is too old; relist
     └── UnavailableError             a dependency or service is missing             exit 3
 """
 
@@ -147,3 +149,22 @@ class UnavailableError(HealerError):
     """A dependency, binary or service healer needs is not available."""
 
     exit_code = EXIT_UNAVAILABLE
+
+
+class KubeError(HealerError):
+    """The Kubernetes API could not be reached, or answered with an error.
+
+    ``status`` is the HTTP status (0 when there was no answer), ``reason`` the Status reason
+    (``Forbidden``, ``NotFound``, ``Expired`` …) or the transport's error."""
+
+    exit_code = EXIT_UNAVAILABLE
+
+    def __init__(self, message: str, *, status: int = 0, reason: str = ""):
+        self.status = status
+        self.reason = reason
+        super().__init__(message)
+
+
+class KubeGoneError(KubeError):
+    """410 Gone: the resourceVersion a watch or continue token named was compacted away; the
+    watcher lists again."""

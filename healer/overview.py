@@ -50,7 +50,10 @@ def _play(store: Store) -> dict[str, Any]:
                 open_issues.append({"play_id": pid, "issue_type": issue["issue_type"],
                                     "agent": issue.get("agent", ""),
                                     "description": issue["description"],
-                                    "escalated": bool(issue.get("escalated"))})
+                                    "escalated": bool(issue.get("escalated")),
+                                    # a watcher's alert: the pod / CodeRun / PR behind it
+                                    **{k: issue[k] for k in ("target", "link")
+                                       if issue.get(k)}})
     from healer.play.remediate import KIND, running_keys
 
     # From the index (built once on a state dir from before it, as attempts' is).
@@ -162,7 +165,8 @@ def render(data: dict[str, Any]) -> str:
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")
     for i in play["open_issues"][:10]:
         mark = " [escalated]" if i["escalated"] else ""
-        lines.append(f"  - {i['play_id']}: {i['description']}{mark}")
+        where = f" [{i['target']}]" if i.get("target") else ""
+        lines.append(f"  - {i['play_id']}: {i['description']}{where}{mark}")
     held = play.get("agents_held") or []
     if held:
         waiting = [a for a in held if a["status"] == "waiting"]
@@ -183,10 +187,15 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"  - {i['id']} [{i['status']}] {i.get('summary', '')[:80]} "
                      f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
                      + (f": {' '.join(doing.split())[:100]}" if doing else ""))
+        if i.get("target"):
+            link = (i.get("links") or {}).get("dashboard", "")
+            lines.append(f"      on {i['target']}" + (f" → {link}" if link else ""))
     for i in inc["escalated"]:
         seed = (i.get("escalation") or {}).get("seed_file", "")
         lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
                      + (f" → {seed}" if seed else ""))
+        if i.get("target"):
+            lines.append(f"      on {i['target']}")
     claims = data["gate"]["claims"]
     if claims:
         lines.append("at the gate: " + "; ".join(

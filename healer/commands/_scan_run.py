@@ -224,8 +224,10 @@ class ScanRun:
                                a.catalog_mode or self.detect.catalog_mode)
         engine = Engine(catalog, engine=a.engine, max_line_chars=self.detect.max_line_chars,
                         preflight_window_s=self.detect.preflight_window_s)
-        out = _Output(a.json, sys.stdout, live=a.follow or bool(a.cmd) or bool(a.loki) or use_stdin)
-        sources = len(files) + int(use_stdin) + int(bool(a.cmd)) + int(bool(a.loki))
+        k8s = bool(getattr(a, "k8s", None))
+        out = _Output(a.json, sys.stdout,
+                      live=a.follow or bool(a.cmd) or bool(a.loki) or use_stdin or k8s)
+        sources = len(files) + int(use_stdin) + int(bool(a.cmd)) + int(bool(a.loki)) + int(k8s)
         failures: list[Exception] = []
         try:
             if not a.follow:
@@ -235,7 +237,7 @@ class ScanRun:
                             workers=a.workers, progress=_progress_for(f),
                             idle=None if a.no_summary else _import_rich):
                         out.write(text, counts, catalog, services)
-            if a.follow or use_stdin or a.cmd or a.loki:
+            if a.follow or use_stdin or a.cmd or a.loki or k8s:
                 failures = self._follow(engine, out, files if a.follow else [], use_stdin,
                                         start, not_before)
         except KeyboardInterrupt:
@@ -275,11 +277,14 @@ class ScanRun:
             loki = LokiSource(a.loki, a.query, since=not_before, follow=a.follow,
                               headers=headers)
             follower.add_events(a.loki, loki.events)
+        if getattr(a, "k8s", None):
+            follower.add_events(a.k8s, self._pod_logs(not_before))
         stop = threading.Event()
         previous = signal.getsignal(signal.SIGTERM)
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
         try:
-            follower.run(stop, duration=a.duration if a.follow else None)
+            follower.run(stop, duration=a.duration if a.follow or getattr(a, "k8s", None)
+                         else None)
         finally:
             signal.signal(signal.SIGTERM, previous)
             if a.loki and loki.dropped:
@@ -287,6 +292,19 @@ class ScanRun:
                       "not keep up); they were not scanned", file=sys.stderr)
         return [e if isinstance(e, HealerError) else UsageError(str(e))
                 for e in follower.failures]
+
+
+    def _pod_logs(self, not_before: float | None) -> Callable[[threading.Event], Any]:
+        """``--k8s``: the pods' logs through the API (``healer.play.kube.source``)."""
+        from datetime import UTC, datetime
+
+        from healer.commands._common import settings_from
+        from healer.play.kube.source import PodLogSource, parse_spec
+
+        kube = settings_from(self.args).kube
+        since = (datetime.fromtimestamp(not_before, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+                 if not_before is not None else "")
+        return PodLogSource(parse_spec(self.args.k8s, kube.namespace), kube, since=since).events
 
 
 def _import_rich() -> None:

@@ -12,7 +12,8 @@ def main(argv: list[str]) -> int:
         "doctor",
         "Report what healer needs and whether it is there: Python dependencies, git,\n"
         "nats-server, the claude CLI, writable state/results/fleet dirs, the settings\n"
-        "sources, and which executor `auto` picks and why.",
+        "sources, which executor `auto` picks and why, and (with kube.enabled) whether the\n"
+        "cluster answers, as whom, and with which permissions.",
         "exit codes: 0 everything required is fine, 1 something required is missing,\n"
         "2 bad settings",
     )
@@ -25,9 +26,15 @@ def main(argv: list[str]) -> int:
 
         settings = settings_from(args)
         checks = doctor.run_all(settings)
+        kube = doctor.kube_report(settings)
+        if kube is not None:
+            checks.append(doctor.kube_check(kube))
         failed = [c for c in checks if c.required and not c.ok]
         if args.json:
-            print_json({"ok": not failed, "checks": [c.as_dict() for c in checks]})
+            out: dict[str, object] = {"ok": not failed, "checks": [c.as_dict() for c in checks]}
+            if kube is not None:
+                out["kube"] = kube
+            print_json(out)
         else:
             from rich.console import Console
             from rich.table import Table

@@ -16,6 +16,7 @@ examples:
   healer scan --follow --since 10m agent.log        like tail -F, survives rotation
   healer scan --cmd -- kubectl logs -f -n cto -l app=coderun
   healer scan --loki http://127.0.0.1:3100 --query '{namespace="cto"}' --since 1h
+  healer scan --k8s 'namespace=cto,selector=app=coderun'   pod logs through the API
   healer scan --catalog my-patterns.yaml agent.log  add your own patterns (see docs)
 
 exit codes: 0 no alerts · 1 alerts found · 2 usage or input error (missing file, bad
@@ -41,6 +42,10 @@ def _build() -> argparse.ArgumentParser:
     p.add_argument("--loki", metavar="URL", help="read from Loki at URL (needs --query)")
     p.add_argument("--query", metavar="LOGQL", help="LogQL selector for --loki")
     p.add_argument("--loki-org", metavar="TENANT", help="X-Scope-OrgID for a multi-tenant Loki")
+    p.add_argument("--k8s", metavar="SPEC",
+                   help="follow pod logs through the Kubernetes API, no kubectl: "
+                        "'namespace=cto,selector=app=coderun' (also context=, kubeconfig=, "
+                        "container=); new pods are picked up as they start")
     p.add_argument("--cmd", nargs=argparse.REMAINDER, metavar="-- ARGV",
                    help="scan a command's output: --cmd -- kubectl logs -f ... (must be last)")
     p.add_argument("--engine", choices=["auto", "re", "hyperscan"],
@@ -74,8 +79,13 @@ def _scan(args: argparse.Namespace) -> int:
 
     if args.cmd_given and not args.cmd:
         raise UsageError("--cmd needs a command: --cmd -- ARGV...")
-    if not args.files and not args.cmd and not args.loki:
-        raise UsageError("nothing to scan: give FILE…, - for stdin, --cmd -- ARGV or --loki URL")
+    if not args.files and not args.cmd and not args.loki and not args.k8s:
+        raise UsageError("nothing to scan: give FILE…, - for stdin, --cmd -- ARGV, --loki URL "
+                         "or --k8s SPEC")
+    if args.k8s:
+        from healer.play.kube.source import parse_spec
+
+        parse_spec(args.k8s)  # a bad spec is a usage error before anything connects
     if bool(args.loki) != bool(args.query):
         raise UsageError("--loki and --query go together")
     if args.duration is not None and args.duration <= 0:

@@ -27,6 +27,7 @@ from healer.config.capabilities import (
     ContextSettings,
     DetectSettings,
     FleetSettings,
+    KubeSettings,
     PlaySettings,
     SelfhealSettings,
 )
@@ -58,6 +59,7 @@ __all__ = [
     "ExecutorSettings",
     "FleetSettings",
     "ForgeSettings",
+    "KubeSettings",
     "LogSettings",
     "MultifleetConfig",
     "NodeEntry",

@@ -1,5 +1,5 @@
-"""The sections of the settings tree that belong to one capability each: detect, play,
-selfheal, fleet and context."""
+"""The sections of the settings tree that belong to one capability each: detect, play (and
+its Kubernetes watcher, kube), selfheal, fleet and context."""
 
 from __future__ import annotations
 
@@ -41,8 +41,9 @@ class PlaySettings:
         {}, "What the remediation playbook runs per strategy (fix_config, fix_code, restart, "
         "retry; resume and fresh_session for agent runtime failures): an argv, no shell. "
         "`{play_id}`, `{agent}`, `{issue_type}`, `{level}`, `{missing_tools}`, `{task_id}`, "
-        "`{repository}`, `{namespace}`, `{code}` and `{session_id}` (the session not to "
-        "resume) are substituted.",
+        "`{repository}`, `{namespace}`, `{code}`, `{session_id}` (the session not to "
+        "resume), and for a watcher's alert `{target}` (`pod/cto/NAME`) and `{pod}` (NAME) "
+        "are substituted.",
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
     tools_server_hosts: list[str] = setting(
@@ -251,3 +252,83 @@ class IngestSettings:
                               "applies.", minimum=1)
     queue_size: int = setting(10_000, "Events accepted but not yet filed; when full, 429 (the "
                               "SDKs retry later).", minimum=1)
+
+
+@dataclass
+class KubeSettings:
+    """The play healer's Kubernetes watcher (``healer.play.kube``): pods, events, CodeRuns and
+    Argo Workflows of the namespace where the agents run, turned into play alerts A2, A3, A7,
+    A8 and A9. Off unless ``enabled``; the cluster is found the standard way (``kubeconfig``,
+    else ``$KUBECONFIG`` or ``~/.kube/config`` with ``context``, else the in-cluster service
+    account)."""
+
+    enabled: bool = setting(False, "Whether `healer loop` watches the cluster. Off by default: "
+                            "a kubeconfig on the machine is not a request to watch it.",
+                            env="HEALER_KUBE_ENABLED")
+    kubeconfig: str = setting("", "Kubeconfig file; empty uses `$KUBECONFIG`, else "
+                              "`~/.kube/config`, else the in-cluster service account "
+                              "(`/var/run/secrets/kubernetes.io/serviceaccount`).")
+    context: str = setting("", "Kubeconfig context; empty uses its current-context.",
+                           env="HEALER_KUBE_CONTEXT")
+    namespace: str = setting("cto", "Namespace the agents run in.", env="HEALER_KUBE_NAMESPACE")
+    pod_selector: str = setting("", "Label selector of the pods to watch (`app=coderun`); "
+                                "empty watches every pod of the namespace.")
+    coderun_selector: str = setting("", "Label selector of the CodeRuns to watch.")
+    workflow_selector: str = setting("", "Label selector of the Argo Workflows to watch.")
+    watch_coderuns: bool = setting(True, "Watch CodeRuns (`agents.platform/v1`); off where the "
+                                   "CRD is not installed.")
+    watch_workflows: bool = setting(True, "Watch Argo Workflows (`argoproj.io/v1alpha1`); off "
+                                    "where Argo is not installed.")
+    exclude_prefixes: list[str] = setting(
+        ["healer", "cto-tools", "cto-controller", "vault-mcp-server", "openmemory",
+         "event-cleaner", "workspace-pvc-cleaner"],
+        "Infrastructure pods (by name prefix) that are never a play's agent.",
+        items={"type": "string", "minLength": 1})
+    play_labels: list[str] = setting(
+        ["play-id", "play", "workflow", "workflows.argoproj.io/workflow"],
+        "Labels naming an object's play, first found wins; an object with none but a task id "
+        "(label `task-id`, CodeRun `spec.taskId`) belongs to play `task-<id>`.",
+        items={"type": "string", "minLength": 1})
+    agent_labels: list[str] = setting(
+        ["agent", "github-app"], "Labels naming an object's agent, first found wins (a CodeRun "
+        "falls back to `spec.githubApp`); `5DLabs-Rex` becomes `rex`.",
+        items={"type": "string", "minLength": 1})
+    stage_labels: list[str] = setting(
+        ["stage", "agents.platform/stage"], "Labels naming a pod's stage for A8 (a Workflow "
+        "node's stage comes from its template or display name).",
+        items={"type": "string", "minLength": 1})
+    restart_threshold: int = setting(3, "A2: a pod whose containers restarted this often.",
+                                     minimum=1)
+    dead_after_s: float = setting(60.0, "A2: a running pod not Ready (or ContainersReady) this "
+                                  "long.", minimum=0)
+    stage_timeouts_s: dict[str, float] = setting(
+        {"implementation": 2700.0, "quality": 900.0, "testing": 1800.0, "security": 900.0,
+         "integration": 1200.0, "default": 3600.0},
+        "A8: how long a step of each stage may run (implementation 45, quality 15, testing 30, "
+        "security 15, integration 20, otherwise 60 minutes).")
+    stuck_after_s: float = setting(600.0, "A9: a CodeRun whose phase has not changed this long "
+                                   "(and is not finished) is stuck.", minimum=1)
+    stale_progress_s: float = setting(900.0, "A3: a play with running work and no commit, "
+                                      "comment or log line this long.", minimum=1)
+    recovered_after_s: float = setting(
+        60.0, "A pod counts as recovered (its alerts clear, their incidents resolve) once it "
+        "stayed Ready this long; a deleted pod's alerts clear when another pod of the same play "
+        "and agent recovered.", minimum=0)
+    orphan_ttl_s: float = setting(3600.0, "Alerts of a play with no object left in the cluster "
+                                  "clear after this long.", minimum=1)
+    evaluate_interval_s: float = setting(15.0, "How often the rules run besides on every "
+                                         "change (the time-based alerts).", minimum=0.05)
+    watch_timeout_s: int = setting(300, "Server-side timeout of one watch request; the watch "
+                                   "resumes from its last resourceVersion.", minimum=1)
+    page_size: int = setting(500, "Objects per list request (`limit`/`continue`).", minimum=1)
+    backoff_max_s: float = setting(30.0, "Longest wait before reconnecting to an unreachable "
+                                   "API server (doubling from 0.5 s, with jitter).", minimum=0.1)
+    max_objects: int = setting(5000, "Objects of one resource held in memory; more are not "
+                               "tracked (and logged).", minimum=10)
+    follow_logs: bool = setting(True, "Follow the logs of the watched pods (their lines count as "
+                                "progress for A3).")
+    max_log_streams: int = setting(50, "Pod containers whose logs are followed at once.",
+                                   minimum=1)
+    dashboard_url: str = setting(
+        "", "Link shown with each alert: a template with `{namespace}`, `{kind}` (pod, coderun, "
+        "workflow) and `{name}`, e.g. `https://k8s.example.com/#/{kind}/{namespace}/{name}`.")

@@ -11,6 +11,7 @@ from healer.config.capabilities import (
     DetectSettings,
     FleetSettings,
     IngestSettings,
+    KubeSettings,
     PlaySettings,
     SelfhealSettings,
 )
@@ -50,6 +51,7 @@ class Settings:
     notify: NotifySettings = section(NotifySettings, "Human notifications.")
     detect: DetectSettings = section(DetectSettings, "Log pattern detection.")
     play: PlaySettings = section(PlaySettings, "Play sessions and remediation.")
+    kube: KubeSettings = section(KubeSettings, "The play healer's Kubernetes watcher.")
     selfheal: SelfhealSettings = section(SelfhealSettings, "report_error gates and healing runs.")
     fleet: FleetSettings = section(FleetSettings, "Fleet channels, watchdog and healing loop.")
     context: ContextSettings = section(ContextSettings, "Living-context healing.")

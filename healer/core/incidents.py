@@ -603,6 +603,6 @@ def public_view(data: dict[str, Any]) -> dict[str, Any]:
     keys = ("id", "kind", "key", "source", "sources", "status", "severity", "summary",
             "count", "first_seen", "last_seen", "attempts", "attempt_id", "doing", "gate",
             "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
-            "reopened", "links", "code", "failure_class", "held", "held_total", "resume_at",
-            "waits", "updated_at")
+            "reopened", "target", "links", "code", "failure_class", "held", "held_total",
+            "resume_at", "waits", "updated_at")
     return {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}

@@ -88,7 +88,7 @@ async def remediate(ctx: PlaybookContext) -> dict[str, Any]:
                 "error": f"no action for {strategy}"}
     values = {k: ctx.vars.get(k, "") for k in ("agent", "level", "missing_tools", "task_id",
                                                "repository", "namespace", "code",
-                                               "session_id")}
+                                               "session_id", "target", "pod")}
     values["play_id"] = ctx.task.target
     values["issue_type"] = issue_type
     unsafe = [k for k, v in values.items() if not _SAFE_VALUE.fullmatch(v)]

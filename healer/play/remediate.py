@@ -75,7 +75,31 @@ class Remediator:
                                   breaker_window=0)
 
     def _key(self, play_id: str, issue: dict[str, Any]) -> str:
-        return dedup_key(play_id, issue.get("agent") or "play", issue["issue_type"])
+        # A watcher's alert (healer.play.alerts) is its own incident per code: a pod failure
+        # and a step timeout of one agent are two things to fix, not one.
+        code = [str(issue.get("code", ""))] if issue.get("alert") else []
+        return dedup_key(play_id, issue.get("agent") or "play", issue["issue_type"], *code)
+
+    def incident_id(self, play_id: str, issue: dict[str, Any]) -> str:
+        """The id of the incident ``issue`` of ``play_id`` is filed under."""
+        return inc.incident_id("play", inc.digest(self._key(play_id, issue)))
+
+    def _session(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
+        """The play's session; for an alert on a play with no session (healer.play.alerts),
+        a stand-in made of what the alert knows."""
+        session = self.registry.get(play_id)
+        if session is not None and not issue.get("sessionless"):
+            return session
+        if not issue.get("sessionless"):
+            return self.registry.require(play_id)
+        return {"play_id": play_id, "repository": str(issue.get("repository") or "unknown"),
+                "namespace": str(issue.get("namespace") or "cto"), "status": "active",
+                "agents": {}, "issues": [], "standin": True}
+
+    def _mark(self, play_id: str, issue: dict[str, Any], **fields: Any) -> None:
+        """Set fields of the issue on its session (a sessionless alert's issue has none)."""
+        if not issue.get("sessionless"):
+            self.registry.set_issue_fields(play_id, issue["id"], **fields)
 
     def _signal(self, key: str, play_id: str, issue: dict[str, Any]) -> inc.Signal:
         """The play kind's incident: one per (play, agent, issue type), as the claim."""
@@ -137,8 +161,8 @@ class Remediator:
             log.info("remediation for %s/%s: %s", play_id, issue["issue_type"], decision.reason)
             return {"status": "deduplicated"}
         run_id = decision.attempt_id
-        self.registry.set_issue_fields(play_id, issue["id"], remediation_spawned=True,
-                                       remediation=key, incident_id=signal.id)
+        self._mark(play_id, issue, remediation_spawned=True, remediation=key,
+                   incident_id=signal.id)
         final: dict[str, Any] = {"status": "error"}
         try:
             final = await self._cycle(key, play_id, issue, signal.id)
@@ -160,7 +184,7 @@ class Remediator:
     async def _cycle(self, key: str, play_id: str, issue: dict[str, Any],
                      iid: str) -> dict[str, Any]:
         s = self.settings.play
-        session = self.registry.require(play_id)
+        session = self._session(play_id, issue)
         attempts: list[Attempt] = []
         forge_url = await self._evaluate(play_id, session, issue)
         for n in range(1, s.max_iterations + 1):
@@ -193,15 +217,14 @@ class Remediator:
                 break
             if step == "healed":
                 self.ledger.resolve(iid, "remediation verified")
-                self.registry.set_issue_fields(play_id, issue["id"], resolved=True,
-                                               resolved_at=iso(self.clock()))
+                self._mark(play_id, issue, resolved=True, resolved_at=iso(self.clock()))
                 return self._update(key, status="resolved", level=plan.level)
         plan = evaluate.plan(issue, s.max_iterations + 1, s.max_iterations)
         record = await self._escalate(play_id, session, issue, attempts, plan, forge_url)
         self.ledger.escalated(iid, seed_file=str(record.seed_file or ""), reason=plan.reason,
                               issue_url=record.issue.url if record.issue else "")
-        self.registry.set_issue_fields(play_id, issue["id"], escalated=True,
-                                       github_issue=record.issue.url if record.issue else None)
+        self._mark(play_id, issue, escalated=True,
+                   github_issue=record.issue.url if record.issue else None)
         return self._update(key, status="escalated", level="L4",
                             seed_file=str(record.seed_file or ""), discord=record.discord)
 
@@ -230,14 +253,19 @@ class Remediator:
         alerts = [{"code": evaluate.alert_code(issue), "severity": issue.get("severity", ""),
                    "title": issue["description"], "target": issue.get("agent", play_id),
                    "lines": issue.get("evidence", [])[:5]}]
+        target = str(issue.get("target", ""))
         return {
-            "repository": session["repository"], "namespace": session.get("namespace", "cto"),
+            "repository": session["repository"],
+            "namespace": str(issue.get("namespace") or session.get("namespace", "cto")),
             "agent": issue.get("agent", ""), "issue_type": issue["issue_type"],
             "strategy": plan.strategy, "level": plan.level, "attempt": str(attempt),
             "max_attempts": str(self.settings.play.max_iterations),
             "missing_tools": ",".join(issue.get("missing_tools", [])),
             "task_id": str(issue.get("task_id", "")), "alerts": json.dumps(alerts),
             "logs": "\n".join(issue.get("evidence", [])[:20]),
+            # A watcher's alert names the object behind it (``pod/cto/play-task-4-abc``).
+            "code": str(issue.get("code", "")), "target": target,
+            "pod": target.rsplit("/", 1)[-1] if target.startswith("pod/") else "",
         }
 
     async def _evaluate(self, play_id: str, session: dict[str, Any],
@@ -260,8 +288,7 @@ class Remediator:
         except HealerError as exc:
             log.warning("evaluation issue for %s not published: %s", play_id, exc)
             return ""
-        self.registry.set_issue_fields(play_id, issue["id"], github_issue=ref.url,
-                                       evaluation=str(analysis)[:2000])
+        self._mark(play_id, issue, github_issue=ref.url, evaluation=str(analysis)[:2000])
         return ref.url
 
     async def _remediate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],

@@ -18,7 +18,7 @@ from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core import gate
 from healer.core.store import Store
-from healer.play import evaluate, preflight
+from healer.play import alerts, evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
 from healer.play.remediate import RUNNING, Remediator, claim_key, running_keys
 from healer.play.runtime import AgentRuntime
@@ -269,7 +269,20 @@ class PlayService:
         issue.update({k: v for k, v in extra.items() if v not in (None, [], "")})
         return issue
 
-    def _record(self, play_id: str, issues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def report_issues(self, play_id: str, issues: list[dict[str, Any]], *,
+                      start: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
+        """Record issues a watcher found (``healer.play.alerts``) on the play's session, the
+        way its own pre-flight and log issues are; ``start`` runs a new issue's remediation
+        (default: on this thread's loop)."""
+        return self._record(play_id, issues, start=start)
+
+    def mark_issue(self, play_id: str, issue_id: str, **fields: Any) -> None:
+        """Set fields of one issue of the session (nothing when the session is gone)."""
+        if issue_id and self.registry.get(play_id) is not None:
+            self.registry.set_issue_fields(play_id, issue_id, **fields)
+
+    def _record(self, play_id: str, issues: list[dict[str, Any]], *,
+                start: Callable[[Any], None] | None = None) -> list[dict[str, Any]]:
         """Record issues on the session at once; start remediation for the new ones."""
         out = []
         for issue in issues:
@@ -280,11 +293,8 @@ class PlayService:
             if new:
                 log.warning("play %s: %s (%s)", play_id, stored["description"],
                             stored["issue_type"])
-                self._spawn(play_id, stored)
+                (start or self.track)(self.remediator.handle(play_id, stored))
         return out
-
-    def _spawn(self, play_id: str, issue: dict[str, Any]) -> None:
-        self.track(self.remediator.handle(play_id, issue))
 
     def track(self, coro: Any) -> None:
         """Run ``coro`` in the background, owned by this service (cancelled on stop)."""
@@ -303,7 +313,10 @@ class PlayService:
             log.error("remediation task failed: %s", task.exception())
 
     def still_broken(self, play_id: str, issue: dict[str, Any], since: float) -> bool:
-        """Is there evidence, newer than ``since``, that the issue persists?"""
+        """Is there evidence, newer than ``since``, that the issue persists? An alert's issue
+        persists while its watcher has not cleared it."""
+        if issue.get("alert"):
+            return alerts.still_firing(self.store, str(issue["alert"]))
         session = self.registry.get(play_id) or {}
         entry = (session.get("agents") or {}).get(issue.get("agent", ""), {})
         if issue["issue_type"] == "tool_mismatch" and entry.get("inventory_at", 0) >= since:
