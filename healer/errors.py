@@ -18,6 +18,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
     │   └── SlotWaitError            no agent slot came free in time; the run never started
     ├── NothingToReviewError         a healing branch changes nothing a PR could show
+    ├── GitHubError                  the GitHub watcher's request failed (status, path)
+    │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     └── UnavailableError             a dependency or service is missing             exit 3
 """
 
@@ -141,6 +143,27 @@ class SlotWaitError(ExecutorError):
 class NothingToReviewError(HealerError):
     """The healing branch has commits, but no change a person could review in a PR (empty,
     net-zero, whitespace-only or marker files only)."""
+
+
+class GitHubError(HealerError):
+    """A request of the GitHub watcher failed: ``status`` is the HTTP status (0 when GitHub
+    was not reached), ``path`` the API path asked for (never a token)."""
+
+    def __init__(self, message: str, *, status: int = 0, path: str = ""):
+        self.status = status
+        self.path = path
+        super().__init__(message)
+
+
+class GitHubRateLimitError(GitHubError):
+    """GitHub's rate limit holds the watcher's requests until ``until`` (epoch seconds):
+    the primary hourly limit ran out, or (``secondary``) a secondary limit answered."""
+
+    def __init__(self, message: str, *, until: float, secondary: bool = False,
+                 status: int = 0, path: str = ""):
+        self.until = until
+        self.secondary = secondary
+        super().__init__(message, status=status, path=path)
 
 
 class UnavailableError(HealerError):
