@@ -161,4 +161,5 @@ def run_all(settings: Settings) -> list[Check]:
 
 # Checks of optional backends: ``module:function`` returning (ok, detail), or None when the
 # backend is not in use.
-_HEALTH_CHECKS = (("jetstream", "healer.core.bus.jetstream:health"),)
+_HEALTH_CHECKS = (("jetstream", "healer.core.bus.jetstream:health"),
+                  ("github", "healer.play.github.doctor:health"))

@@ -60,6 +60,7 @@ class PeriodicJob:
 # whatever capabilities this installation has.
 SERVICE_FACTORIES: list[str] = [
     "healer.play.service:create_service",
+    "healer.play.github.service:create_service",  # after play: it raises play alerts
     "healer.selfheal.service:create_loop_service",
     "healer.fleet.service:create_service",
     "healer.context.service:create_service",

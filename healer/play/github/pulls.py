@@ -39,8 +39,9 @@ def pr_key(repo: str, number: int) -> str:
 
 
 def target(repo: str, number: int) -> str:
-    """How an alert names a PR: ``pr/owner/repo#12``."""
-    return f"pr/{repo}#{int(number)}"
+    """How an alert names a PR: ``pr/owner/repo/12`` (like ``pod/cto/NAME``; no ``#``, which
+    the remediation playbook refuses to substitute into an action's argv)."""
+    return f"pr/{repo}/{int(number)}"
 
 
 def epoch(value: Any) -> float:
@@ -128,7 +129,8 @@ def merge_items(old: list[dict[str, Any]], new: Iterable[dict[str, Any]], key: s
     for item in new:
         if item.get(key):
             by_key[item[key]] = item
-    return sorted(by_key.values(), key=lambda i: (i.get("at", 0), str(i[key])))[-limit:]
+    return sorted(by_key.values(), key=lambda i: (
+        i.get("at", 0), i[key] if isinstance(i[key], int) else 0, str(i[key])))[-limit:]
 
 
 def set_head(rec: dict[str, Any], sha: str) -> None:

@@ -7,11 +7,12 @@ GitHub App posts as ``<app-slug>[bot]``). Anything else is a person's and takes 
 A1.
 
 * **A1 — comment order mismatch** (warning, ``agent_error``). The agents hand a PR on in
-  ``github.handoff_order`` (implementation → quality → security → testing → integration), each
-  with a comment or review (opening the PR is its author's). A1 fires while a stage has handed off although a stage before it
-  in the order has not yet; it names the agent that jumped ahead and the stages it skipped,
-  and clears once the skipped stages have spoken (or the early comment is deleted). Going
-  back to an earlier stage (rework after a review) is not a mismatch.
+  ``github.handoff_order`` (implementation → quality → security → testing → integration),
+  each with a comment or review (opening the PR is its author's). A1 fires while a stage has
+  handed off although a stage before it in the order has not yet; it names the agent that
+  jumped ahead and the stages it skipped, and clears once the skipped stages have spoken (or
+  the early comment is deleted). Going back to an earlier stage (rework after a review) is
+  not a mismatch.
 * **A4 — approval loop** (warning, ``agent_error``). Reviews in time order; each
   ``CHANGES_REQUESTED`` that follows an ``APPROVED`` is one turn of the loop. At
   ``github.approval_loop_threshold`` turns (2) A4 fires while the latest decisive review
