@@ -50,7 +50,8 @@ def _play(store: Store) -> dict[str, Any]:
                 open_issues.append({"play_id": pid, "issue_type": issue["issue_type"],
                                     "agent": issue.get("agent", ""),
                                     "description": issue["description"],
-                                    "escalated": bool(issue.get("escalated"))})
+                                    "escalated": bool(issue.get("escalated")),
+                                    **({"link": issue["link"]} if issue.get("link") else {})})
     from healer.play.remediate import KIND, running_keys
 
     # From the index (built once on a state dir from before it, as attempts' is).
@@ -111,6 +112,26 @@ def _fleet(store: Store) -> dict[str, Any]:
             "age_s": round(time.time() - float(rec.data.get("at") or 0), 1)}
 
 
+def _github(store: Store) -> dict[str, Any]:
+    """The GitHub watcher: PRs followed, the alerts raised on them, the last polling pass
+    (its rate-limit budget, and until when it waits)."""
+    from healer.play.github.poller import STATUS
+    from healer.play.github.pulls import KIND, TRACKED
+
+    tracked = store.members(TRACKED)
+    if not tracked and store.get(*STATUS) is None:
+        return {}
+    firing = []
+    for key in tracked[:200]:
+        rec = store.get(KIND, key)
+        for play_id, codes in ((rec.data.get("firing") or {}) if rec else {}).items():
+            firing += [{"play_id": play_id, "code": code, "url": rec.data.get("url", "")}
+                       for code in codes]  # type: ignore[union-attr]
+    last = store.get(*STATUS)
+    return {"tracked_prs": len(tracked), "alerts": firing,
+            "last_poll": last.data if last else None}
+
+
 def _human(settings: Settings) -> list[dict[str, str]]:
     out = []
     for path in seeds.inbox(settings.fleet_path, seeds.HUMAN):
@@ -141,6 +162,7 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
         "gate": _gate(store),
         "selfheal": _selfheal(store),
         "fleet": _fleet(store),
+        "github": _github(store),
         "needs_a_person": _human(settings),
     }
 
@@ -162,7 +184,8 @@ def render(data: dict[str, Any]) -> str:
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")
     for i in play["open_issues"][:10]:
         mark = " [escalated]" if i["escalated"] else ""
-        lines.append(f"  - {i['play_id']}: {i['description']}{mark}")
+        link = f" → {i['link']}" if i.get("link") else ""
+        lines.append(f"  - {i['play_id']}: {i['description']}{mark}{link}")
     held = play.get("agents_held") or []
     if held:
         waiting = [a for a in held if a["status"] == "waiting"]
@@ -182,7 +205,8 @@ def render(data: dict[str, Any]) -> str:
         doing = i.get("doing") or (i.get("gate") or {}).get("message", "")
         lines.append(f"  - {i['id']} [{i['status']}] {i.get('summary', '')[:80]} "
                      f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
-                     + (f": {' '.join(doing.split())[:100]}" if doing else ""))
+                     + (f": {' '.join(doing.split())[:100]}" if doing else "")
+                     + (f" → {i['links']['pr']}" if (i.get("links") or {}).get("pr") else ""))
     for i in inc["escalated"]:
         seed = (i.get("escalation") or {}).get("seed_file", "")
         lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
@@ -199,6 +223,18 @@ def render(data: dict[str, Any]) -> str:
                      f"{', '.join(fleet['healing']) or 'none'} (as of {fleet['age_s']} s ago)")
         for peer, chans in fleet["broken"].items():
             lines.append(f"  - {peer}: {', '.join(chans)} broken")
+    gh = data.get("github") or {}
+    if gh:
+        last = gh.get("last_poll") or {}
+        budget = (f", rate limit {last['rate_remaining']}/{last['rate_limit']} left"
+                  if "rate_remaining" in last else "")
+        wait = last.get("waiting_until")
+        waits = (f", polling waits {max(0, int(float(wait) - time.time()))} s for the limit"
+                 if wait and float(wait) > time.time() else "")
+        lines.append(f"github: {gh['tracked_prs']} PR(s) watched, {len(gh['alerts'])} "
+                     f"alert(s){budget}{waits}")
+        for a in gh["alerts"][:10]:
+            lines.append(f"  - {a['play_id']}: {a['code']} on {a['url']}")
     human = data["needs_a_person"]
     lines.append(f"needs a person: {len(human)} escalation file(s)"
                  + (" in " + str(os.path.dirname(human[0]["file"])) if human else ""))

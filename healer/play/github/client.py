@@ -152,7 +152,10 @@ class GitHubClient:
             return
         self.rate = RateLimit(_int(h.get("x-ratelimit-limit")) or 0, remaining, float(reset),
                               h.get("x-ratelimit-resource", "core"))
-        if remaining <= self.min_remaining and reset > self.clock():
+        limit = self.rate.limit
+        # A floor of a tenth of the limit at most: an anonymous 60/hour still polls.
+        floor = min(self.min_remaining, limit // 10) if limit else self.min_remaining
+        if remaining <= floor and reset > self.clock():
             # Polling can wait for the reset; the forge's issues and fix PRs cannot.
             self._hold(float(reset), f"{remaining} requests left until the reset")
 

@@ -31,6 +31,7 @@ from healer.play.github.watcher import GitHubWatcher
 log = logging.getLogger(__name__)
 
 LISTS = "github-repos"  # store kind: the open-PR list of a repository and its ETag
+STATUS = ("github-poll", "latest")  # the last pass, for `healer status` in another process
 
 
 @dataclass
@@ -70,6 +71,12 @@ class Poller:
                             max(0.0, exc.until - self.watcher.clock()), exc)
         report.requests = self.client.sent - sent
         self.last = report
+        rate = self.client.rate
+        self.store.put(*STATUS, {
+            **report.as_dict(), "at": self.watcher.clock(),
+            "tracked": len(self.watcher.book.tracked()),
+            **({"rate_remaining": rate.remaining, "rate_limit": rate.limit,
+                "rate_reset": rate.reset} if rate else {})}, durable=False)
         return report
 
     async def _pass(self, report: PollReport) -> None:
@@ -148,7 +155,7 @@ class Poller:
             if not reply.not_modified and isinstance(reply.data, dict):
                 steps += [lambda r, d=reply.data: pulls.apply_pull(r, d),
                           etag_of("pull", reply)]
-                new_head = str((reply.data.get("head") or {}).get("sha") or head)
+                new_head = pulls.sha_or_empty((reply.data.get("head") or {}).get("sha")) or head
                 if new_head != head:
                     etags.pop("check-runs", None)
                     etags.pop("status", None)

@@ -30,12 +30,21 @@ from healer.play.github.client import split_repo
 KIND = "github-prs"
 TRACKED = "github-prs-tracked"  # store set: keys of the PRs the watcher follows
 MARKER = re.compile(r"<!--\s*healer-agent:\s*([A-Za-z0-9._-]{1,64})\s*-->", re.IGNORECASE)
-CHECK_STATES = ("queued", "in_progress", "completed", "waiting", "requested", "pending")
+_SHA = re.compile(r"[0-9a-fA-F]{7,64}")
 
 
 def pr_key(repo: str, number: int) -> str:
+    """The record key of a PR. GitHub names are case-insensitive (a session may say
+    ``5DLabs/CTO``, a payload ``5dlabs/cto``): one record either way."""
     owner, name = split_repo(repo)
-    return f"{owner}.{name}.{int(number)}"  # an owner has no '.', so the key is unambiguous
+    # An owner has no '.', so the key is unambiguous.
+    return f"{owner.lower()}.{name.lower()}.{int(number)}"
+
+
+def sha_or_empty(value: Any) -> str:
+    """A commit id as GitHub gives it (hex, SHA-1 or SHA-256), else "" — it becomes part of
+    an API path."""
+    return value.lower() if isinstance(value, str) and _SHA.fullmatch(value) else ""
 
 
 def target(repo: str, number: int) -> str:
@@ -73,7 +82,7 @@ def pull_fields(pr: dict[str, Any]) -> dict[str, Any]:
     out = {
         "number": int(pr.get("number") or 0), "url": _text(pr.get("html_url"), 500),
         "title": _text(pr.get("title")), "author": _login(pr.get("user")),
-        "head_ref": _text(head.get("ref"), 255), "head_sha": _text(head.get("sha"), 64),
+        "head_ref": _text(head.get("ref"), 255), "head_sha": sha_or_empty(head.get("sha")),
         "base_ref": _text(base.get("ref"), 255), "state": _text(pr.get("state"), 20),
         "merged": bool(pr.get("merged") or pr.get("merged_at")), "draft": bool(pr.get("draft")),
         "labels": [_text(label.get("name"), 100) for label in (pr.get("labels") or [])[:50]
@@ -135,6 +144,7 @@ def merge_items(old: list[dict[str, Any]], new: Iterable[dict[str, Any]], key: s
 
 def set_head(rec: dict[str, Any], sha: str) -> None:
     """A new head commit: the checks and statuses of the old one no longer say anything."""
+    sha = sha_or_empty(sha)
     if sha and sha != rec.get("head_sha"):
         rec["head_sha"] = sha
         rec["checks"], rec["statuses"] = {}, {}

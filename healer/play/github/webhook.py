@@ -214,6 +214,9 @@ def _on_head(watcher: GitHubWatcher, ev: Event, sha: str, numbers: set[int],
              update: Fold) -> Work:
     """The tracked PRs of the repository whose head is ``sha`` (or that GitHub names)."""
     work: Work = []
+    sha = pulls.sha_or_empty(sha)
+    if not sha:
+        return work
     for rec in watcher.book.records(ev.repo):
         if rec.get("head_sha") == sha or rec.get("number") in numbers:
             def fn(r: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from github_rig import CIPHER, CLEO, PLAY, REPO, REX, TESS, TOKEN, Clock, Rig
@@ -27,8 +28,8 @@ def fake(clock: Clock) -> Iterator[FakeGitHub]:
 
 
 @pytest.fixture
-async def rig(tmp_path: Path, fake: FakeGitHub, clock: Clock) -> AsyncIterator[Rig]:
-    r = Rig(tmp_path, fake, clock)
+async def rig(tmp_path: Path, fake: FakeGitHub, clock: Clock, dirs: Any) -> AsyncIterator[Rig]:
+    r = Rig(dirs.root, fake, clock)  # the dirs `healer status` (the cli fixture) reads
     r.start()
     yield r
     await r.close()
@@ -58,7 +59,7 @@ class TestMatching:
 
 class TestAlerts:
     async def test_a5_ci_failure_after_approval_remediates_then_resolves(
-            self, rig: Rig, fake: FakeGitHub) -> None:
+            self, rig: Rig, fake: FakeGitHub, cli: Any) -> None:
         """Approved, then the build fails: an A5 issue on the session with the PR's link, a
         play incident, the fix_code action run for the PR; green again → resolved."""
         pr = fake.add_pull(REPO, "feature/task-4-api", REX)
@@ -74,6 +75,9 @@ class TestAlerts:
         assert inc is not None and inc["links"]["pr"] == pr["html_url"]
         await until(lambda: rig.actions(), 30)
         assert rig.actions()[0] == f"fix_code A5 pr/{REPO}/{n} rex"
+        status = cli("status")  # another process reads the same records
+        assert pr["html_url"] in status.out and "github: 1 PR(s) watched, 1 alert(s)" in \
+            status.out, status.out
         fake.set_check(sha, "build", "success")
         await rig.poller.poll_once()
         await until(lambda: (rig.incident("A5") or {}).get("status") == "resolved", 30)
