@@ -147,7 +147,9 @@ class TestRecord:
     def test_a_new_head_forgets_the_old_checks(self) -> None:
         rec = pr(checks={"build": {}}, statuses={"ci": {}}, etags={"check-runs": "x",
                                                                     "pull": "y"})
-        pulls.set_head(rec, "def")
+        pulls.set_head(rec, "../../etc/passwd")  # not a commit id: nothing changes
+        assert rec["checks"] == {"build": {}} and rec["head_sha"] == "abc"
+        pulls.set_head(rec, "d" * 40)
         assert rec["checks"] == {} and rec["statuses"] == {} and rec["etags"] == {"pull": "y"}
 
     def test_pr_keys_refuse_unsafe_names(self) -> None:
