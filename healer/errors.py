@@ -11,6 +11,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
+    ├── GitHubError                  the GitHub watcher's request failed (status, path)
+    │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     ├── ExecutorError                an agent run failed (run_id, agent)
     │   ├── AgentUnavailableError    the executor cannot run here (CLI missing, no model)
     │   ├── AgentProcessError        the agent process failed (exit_code, stderr)
@@ -18,8 +20,6 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
     │   └── SlotWaitError            no agent slot came free in time; the run never started
     ├── NothingToReviewError         a healing branch changes nothing a PR could show
-    ├── GitHubError                  the GitHub watcher's request failed (status, path)
-    │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     └── UnavailableError             a dependency or service is missing             exit 3
 """
 

@@ -50,8 +50,7 @@ def _play(store: Store) -> dict[str, Any]:
                 open_issues.append({"play_id": pid, "issue_type": issue["issue_type"],
                                     "agent": issue.get("agent", ""),
                                     "description": issue["description"],
-                                    "escalated": bool(issue.get("escalated")),
-                                    **({"link": issue["link"]} if issue.get("link") else {})})
+                                    "escalated": bool(issue.get("escalated"))})
     from healer.play.remediate import KIND, running_keys
 
     # From the index (built once on a state dir from before it, as attempts' is).
@@ -184,8 +183,7 @@ def render(data: dict[str, Any]) -> str:
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")
     for i in play["open_issues"][:10]:
         mark = " [escalated]" if i["escalated"] else ""
-        link = f" → {i['link']}" if i.get("link") else ""
-        lines.append(f"  - {i['play_id']}: {i['description']}{mark}{link}")
+        lines.append(f"  - {i['play_id']}: {i['description']}{mark}")
     held = play.get("agents_held") or []
     if held:
         waiting = [a for a in held if a["status"] == "waiting"]
@@ -205,8 +203,7 @@ def render(data: dict[str, Any]) -> str:
         doing = i.get("doing") or (i.get("gate") or {}).get("message", "")
         lines.append(f"  - {i['id']} [{i['status']}] {i.get('summary', '')[:80]} "
                      f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
-                     + (f": {' '.join(doing.split())[:100]}" if doing else "")
-                     + (f" → {i['links']['pr']}" if (i.get("links") or {}).get("pr") else ""))
+                     + (f": {' '.join(doing.split())[:100]}" if doing else ""))
     for i in inc["escalated"]:
         seed = (i.get("escalation") or {}).get("seed_file", "")
         lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
