@@ -329,4 +329,3 @@ class IngestSettings:
                               "applies.", minimum=1)
     queue_size: int = setting(10_000, "Events accepted but not yet filed; when full, 429 (the "
                               "SDKs retry later).", minimum=1)
-
