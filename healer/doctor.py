@@ -14,6 +14,9 @@ from typing import Any
 from healer.config import Settings
 from healer.resources import optional
 
+# The play healer's GitHub watcher: reachable, as whom, scopes, rate limit (None: not set up).
+GITHUB_CHECK = ("github", "healer.play.github.doctor:health")
+
 # (module, what it is for, required)
 PYTHON_DEPS = [
     ("claude_agent_sdk", "Claude executor", True),
@@ -151,7 +154,7 @@ def settings_check(settings: Settings) -> Check:
 def run_all(settings: Settings) -> list[Check]:
     checks = [settings_check(settings), *python_deps(), *tools(settings), *folders(settings),
               executor_choice(settings), claude_runs(settings)]
-    for name, spec in _HEALTH_CHECKS:
+    for name, spec in (*_HEALTH_CHECKS, GITHUB_CHECK):
         health = optional(spec)
         verdict = health(settings) if health is not None else None
         if verdict is not None:

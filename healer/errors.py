@@ -11,6 +11,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
+    ├── GitHubError                  the GitHub watcher's request failed (status, path)
+    │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     ├── ExecutorError                an agent run failed (run_id, agent)
     │   ├── AgentUnavailableError    the executor cannot run here (CLI missing, no model)
     │   ├── AgentProcessError        the agent process failed (exit_code, stderr)
@@ -143,6 +145,27 @@ class SlotWaitError(ExecutorError):
 class NothingToReviewError(HealerError):
     """The healing branch has commits, but no change a person could review in a PR (empty,
     net-zero, whitespace-only or marker files only)."""
+
+
+class GitHubError(HealerError):
+    """A request of the GitHub watcher failed: ``status`` is the HTTP status (0 when GitHub
+    was not reached), ``path`` the API path asked for (never a token)."""
+
+    def __init__(self, message: str, *, status: int = 0, path: str = ""):
+        self.status = status
+        self.path = path
+        super().__init__(message)
+
+
+class GitHubRateLimitError(GitHubError):
+    """GitHub's rate limit holds the watcher's requests until ``until`` (epoch seconds):
+    the primary hourly limit ran out, or (``secondary``) a secondary limit answered."""
+
+    def __init__(self, message: str, *, until: float, secondary: bool = False,
+                 status: int = 0, path: str = ""):
+        self.until = until
+        self.secondary = secondary
+        super().__init__(message, status=status, path=path)
 
 
 class UnavailableError(HealerError):

@@ -114,6 +114,26 @@ def _fleet(store: Store) -> dict[str, Any]:
             "age_s": round(time.time() - float(rec.data.get("at") or 0), 1)}
 
 
+def _github(store: Store) -> dict[str, Any]:
+    """The GitHub watcher: PRs followed, the alerts raised on them, the last polling pass
+    (its rate-limit budget, and until when it waits)."""
+    from healer.play.github.poller import STATUS
+    from healer.play.github.pulls import KIND, TRACKED
+
+    tracked = store.members(TRACKED)
+    if not tracked and store.get(*STATUS) is None:
+        return {}
+    firing = []
+    for key in tracked[:200]:
+        rec = store.get(KIND, key)
+        for play_id, codes in ((rec.data.get("firing") or {}) if rec else {}).items():
+            firing += [{"play_id": play_id, "code": code, "url": rec.data.get("url", "")}
+                       for code in codes]  # type: ignore[union-attr]
+    last = store.get(*STATUS)
+    return {"tracked_prs": len(tracked), "alerts": firing,
+            "last_poll": last.data if last else None}
+
+
 def _human(settings: Settings) -> list[dict[str, str]]:
     out = []
     for path in seeds.inbox(settings.fleet_path, seeds.HUMAN):
@@ -144,6 +164,7 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
         "gate": _gate(store),
         "selfheal": _selfheal(store),
         "fleet": _fleet(store),
+        "github": _github(store),
         "needs_a_person": _human(settings),
     }
 
@@ -208,6 +229,18 @@ def render(data: dict[str, Any]) -> str:
                      f"{', '.join(fleet['healing']) or 'none'} (as of {fleet['age_s']} s ago)")
         for peer, chans in fleet["broken"].items():
             lines.append(f"  - {peer}: {', '.join(chans)} broken")
+    gh = data.get("github") or {}
+    if gh:
+        last = gh.get("last_poll") or {}
+        budget = (f", rate limit {last['rate_remaining']}/{last['rate_limit']} left"
+                  if "rate_remaining" in last else "")
+        wait = last.get("waiting_until")
+        waits = (f", polling waits {max(0, int(float(wait) - time.time()))} s for the limit"
+                 if wait and float(wait) > time.time() else "")
+        lines.append(f"github: {gh['tracked_prs']} PR(s) watched, {len(gh['alerts'])} "
+                     f"alert(s){budget}{waits}")
+        for a in gh["alerts"][:10]:
+            lines.append(f"  - {a['play_id']}: {a['code']} on {a['url']}")
     human = data["needs_a_person"]
     lines.append(f"needs a person: {len(human)} escalation file(s)"
                  + (" in " + str(os.path.dirname(human[0]["file"])) if human else ""))

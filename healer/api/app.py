@@ -38,6 +38,7 @@ ROUTE_PROVIDERS = [
     "healer.api.routes.fleet:routes",
     "healer.api.routes.incidents:routes",
     "healer.api.routes.sentry_ingest:routes",
+    "healer.api.routes.github_webhook:routes",
 ]
 
 

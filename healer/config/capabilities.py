@@ -73,6 +73,84 @@ class PlaySettings:
 
 
 @dataclass
+class GitHubSettings:
+    """The GitHub watcher of play sessions: polling the REST API and the signed webhook.
+
+    It watches the pull requests of active plays (the session's ``repository``, PRs matched by
+    ``pr_match``) for the alerts A1 (hand-off comments out of ``handoff_order``), A4
+    (approval loop, ``approval_loop_threshold``) and A5 (CI failure or merge conflict after
+    approval); their commits and comments count as the play's progress (A3)."""
+
+    token: str = setting(
+        "", "Token the watcher reads GitHub with (a personal access token, fine-grained or "
+        "classic with `repo`, or a GitHub App installation token). Polling runs when a token "
+        "or `repos` is set; without a token GitHub allows 60 requests an hour.",
+        env="GITHUB_TOKEN", secret=True)
+    api_url: str = setting("https://api.github.com", "GitHub REST API base URL (GitHub "
+                           "Enterprise: `https://HOST/api/v3`).")
+    webhook_secret: str = setting(
+        "", "Secret of the repository or App webhook pointed at `POST /api/v1/webhooks/github` "
+        "(`X-Hub-Signature-256`); empty answers that route 503 and accepts nothing.",
+        env="HEALER_GITHUB_WEBHOOK_SECRET", secret=True)
+    poll: bool = setting(True, "Whether `healer loop` polls GitHub (when a token or `repos` "
+                         "is set); false leaves only the webhook.")
+    repos: list[str] = setting(
+        [], "`owner/name` repositories the watcher may read; empty allows the repository of "
+        "any active play. A play naming another repository is skipped with a warning.",
+        items={"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9._-]+$"})
+    poll_interval_s: float = setting(60.0, "Time between two polling passes. Unchanged "
+                                     "resources answer 304 (an ETag per URL), which GitHub "
+                                     "does not count against the rate limit.", minimum=1)
+    min_remaining: int = setting(
+        100, "Polling pauses until the rate-limit reset when fewer requests than this are "
+        "left, so the forge (issues, fix PRs) keeps its share of the same token.", minimum=0)
+    secondary_backoff_s: float = setting(
+        60.0, "Wait after a secondary rate limit that names no `Retry-After` (GitHub: at least "
+        "a minute); doubles with each one in a row up to `secondary_backoff_cap_s`.",
+        minimum=1)
+    secondary_backoff_cap_s: float = setting(900.0, "Longest secondary-limit back-off.",
+                                             minimum=1)
+    timeout_s: float = setting(15.0, "Timeout of one GitHub request.", minimum=0.1)
+    max_prs: int = setting(200, "Pull requests tracked at once over all plays; the oldest "
+                           "finished ones are forgotten first.", minimum=1)
+    max_prs_per_play: int = setting(10, "Pull requests tracked per play (the newest).",
+                                    minimum=1)
+    max_items: int = setting(100, "Comments, reviews, commits and checks read and kept per "
+                             "pull request (one page of the API each).", minimum=1,
+                             maximum=100)
+    pr_match: list[str] = setting(
+        ["{play_id}", "task-{task_id}"],
+        "Which open PRs of a play's repository are the play's: one whose head branch, or one "
+        "of whose labels, contains a rendered template (whole words: `task-4` does not match "
+        "`task-42`). `{play_id}` and `{task_id}` (each task of the session) are substituted.",
+        items={"type": "string", "minLength": 1})
+    handoff_order: list[str] = setting(
+        ["implementation", "quality", "security", "testing", "integration"],
+        "The order in which a play's agents hand a PR on (A1): a stage commenting while an "
+        "earlier stage has not commented yet is out of order.",
+        items={"type": "string", "minLength": 1})
+    agent_stages: dict[str, str] = setting(
+        {"rex": "implementation", "blaze": "implementation", "cleo": "quality",
+         "cipher": "security", "tess": "testing", "atlas": "integration"},
+        "Agent name → its stage in `handoff_order`.")
+    bot_logins: dict[str, str] = setting(
+        {"5dlabs-rex[bot]": "rex", "5dlabs-blaze[bot]": "blaze", "5dlabs-cleo[bot]": "cleo",
+         "5dlabs-cipher[bot]": "cipher", "5dlabs-tess[bot]": "tess",
+         "5dlabs-atlas[bot]": "atlas"},
+        "GitHub login (an App's bot is `<app-slug>[bot]`) → agent name; case-insensitive. A "
+        "comment whose body holds the marker `<!-- healer-agent: NAME -->` (an agent name or "
+        "a stage) is that agent's whoever posted it.")
+    approval_loop_threshold: int = setting(
+        2, "A4: a PR approved and then sent back with changes requested this many times is in "
+        "an approval loop.", minimum=1)
+    delivery_ttl_s: float = setting(86400.0, "Webhook delivery ids (`X-GitHub-Delivery`) are "
+                                    "remembered this long; a repeat is acknowledged and "
+                                    "ignored.", minimum=0)
+    max_body_bytes: int = setting(1 << 20, "Largest webhook body accepted (also bounded by "
+                                  "`api.max_body_bytes`); more is 413.", minimum=1024)
+
+
+@dataclass
 class SelfhealSettings:
     enabled: bool = setting(True, "Whether report_error may dispatch healing agents.")
     severity_threshold: int = setting(2, "Investigate only severities at or below this "

@@ -10,6 +10,7 @@ from healer.config.capabilities import (
     ContextSettings,
     DetectSettings,
     FleetSettings,
+    GitHubSettings,
     IngestSettings,
     KubeSettings,
     PlaySettings,
@@ -57,6 +58,8 @@ class Settings:
     context: ContextSettings = section(ContextSettings, "Living-context healing.")
     webhooks: WebhookSettings = section(WebhookSettings, "Inbound webhook secrets.")
     ingest: IngestSettings = section(IngestSettings, "The Sentry-compatible event ingest.")
+    github: GitHubSettings = section(GitHubSettings, "The GitHub watcher of play PRs "
+                                     "(polling and the webhook).")
 
     # Where each value came from is not a setting; the loader notes the files it read here.
     sources: list[str] = field(default_factory=list, metadata={"internal": True})

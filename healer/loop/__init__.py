@@ -64,6 +64,7 @@ SERVICE_FACTORIES: list[str] = [
     "healer.selfheal.service:create_loop_service",
     "healer.fleet.service:create_service",
     "healer.context.service:create_service",
+    "healer.play.github.service:create_service",  # after play: it raises play alerts
     "healer.api.service:create_service",  # last: it serves what the others registered
 ]
 

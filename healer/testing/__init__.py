@@ -5,7 +5,9 @@
 - ``healer.testing.loop``: run a real loop process, drop agent results.
 - ``healer.testing.api``: run a real ``healer serve``.
 - ``healer.testing.nats``: a real nats-server with JetStream.
-- ``healer.testing.receivers`` / ``fake_github``: webhook receivers and a fake GitHub API.
+- ``healer.testing.receivers`` / ``fake_github``: webhook receivers and a fake GitHub API
+  (issues and PRs; the PR watcher's reads with ETags and rate limits).
+- ``healer.testing.github_webhooks``: signed GitHub webhook deliveries.
 
 Names are imported lazily so ``python -m healer.testing.scripted_model`` runs cleanly.
 """

@@ -107,7 +107,9 @@ class LoopProcess:
 
 def healer_env(state: Path, results: Path, fleet: Path, **extra: str) -> dict[str, str]:
     """An environment for a child healer process confined to the given dirs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+    # GITHUB_TOKEN would point a child's GitHub watcher at the real api.github.com.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("HEALER") and k != "GITHUB_TOKEN"}
     env.update({
         "HEALER_STATE_DIR": str(state),
         "HEALER_RESULTS_DIR": str(results),
