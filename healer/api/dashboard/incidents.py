@@ -32,6 +32,8 @@ VERDICT_EVENTS = frozenset({"attempt_ended", "verdict", "resolved", "escalated",
                             "fix_merged", "fix_rejected", "heal_finished", "agent_finished",
                             "pr_opened", "heal_again"})
 RUN_FILES = ("prompt.md", "transcript.jsonl", "output.log")
+# What a reporter said (report_error): shown as sent, escaped and cut like everything else.
+REPORT_FIELDS = ("error_type", "error_message", "call_site", "tool_name", "context", "traceback")
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ def incident_detail(settings: Settings, store: Store, iid: str) -> dict[str, Any
         return None
     audit = Audit(settings.state_path).read(iid, limit=AUDIT_SHOWN)
     verdicts = [e for e in audit if e.get("event") in VERDICT_EVENTS]
+    report = data.get("report") if isinstance(data.get("report"), dict) else {}
     return {"incident": public_view(data), "history": data.get("history", []),
+            "report": {k: report[k] for k in REPORT_FIELDS if report.get(k)},
             "detail": data.get("detail") or {}, "audit": audit, "verdicts": verdicts,
             "runs": agent_runs(settings, data.get("attempt_ids") or []),
             "seed": seed_link(settings, (data.get("escalation") or {}).get("seed_file", ""))}

@@ -30,6 +30,12 @@ def cut(value: Any, limit: int = MAX_VALUE) -> Any:
     return f"{value[:limit]}… [{len(value) - limit} more characters cut]"
 
 
+def short(value: Any, limit: int = 48) -> str:
+    """A name shortened for a table cell (the whole one goes in its title)."""
+    text = str(value or "")
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
 def block(value: Any) -> Markup:
     """A long text (a run file, a log) escaped and cut at ``MAX_BLOCK``, not ``MAX_VALUE``."""
     plain = value.unescape() if isinstance(value, Markup) else str(value or "")
@@ -104,9 +110,9 @@ def _markdown() -> Any:
     md.disable(["image", "html_block", "html_inline"])
     md.validateLink = _link_ok
 
-    def link_open(tokens: Any, idx: int, options: Any, env: Any) -> str:
+    def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", "noopener noreferrer nofollow")
-        return md.renderer.renderToken(tokens, idx, options, env)
+        return str(renderer.renderToken(tokens, idx, options, env))
 
     md.add_render_rule("link_open", link_open)
     return md
@@ -123,8 +129,8 @@ def environment() -> Environment:
     env = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
         default=True, default_for_string=True), finalize=_finalize, trim_blocks=True,
         lstrip_blocks=True)
-    env.filters.update(cut=cut, block=block, age=age, utc=utc, web_url=web_url, markdown=markdown,
-                       seconds=seconds)
+    env.filters.update(cut=cut, block=block, short=short, age=age, utc=utc, web_url=web_url,
+                       markdown=markdown, seconds=seconds)
     env.globals.update(query=query, MAX_BLOCK=MAX_BLOCK)
     return env
 

@@ -4,7 +4,8 @@ Every route is made by ``_page``, ``_action`` or ``_public`` — so none can for
 pages need read access, actions a logged-in session and its CSRF token, and only the login
 form and the vendored static files are public. Every answer carries the security headers
 (``SECURITY_HEADERS``: a Content-Security-Policy without inline scripts or styles, no
-framing, no referrer, no sniffing) and ``Cache-Control: no-store`` unless it is a static file.
+framing, no referrer to other sites, no sniffing) and ``Cache-Control: no-store`` unless it
+is a static file.
 The routes are left out of ``/openapi.json`` (``include_in_schema=False``): they are HTML for
 people, not the JSON API.
 """
@@ -37,13 +38,14 @@ STATIC = Path(__file__).parent / "static"
 STATIC_FILES = {
     "htmx.min.js": "text/javascript", "htmx-ext-sse.min.js": "text/javascript",
     "dashboard.js": "text/javascript", "dashboard.css": "text/css",
+    "favicon.svg": "image/svg+xml",
     "LICENSE-htmx.txt": "text/plain", "LICENSE-htmx-ext-sse.txt": "text/plain",
 }
 CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY", "Referrer-Policy": "no-referrer",
+    "X-Frame-Options": "DENY", "Referrer-Policy": "same-origin",
     "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Resource-Policy": "same-origin",
 }
 MAX_FORM_FIELDS = 10
