@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
+from healer.api.dashboard.incidents import agent_runs
 from healer.api.dashboard.render import MAX_VALUE, cut, markdown, render, web_url
 from healer.api.dashboard.routes import _local
+from healer.config import load_settings
 
 
 class TestMarkdown:
@@ -66,3 +71,23 @@ class _Req:
     class url:  # mimics request.url
         path = "/"
         query = ""
+
+
+class TestAgentRuns:
+    def test_run_files_are_scrubbed_and_only_their_tail_is_read(self, tmp_path: Path) -> None:
+        """A run's output with a secret and a 1 MB line: the secret is gone, 64 KiB are kept."""
+        settings = load_settings(env={}, overrides=[f"state_dir={tmp_path}"])
+        run = tmp_path / "agents" / "runs" / "run-abc"
+        run.mkdir(parents=True)
+        secret = "ghp_" + "a1B2" * 9
+        (run / "output.log").write_text("<script>" * (1 << 17) + f"\ntoken {secret}\n")
+        (run / "transcript.jsonl").write_text(json.dumps({"type": "assistant", "message": {
+            "content": [{"type": "text", "text": f"using {secret}"},
+                        {"type": "tool_use", "name": "Bash", "input": {"command": "ls"}}]}}))
+        (tmp_path / "agents" / "runs" / "run-other").mkdir()
+        [found] = agent_runs(settings, ["run-abc"])
+        files = {f["name"]: f for f in found["files"]}
+        assert secret not in files["output.log"]["text"] and files["output.log"]["cut"] > 0
+        assert len(files["output.log"]["text"]) <= 64 * 1024
+        assert files["transcript.jsonl"]["text"].startswith("assistant: using [REDACTED")
+        assert "[tool Bash]" in files["transcript.jsonl"]["text"]

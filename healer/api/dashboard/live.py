@@ -95,13 +95,15 @@ class Broadcaster:
             self._task = asyncio.create_task(self._watch(), name="dashboard-live")
 
     async def _watch(self) -> None:
-        last = await asyncio.to_thread(self._safe_marks)
+        # On the event loop, not in a thread: the marks are a few stat calls, and the live
+        # fleet picture is the fleet service's in-memory state, which its own loop mutates.
+        last = self._safe_marks()
         while self._subscribers and not self._closed:
             assert self._wake is not None
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.interval_s)
             self._wake.clear()
-            now = await asyncio.to_thread(self._safe_marks)
+            now = self._safe_marks()
             for topic in TOPICS:
                 if now.get(topic) != last.get(topic):
                     self._publish(topic)
