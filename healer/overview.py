@@ -20,7 +20,9 @@ from healer.core.store import Store
 ACTIVE_SHOWN = 10
 
 
-def _loop(settings: Settings) -> dict[str, Any]:
+def loop_state(settings: Settings) -> dict[str, Any]:
+    """The loop's state from the status file it writes (``never run``, ``running``,
+    ``stopped``, or dead), with its pid, API address, uptime and bus counters."""
     path = settings.state_path / "loop.json"
     try:
         data = json.loads(path.read_text())
@@ -157,7 +159,7 @@ def _agents(settings: Settings) -> dict[str, Any]:
 
 def overview(settings: Settings, store: Store) -> dict[str, Any]:
     return {
-        "loop": _loop(settings),
+        "loop": loop_state(settings),
         "agents": _agents(settings),
         "play": _play(store),
         "incidents": _incidents(store),

@@ -20,7 +20,9 @@ PY=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 
 # System packages: git always; for the demo and the tests sshd and ssh (the fleet's SSH
-# channel); for the tests also Alertmanager (webhook intake). Installed only when missing.
+# channel); for the tests also Alertmanager (webhook intake) and Chromium with a font (the
+# dashboard's browser tests drive the system browser through Playwright). Installed only when
+# missing.
 pkgs=()
 command -v git >/dev/null || pkgs+=(git)
 "$PY" -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
@@ -30,6 +32,7 @@ if [ "$want_demo" = 1 ]; then
 fi
 if [ "$want_test" = 1 ]; then
   command -v prometheus-alertmanager >/dev/null || pkgs+=(prometheus-alertmanager)
+  [ -x /usr/bin/chromium ] || pkgs+=(chromium fonts-dejavu-core)
 fi
 if [ "$want_bench" = 1 ]; then
   command -v rg >/dev/null || pkgs+=(ripgrep)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,7 @@ ROUTE_PROVIDERS = [
     "healer.api.routes.incidents:routes",
     "healer.api.routes.sentry_ingest:routes",
     "healer.api.routes.github_webhook:routes",
+    "healer.api.dashboard.routes:routes",  # HTML for people at / and /ui/ (not in OpenAPI)
 ]
 
 
@@ -51,6 +53,8 @@ class ApiContext:
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
     services: dict[str, Any] = field(default_factory=dict)
+    # Called when the server stops, before it waits for open connections (live streams).
+    closing: list[Callable[[], None]] = field(default_factory=list)
 
 
 async def _health(request: Request) -> Response:

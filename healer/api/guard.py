@@ -17,6 +17,13 @@ The checks, in order, each answered before the body is read:
 5. **Size and time** — a body larger than ``api.max_body_bytes`` is 413, one that takes longer
    than ``api.body_timeout_s`` to arrive is 408.
 
+The dashboard (``/`` and ``/ui/…``, ``healer.api.dashboard``) passes checks 1, 2 and 5 like
+any route and differs in two: it authenticates itself (the API token as a bearer header, or
+the HttpOnly session cookie its login form sets, plus a CSRF token on every action), and its
+actions are HTML forms, so a mutating request there must be
+``application/x-www-form-urlencoded`` — made safe by the Origin check, the SameSite=Strict
+cookie and the CSRF token, not by the content type.
+
 The Sentry ingest (``/api/<project id>/envelope/`` and ``/store/``) is keyed like a signed
 route, and differs in three ways, on those two paths only: browser pages of
 ``ingest.cors_origins`` may call it; its bodies may be ``application/x-sentry-envelope``,
@@ -50,6 +57,9 @@ SIGNED_PREFIXES = ("/api/v1/webhooks/",)
 INGEST_PATH = re.compile(r"/api/(?:\d{1,20}|\{project_id(?::int)?\})/(?:envelope|store)/?")
 INGEST_TYPES = frozenset({b"application/x-sentry-envelope", b"application/json", b"text/plain",
                           b""})
+# The HTML dashboard: its own login (cookie) and CSRF tokens; its forms post url-encoded.
+DASHBOARD_PREFIX = "/ui/"
+FORM_TYPE = b"application/x-www-form-urlencoded"
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "*"})  # noqa: S104 - names, not a bind
 
 
@@ -165,7 +175,8 @@ class GuardMiddleware:
                 b"cross-site", b"same-site"):
             return 403, "cross-site request refused", {}
 
-        if (self._token and not p.public(method, path)
+        dashboard = is_dashboard(path)
+        if (self._token and not dashboard and not p.public(method, path)
                 and not self._bearer_ok(headers.get(b"authorization", b""))):
             return 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
         if method in SAFE_METHODS:
@@ -177,7 +188,12 @@ class GuardMiddleware:
                 return 400, "bad Content-Length", {}
             if int(length) > limit:
                 return 413, f"body larger than {limit} bytes", {}
-        if ingest:
+        if dashboard:
+            media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+            if media != FORM_TYPE:
+                return (415, "expected Content-Type: application/x-www-form-urlencoded (a "
+                        f"dashboard form), got {media.decode('latin-1') or 'none'}", {})
+        elif ingest:
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
             if media not in INGEST_TYPES:
                 return (415, "expected Content-Type: application/x-sentry-envelope, "
@@ -236,6 +252,11 @@ class GuardMiddleware:
 def is_ingest(path: str) -> bool:
     """Whether ``path`` is one of the Sentry ingest routes."""
     return INGEST_PATH.fullmatch(path) is not None
+
+
+def is_dashboard(path: str) -> bool:
+    """Whether ``path`` is the HTML dashboard's (it checks its own login and CSRF tokens)."""
+    return path == "/" or path.startswith(DASHBOARD_PREFIX)
 
 
 def _headers(raw: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:

@@ -1,4 +1,7 @@
-"""``GET /openapi.json``: every route, with request bodies from the schemas/ files."""
+"""``GET /openapi.json``: every JSON route, with request bodies from the schemas/ files.
+
+Routes made with ``include_in_schema=False`` (the HTML dashboard, ``healer.api.dashboard``)
+are left out: they answer HTML to a logged-in browser, not JSON to a client."""
 
 from __future__ import annotations
 
@@ -40,8 +43,8 @@ def build(routes: list[BaseRoute], *, bearer: bool,
     """The OpenAPI 3.1 document of ``routes``. ``public(method, path)``: needs no token."""
     paths: dict[str, Any] = {}
     for r in routes:
-        if not isinstance(r, Route):
-            continue
+        if not isinstance(r, Route) or not r.include_in_schema:
+            continue  # the HTML dashboard is a page for people, not part of the JSON API
         meta = getattr(r, "openapi", None) or {"summary": r.name, "responses": {200: "OK"},
                                                "request_schema": None, "query": {},
                                                "tag": "healer"}

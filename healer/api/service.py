@@ -81,6 +81,11 @@ class ApiService:
         log.info("HTTP API on %s", self.url)
 
     async def stop(self) -> None:
+        for close in self.ctx.closing:
+            try:
+                close()
+            except Exception:
+                log.exception("closing %s failed", close)
         if self._server is not None and self._task is not None:
             self._server.should_exit = True
             with contextlib.suppress(asyncio.CancelledError):
@@ -92,7 +97,9 @@ def create_service(healer: Any) -> ApiService | None:
     settings: Settings = healer.settings
     if not settings.api.enabled:
         return None
-    svc = ApiService(settings, healer.store, services=healer.extras.setdefault("api_services", {}),
+    services = healer.extras.setdefault("api_services", {})
+    services.setdefault("loop", healer)  # the dashboard's live numbers (status(), the bus)
+    svc = ApiService(settings, healer.store, services=services,
                      metrics=healer.extras.get("metrics"))
     healer.extras["api"] = svc
     return svc

@@ -22,7 +22,9 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -135,14 +137,26 @@ async def _demo(base: Settings) -> int:
     try:
         await asyncio.to_thread(fleet.start)
         console.print(f"[dim]fleet up in {time.monotonic() - started:.1f} s under {root}[/]")
+        token = base.api.token or secrets.token_urlsafe(18)
         settings = fleet.settings(**{"fleet.heal_interval_s": 1.0, "fleet.heal_wait_s": 10,
-                                     "fleet.watchdog_start_s": 600, "log.level": base.log.level})
+                                     "fleet.watchdog_start_s": 600, "log.level": base.log.level,
+                                     # The dashboard watches the demo live (loopback only).
+                                     "api.enabled": "true", "api.host": base.api.host,
+                                     "api.port": _port(base.api.host, base.api.port),
+                                     "api.token": token})
         healer = loop_mod.build(settings)
         svc = healer.extras["fleet"]
         events: list[dict[str, Any]] = []
         svc.healer.listen(events.append)
         svc.healer.listen(_Printer(console, started))
         runner = asyncio.create_task(loop_mod._run_built(healer, once=False, duration=None))
+        api = healer.extras.get("api")
+        if api is not None and await _wait(lambda: bool(api.url) or runner.done(), 15, 0.05) \
+                and api.url:
+            console.print(f"[bold]dashboard:[/] {api.url}/ — the faults and heals, live, while "
+                          "the demo runs", soft_wrap=True)
+            console.print(f"[dim]  log in with the token[/] {token} [dim](to mark escalations "
+                          "handled or heal them again)[/]", soft_wrap=True)
         channels = list(settings.fleet.channels)
 
         def green(since: float = 0.0) -> bool:
@@ -209,6 +223,17 @@ async def _demo(base: Settings) -> int:
                   f"in {took:.0f} s; every process it started is stopped.")
     _write_summary(good, rows, faults, took, root)
     return 0 if good else 1
+
+
+def _port(host: str, wanted: int) -> int:
+    """``wanted`` if it is free on ``host``, else 0 (any free port: the URL is printed)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host.strip("[]"), wanted))
+        except OSError:
+            return 0
+    return wanted
 
 
 def _logging(base: Settings) -> None:

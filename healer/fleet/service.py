@@ -63,6 +63,9 @@ class FleetService:
         self.probes: dict[str, PeerProbe] = {}
         self.findings: dict[str, dict[str, Any]] = {}
         self.events: deque[dict[str, Any]] = deque(maxlen=200)
+        # The delivery ladder's latest choices (which channel each send landed on, and what
+        # it tried first): the dashboard's fleet view shows them.
+        self.deliveries: deque[dict[str, Any]] = deque(maxlen=50)
         self.healer.listen(self.events.append)
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._ladders: set[asyncio.Task[Any]] = set()
@@ -165,8 +168,10 @@ class FleetService:
             self.healer.request(name, f"a message needed a slow channel; {', '.join(failed)} "
                                 "failed")
 
-        return await send_with_fallback(self.ctx, node, msg, stats=self.reliability,
-                                        order=order, on_degraded=degraded)
+        delivery = await send_with_fallback(self.ctx, node, msg, stats=self.reliability,
+                                            order=order, on_degraded=degraded)
+        self.deliveries.append({"at": time.time(), **delivery.to_dict()})
+        return delivery
 
     # -- status ----------------------------------------------------------------------------
 
@@ -190,7 +195,7 @@ class FleetService:
         return {"node": self.view.self_id, "config": str(self.view.path), "at": time.time(),
                 "nats": {"url": self.ctx.nats().url, "connected": self.ctx.nats().connected},
                 "peers": peers, "reliability": self.reliability.snapshot(),
-                "events": list(self.events)[-50:]}
+                "events": list(self.events)[-50:], "deliveries": list(self.deliveries)[-20:]}
 
     def _save_status(self) -> None:
         try:

@@ -30,7 +30,8 @@ def demo_processes() -> list[str]:
 def run_demo(tmp_path: Path, faults: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
     env.update(HEALER_DEMO_FAULTS=faults, HEALER_STATE_DIR=str(tmp_path / "state"),
-               HEALER_DEMO_SUMMARY=str(tmp_path / "summary.json"), COLUMNS="160")
+               HEALER_DEMO_SUMMARY=str(tmp_path / "summary.json"), COLUMNS="160",
+               HEALER_PORT="0")  # the dashboard on any free port: demos may run side by side
     return subprocess.run([sys.executable, "-m", "healer", "loop", "--demo"], env=env,
                           cwd=tmp_path, capture_output=True, text=True, timeout=240)
 
@@ -51,6 +52,7 @@ class TestDemo:
         assert "✗ n3 escalated to a person after 3 attempts" in out
         assert "the escalation a person gets" in out and "healer fleet heal n3" in out
         assert "summary" in out and "demo passed" in out
+        assert "dashboard: http://127.0.0.1:" in out  # make run says where to watch it
         assert demo_processes() == []
         summary = json.loads((tmp_path / "summary.json").read_text())  # benchmarks read it
         assert summary["passed"] is True and summary["faults"] == ["daemon", "unhealable"]
