@@ -74,8 +74,9 @@ class TestRouting:
         done = srv.wait_for(lambda: (i := incidents(srv))[key_a]["status"] == "resolved" and i,
                             timeout=30)
         assert done[key_b]["status"] == "open"
-        audit = [e["event"] for e in srv.http.get(
-            f"/api/v1/context/incidents/{key_a}").json()["audit"]]
+        # The audit line follows the state write, so wait for it rather than read once.
+        audit = srv.wait_for(lambda: "resolved" in (a := [e["event"] for e in srv.http.get(
+            f"/api/v1/context/incidents/{key_a}").json()["audit"]]) and a, timeout=30)
         # The repeats are counted (occurrences above), not logged again; the end is.
         assert audit[:2] == ["opened", "gate"] and "resolved" in audit
         assert audit[-1] == "resolved"
