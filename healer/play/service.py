@@ -17,6 +17,7 @@ from healer.agents import failures
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core import gate
+from healer.core.incidents import OPEN
 from healer.core.store import Store
 from healer.play import alerts, evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
@@ -327,13 +328,16 @@ class PlayService:
 
     def evaluate_sessions(self) -> int:
         """The periodic evaluation: an agent of an active play that has gone silent for
-        ``play.stuck_after_s`` is stuck (A9) and gets a restart. Returns issues recorded."""
+        ``play.stuck_after_s`` is stuck (A9) and gets a restart; an escalated issue a person
+        handed back (its incident open again: "heal again") is remediated anew. Returns
+        issues recorded."""
         now = self.clock()
         found = 0
         for play_id in self.registry.active_ids():
             session = self.registry.get(play_id)
             if not session or session["status"] != "active":
                 continue
+            self._heal_again(play_id, session)
             for agent, entry in (session.get("agents") or {}).items():
                 last = float(entry.get("last_activity") or entry.get("started_epoch") or now)
                 silent = now - last
@@ -343,6 +347,19 @@ class PlayService:
                         code="A9", evidence=[f"no logs or reports for {int(silent)} s"])])
                     found += 1
         return found
+
+    def _heal_again(self, play_id: str, session: dict[str, Any]) -> None:
+        """Remediate again the escalated issues whose incident a person reopened."""
+        for issue in session.get("issues") or []:
+            if not issue.get("escalated") or issue.get("resolved"):
+                continue
+            current = self.remediator.ledger.get(self.remediator.incident_id(play_id, issue))
+            if current is None or current.get("status") != OPEN:
+                continue
+            log.warning("play %s: %s handed back by a person, remediating again", play_id,
+                        issue["issue_type"])
+            self.registry.set_issue_fields(play_id, issue["id"], escalated=False)
+            self.track(self.remediator.handle(play_id, {**issue, "escalated": False}))
 
     async def wait_idle(self, timeout: float = 60.0) -> None:
         """Wait for background remediations (tests, --once)."""

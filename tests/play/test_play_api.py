@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from healer.core import seeds
@@ -262,6 +264,48 @@ class TestEscalation:
         assert "## Evaluation" in text and 'labels: ["heal", "A10"]' in text
         session = s.http.get("/api/v1/session/play-task-4-abc").json()["session"]
         assert session["issues"][0]["escalated"] is True
+
+    def test_heal_again_from_the_dashboard_remediates_anew(self, serve, dirs) -> None:  # type: ignore[no-untyped-def]
+        """An escalated play issue a person hands back ("heal again" on the dashboard) is
+        remediated again by the play evaluation; this time the fix works and it resolves."""
+        runs = dirs.root / "runs.txt"
+        fix = dirs.root / "fix.py"
+        # Fails until a person has looked (the escalation's three runs), then works.
+        fix.write_text(f"import sys; p = {str(runs)!r}; open(p, 'a').write('x'); "
+                       "n = len(open(p).read()); sys.exit(1 if n <= 3 else 0)\n")
+        actions = json.dumps({"fix_config": [sys.executable, str(fix), "{play_id}"]})
+        token = "play-heal-again-token-0123456789"
+        s = serve(HEALER__PLAY__ACTIONS=actions, HEALER__API__TOKEN=token,
+                  HEALER__PLAY__EVALUATE_INTERVAL_S="0.2")
+        auth = {"authorization": f"Bearer {token}"}
+        s.http.post("/api/v1/session/start", json=start_body(), headers=auth)
+        s.http.post("/api/v1/session/play-task-4-abc/inventory", headers=auth,
+                    json={"agent": "rex", "tools": ["github_create_pull_request",
+                                                    "read_file", "write_file"]})
+        human = dirs.fleet / "human"
+        (seed,) = s.wait_for(lambda: list(human.glob("*.md")) if human.exists() else [])
+
+        def issue() -> dict[str, Any]:
+            return s.http.get("/api/v1/session/play-task-4-abc",
+                              headers=auth).json()["session"]["issues"][0]
+
+        s.wait_for(lambda: issue().get("escalated"))
+        with httpx.Client(base_url=s.url, timeout=10) as person:
+            r = person.post("/ui/login", data={"token": token, "next": "/ui/human"})
+            assert r.status_code == 303, r.text
+            csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', person.get("/ui/human").text)
+            assert csrf
+            r = person.post(f"/ui/human/{seed.name}/heal-again", data={"csrf": csrf.group(1)})
+            assert r.status_code == 303, r.text
+        assert (human / "archive" / seed.name).is_file()
+        done = s.wait_for(lambda: (i := issue()).get("resolved") and i, timeout=60)
+        assert not done.get("escalated") and runs.read_text() == "xxxx"
+        iid = done["incident_id"]
+        inc = s.http.get(f"/api/v1/incidents/{iid}", headers=auth).json()
+        events = [e["event"] for e in inc["audit"]]
+        assert inc["incident"]["status"] == "resolved"
+        assert events.index("escalated") < events.index("attempt_started",
+                                                        events.index("escalated"))
 
     def test_fixed_by_action(self, serve, dirs) -> None:  # type: ignore[no-untyped-def]
         """A remediation whose action succeeds, with no new evidence, resolves the issue."""
