@@ -22,7 +22,7 @@ pod counts as recovered, is the watcher's business (``healer.play.kube.watcher``
 - **A3 stale progress** (warning, ``stuck``): a play with running work (a running pod, an
   unfinished CodeRun) and no progress (``healer.play.progress``: commits, comments, log lines)
   for ``stale_progress_s`` (15 min), counted from when its work or the watcher started if
-  nothing was ever noted.
+  nothing was ever noted; one alert per running agent of the play, so each is restarted.
 """
 
 from __future__ import annotations
@@ -358,16 +358,21 @@ class Rules:
             last = max(self.progress_last(play_id) or 0.0, began, state.started_at)
             if now - last <= self.s.stale_progress_s:
                 continue
-            agents = sorted({w.owner.agent for w in work if w.owner and w.owner.agent})
+            # Nothing of the play moved, so each of its running agents is silent: one alert
+            # an agent, so each restart names the agent it restarts (a play-wide alert would
+            # run the restart action with no agent, which can only fail and escalate).
+            agents = sorted({w.owner.agent for w in work if w.owner and w.owner.agent}) or [""]
             ns = str(work[0].obj["metadata"].get("namespace", ""))
-            who = Owner(play_id, agents[0] if len(agents) == 1 else "", "")
-            out.append(PlayAlert(
-                code="A3", play_id=play_id, agent=who.agent, target=f"play/{ns}/{play_id}",
-                severity="warning", issue_type="stuck",
-                summary=f"play {play_id}: no commit, comment or log line for "
-                        f"{int((now - last) / 60)} min", link="",
-                detail={"namespace": ns, "kind": "play", "name": play_id,
-                        "last_progress": last}))
+            for agent in agents:
+                out.append(PlayAlert(
+                    code="A3", play_id=play_id, agent=agent, target=f"play/{ns}/{play_id}",
+                    severity="warning", issue_type="stuck",
+                    summary=f"play {play_id}: no commit, comment or log line for "
+                            f"{int((now - last) / 60)} min"
+                            + (f" (agent {agent} running)" if len(agents) > 1 else ""),
+                    link="",
+                    detail={"namespace": ns, "kind": "play", "name": play_id,
+                            "last_progress": last}))
         return out
 
 

@@ -135,3 +135,21 @@ class TestStuck:
         assert found[0]["target"] == "play/cto/play-task-4-abc"
         progress.note(rig.play.store, "play-task-4-abc", "commit:5dlabs/cto@abc", rig.clock())
         await until(lambda: rig.incidents("A3")[0]["status"] == "resolved", timeout=10)
+
+    async def test_a3_on_a_play_of_two_agents_restarts_each_of_them(self, rig: Any) -> None:
+        """A3 on a play with two running agents: one alert an agent, so each restart action
+        names the agent it restarts (a play-wide alert had no agent to restart and could only
+        escalate); progress of the play clears both."""
+        _pod(rig)
+        _pod(rig, "play-task-4-abc-blaze", labels={**LABELS, "agent": "blaze"})
+        await until(lambda: len(rig.watcher.state.pods) == 2, timeout=10)
+        rig.clock.advance(16 * 60)
+        found = await until(lambda: len(rig.incidents("A3")) == 2 and rig.incidents("A3"),
+                            timeout=10)
+        assert sorted(i["detail"]["agent"] for i in found) == ["blaze", "rex"]
+        await until(lambda: {a.split()[2] for a in rig.actions()
+                             if a.startswith("restart play-task-4-abc")} == {"blaze", "rex"},
+                    timeout=20)
+        progress.note(rig.play.store, "play-task-4-abc", "commit:5dlabs/cto@abc", rig.clock())
+        await until(lambda: [i["status"] for i in rig.incidents("A3")] == ["resolved"] * 2,
+                    timeout=10)
