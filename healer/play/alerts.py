@@ -145,10 +145,10 @@ class AlertSink:
 
     @classmethod
     def for_play(cls, play: PlayService) -> AlertSink:
-        sink: AlertSink | None = getattr(play, "_alert_sink", None)
+        sink: AlertSink | None = play.alert_sink
         if sink is None:
             sink = cls(play)
-            play._alert_sink = sink  # type: ignore[attr-defined]
+            play.alert_sink = sink
         with contextlib.suppress(RuntimeError):  # no loop running: bind one later
             sink.bind(asyncio.get_running_loop())
         return sink
@@ -226,6 +226,31 @@ class AlertSink:
         self._show(alert, issue, new_target)
         if out["new"]:
             self._start(self.play.remediator.handle(alert.play_id, issue))
+
+    def heal_again(self) -> int:
+        """Remediate anew the firing sessionless alerts a person handed back: their incident
+        is open again ("heal again" from the dashboard) while their last remediation ended
+        escalated. (An alert on a session's play is an issue of it: the play evaluation
+        re-runs those.) Returns how many were started."""
+        from healer.play.remediate import KIND as REMEDIATIONS
+
+        rem = self.play.remediator
+        started = 0
+        for data in firing(self.store):
+            if data.get("session") or not data.get("issue"):
+                continue
+            issue, play_id = dict(data["issue"]), str(data.get("play_id", ""))
+            incident = rem.ledger.get(rem.incident_id(play_id, issue))
+            if incident is None or incident.get("status") != inc.OPEN:
+                continue
+            last = self.store.get(REMEDIATIONS, rem.key_of(play_id, issue))
+            if last is None or last.data.get("status") != "escalated":
+                continue
+            log.warning("play %s: %s handed back by a person, remediating again", play_id,
+                        data.get("code", ""))
+            self._start(rem.handle(play_id, issue))
+            started += 1
+        return started
 
     def _show(self, alert: PlayAlert, issue: dict[str, Any], new_target: bool) -> None:
         """Put the object behind the alert on its incident (``target``, ``links``)."""

@@ -74,6 +74,10 @@ class Remediator:
         self.policy = gate.Policy(kind="play", cooldown_s=0.0, max_concurrent=1_000_000,
                                   breaker_window=0)
 
+    def key_of(self, play_id: str, issue: dict[str, Any]) -> str:
+        """The key of ``issue``'s remediation record (and of its incident)."""
+        return self._key(play_id, issue)
+
     def _key(self, play_id: str, issue: dict[str, Any]) -> str:
         # A watcher's alert (healer.play.alerts) is its own incident per code: a pod failure
         # and a step timeout of one agent are two things to fix, not one.

@@ -51,6 +51,8 @@ class PlayService:
                                     ledger=self.remediator.ledger,
                                     issues=self.remediator.issues, track=self.track,
                                     clock=clock, metrics=metrics)
+        # The watchers' alert sink (healer.play.alerts), set when a watcher first fires.
+        self.alert_sink: Any = None
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -346,6 +348,8 @@ class PlayService:
                         "stuck", "warning", agent, f"{agent} stopped making progress",
                         code="A9", evidence=[f"no logs or reports for {int(silent)} s"])])
                     found += 1
+        if self.alert_sink is not None:
+            self.alert_sink.heal_again()
         return found
 
     def _heal_again(self, play_id: str, session: dict[str, Any]) -> None:

@@ -54,6 +54,37 @@ class TestPodFailure:
         rig.clock.advance(31)  # kube.recovered_after_s
         await until(lambda: rig.incidents("A7")[0]["status"] == "resolved", timeout=10)
 
+    async def test_heal_again_on_a_sessionless_alert_remediates_anew(self, rig: Any) -> None:
+        """A crash loop on a play with no session is escalated; a person presses "heal again"
+        (the dashboard's action); the next play evaluation runs the retry strategy again —
+        once, however often it evaluates — and the pod recovering resolves the incident."""
+        from healer.api.dashboard import actions
+
+        _pod(rig)
+        await until(lambda: rig.watcher.state.pods, timeout=10)
+        rig.kube.objects.patch("pods", "cto", "play-task-4-abc-rex", crash_loop())
+        await until(lambda: rig.incidents("A7") and
+                    rig.incidents("A7")[0]["status"] == "escalated", timeout=20)
+        assert len(rig.actions()) == 3
+        assert rig.play.evaluate_sessions() == 0 and rig.play.alert_sink.heal_again() == 0
+
+        seed = rig.escalations()[0]
+        back = actions.heal_again(rig.play.settings, rig.play.store, seed.name, by="test")
+        assert back["status"] == "open"
+        rig.play.evaluate_sessions()
+        rig.play.evaluate_sessions()  # a second pass while it runs starts nothing more
+        await until(lambda: len(rig.actions()) == 6 and
+                    rig.incidents("A7")[0]["status"] == "escalated", timeout=20)
+        await rig.play.wait_idle()
+        assert len(rig.actions()) == 6
+        assert (seed.parent / "archive" / seed.name).exists()
+
+        rig.kube.objects.patch("pods", "cto", "play-task-4-abc-rex", ready(at=rig.clock()))
+        await until(lambda: rig.watcher.state.pods[("cto", "play-task-4-abc-rex")]
+                    .healthy_since is not None, timeout=10)
+        rig.clock.advance(31)
+        await until(lambda: rig.incidents("A7")[0]["status"] == "resolved", timeout=10)
+
     async def test_an_oom_kill_is_an_issue_of_the_active_session(self, make_rig: Any
                                                                   ) -> None:
         """A7 OOMKilled on a play with a session: the alert is a session issue naming the
