@@ -405,6 +405,10 @@ class KubeSettings:
                                "tracked (and logged).", minimum=10)
     follow_logs: bool = setting(True, "Follow the logs of the watched pods (their lines count as "
                                 "progress for A3).")
+    detect_logs: bool = setting(True, "Judge the followed log lines of a play's agent pods "
+                                "with the play's log detection (as `POST /api/v1/session/{id}/"
+                                "logs` does) while its session is active; turn off when the "
+                                "agents post their own logs.")
     max_log_streams: int = setting(50, "Pod containers whose logs are followed at once.",
                                    minimum=1)
     dashboard_url: str = setting(

@@ -72,6 +72,13 @@ def main(argv: list[str]) -> int:
     """`python -m healer.config [--check]`: write (or check) schemas/config.schema.json."""
     from healer.resources import bundle_path
 
+    unknown = [a for a in argv if a != "--check"]
+    if unknown:
+        out = sys.stdout if unknown[0] in ("-h", "--help") else sys.stderr
+        print("usage: python -m healer.config [--check]\n\nWrite schemas/config.schema.json "
+              "from the settings in healer.config; with --check, exit 1 if it is out of "
+              "date instead.", file=out)
+        return 0 if out is sys.stdout else 2
     target = bundle_path("schemas", "config.schema.json")
     text = json.dumps(json_schema(), indent=2) + "\n"
     if "--check" in argv:

@@ -16,7 +16,8 @@ hold, and the watcher tells the play capability's ``AlertSink``:
   the cluster clears after ``kube.orphan_ttl_s``.
 
 With ``kube.follow_logs`` the containers' logs are followed too; each line counts as
-progress of its play (A3).
+progress of its play (A3), and with ``kube.detect_logs`` the lines of a play's agent pods go
+to the play's log detection (``healer.play.kube.feed``), as if the agent had posted them.
 
 In the loop it is the service ``kube`` (``create_service``), started only with
 ``kube.enabled``; the cluster may be unreachable at start — the reflectors keep retrying
@@ -37,6 +38,7 @@ from healer.play import alerts as play_alerts
 from healer.play import progress
 from healer.play.alerts import AlertSink, PlayAlert
 from healer.play.kube.client import CODERUNS, EVENTS, PODS, WORKFLOWS, Kind, KubeClient
+from healer.play.kube.feed import AgentLogFeed
 from healer.play.kube.logs import LogHub
 from healer.play.kube.reflector import Reflector
 from healer.play.kube.rules import AlertId, ClusterState, Rules, Tracked
@@ -62,6 +64,7 @@ class KubeWatcher:
                            progress_last=lambda play: progress.last(store, play))
         self.reflectors: list[Reflector] = []
         self.logs: LogHub | None = None
+        self.feed: AgentLogFeed | None = None
         self.firing: dict[AlertId, tuple[Any, ...] | None] = {}
         self.connect_error = ""
         self.evaluations = 0
@@ -109,6 +112,8 @@ class KubeWatcher:
         if self.kube.follow_logs:
             self.logs = LogHub(self.client, self._line, max_streams=self.kube.max_log_streams,
                                backoff_max_s=self.kube.backoff_max_s)
+            if self.kube.detect_logs:
+                self.feed = AgentLogFeed(self.sink.play)
         for kind, selector in kinds:
             r = Reflector(self.client, kind, namespace=self.kube.namespace, selector=selector,
                           on_sync=lambda items, p=kind.plural: self._sync(p, items),
@@ -127,6 +132,8 @@ class KubeWatcher:
         self._stopping.set()
         if self.logs is not None:
             await self.logs.stop()
+        if self.feed is not None:
+            await self.feed.stop()
         for t in self._tasks:
             t.cancel()
         if self._tasks:
@@ -168,6 +175,8 @@ class KubeWatcher:
         t = self.state.pods.get((ns, name))
         if t is not None and t.owner is not None:
             progress.note(self.store, t.owner.play_id, f"log:{source}", ts or self.clock())
+            if self.feed is not None and t.owner.agent:
+                self.feed.add(t.owner.play_id, t.owner.agent, ts, text)
 
     def _load_firing(self) -> None:
         """Alerts this watcher fired before a restart (the sink's records) are judged again:
@@ -235,6 +244,8 @@ class KubeWatcher:
             "tracked": {"pods": len(self.state.pods), "coderuns": len(self.state.coderuns),
                         "workflows": len(self.state.workflows)},
             "firing": len(self.firing), "log_streams": self.logs.streams if self.logs else 0,
+            "log_lines_judged": self.feed.fed if self.feed else 0,
+            "log_lines_sessionless": self.feed.skipped if self.feed else 0,
             "reflectors": {r.kind.plural: {"synced": r.stats.synced, "lists": r.stats.lists,
                                            "watches": r.stats.watches, "gone": r.stats.gone,
                                            "errors": r.stats.errors,
