@@ -181,10 +181,15 @@ class KubeError(HealerError):
     (``Forbidden``, ``NotFound``, ``Expired`` …) or the transport's error."""
 
     exit_code = EXIT_UNAVAILABLE
+    # No cluster configured where the user said it is (a kubeconfig path that does not exist,
+    # a context it does not hold): the user's to fix, like any usage error.
+    USER_REASONS = frozenset({"NoKubeconfig", "NoConfiguration"})
 
     def __init__(self, message: str, *, status: int = 0, reason: str = ""):
         self.status = status
         self.reason = reason
+        if reason in self.USER_REASONS:
+            self.exit_code = EXIT_USAGE
         super().__init__(message)
 
 

@@ -144,6 +144,13 @@ class TestScanK8s:
         assert r.code == 3, r.err
         assert "Kubernetes" in r.err and "Traceback" not in r.err
 
+    def test_a_kubeconfig_that_does_not_exist_is_a_usage_error(self, cli: Any, tmp_path: Path,
+                                                               dirs: Any) -> None:
+        r = cli("scan", "--no-summary", "--duration", "5", "--k8s",
+                f"namespace=cto,kubeconfig={tmp_path / 'nowhere.yaml'}", env=_env(tmp_path, dirs))
+        assert r.code == 2, r.err
+        assert "nowhere.yaml does not exist" in r.err and "Traceback" not in r.err
+
 
 class TestDoctor:
     def test_doctor_says_who_healer_is_and_what_it_may_do(self, tmp_path: Path,
