@@ -116,6 +116,24 @@ def alert_key(code: str, play_id: str, agent: str) -> str:
     return inc.digest(f"{play_id}.{agent or 'play'}.{code}")
 
 
+CLEARED_TTL_S = 7 * 86400.0  # a cleared alert's record is kept this long (its episodes)
+
+
+def prune_cleared(store: Any, now: float, *, active: Any = frozenset(),
+                  ttl_s: float = CLEARED_TTL_S) -> int:
+    """Delete the records of alerts cleared more than ``ttl_s`` ago, except those of plays in
+    ``active`` (a play still running keeps counting its alerts' episodes). Returns how many."""
+    n = 0
+    for rec in list(store.list(KIND)):
+        data = rec.data
+        if data.get("status") != CLEARED or data.get("play_id") in active:
+            continue
+        if now - float(data.get("cleared_at") or data.get("last_seen") or now) > ttl_s:
+            store.delete(KIND, rec.key)
+            n += 1
+    return n
+
+
 def still_firing(store: Any, key: str) -> bool:
     """Whether the alert ``key`` (an issue's ``alert``) is firing now: the verifier of its
     remediation."""

@@ -352,6 +352,11 @@ class PlayService:
             self.alert_sink.heal_again()
         return found
 
+    def prune_alerts(self) -> int:
+        """Forget watcher alerts cleared a week ago (``alerts.prune_cleared``)."""
+        return alerts.prune_cleared(self.store, self.clock(),
+                                    active=set(self.registry.active_ids()))
+
     def _heal_again(self, play_id: str, session: dict[str, Any]) -> None:
         """Remediate again the escalated issues whose incident a person reopened."""
         for issue in session.get("issues") or []:
@@ -416,6 +421,7 @@ def create_service(healer: Any) -> PlayLoopService:
     healer.extras.setdefault("api_services", {})["play"] = play
     healer.every("play-evaluate", healer.settings.play.evaluate_interval_s,
                  play.evaluate_sessions)
+    healer.every("play-alerts-prune", 3600.0, play.prune_alerts)
     return PlayLoopService(play)
 
 

@@ -91,3 +91,33 @@ class TestLoopService:
 
         assert "kube" not in services()
         assert "kube" in services(enabled=True)
+
+
+class TestPrune:
+    async def test_cleared_alerts_are_forgotten_after_a_week_unless_their_play_runs(
+            self, tmp_path: Path) -> None:
+        from healer.play.alerts import KIND
+
+        now = [1_800_000_000.0]
+        settings = load_settings(env={"HEALER_EXECUTOR": "playbook"}, overrides={
+            "state_dir": str(tmp_path / "state"), "results_dir": str(tmp_path / "results"),
+            "fleet_dir": str(tmp_path / "fleet"), "play": {"reevaluate_after_s": 0.01}})
+        play = PlayService(settings, FileStore(tmp_path / "state"), clock=lambda: now[0])
+        play.start_session({"play_id": "play-task-1-live", "repository": "o/r",
+                            "cto_config": {"agents": {"cleo": {}}}})
+        sink = AlertSink.for_play(play)
+        gone = ALERT
+        kept = PlayAlert(**{**ALERT.__dict__, "play_id": "play-task-1-live"})
+        firing_still = PlayAlert(**{**ALERT.__dict__, "code": "A4"})
+        for a in (gone, kept, firing_still):
+            sink.fire(a)
+        for a in (gone, kept):
+            sink.clear(a.code, a.play_id, a.agent, a.target)
+        await play.wait_idle(10)
+        now[0] += 6 * 86400
+        assert play.prune_alerts() == 0
+        now[0] += 2 * 86400
+        assert play.prune_alerts() == 1
+        left = {(r.data["play_id"], r.data["code"]) for r in play.store.list(KIND)}
+        assert left == {("play-task-1-live", "A5"), ("play-task-9-x", "A4")}
+        await play.stop()
