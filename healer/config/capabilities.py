@@ -116,7 +116,8 @@ class GitHubSettings:
     max_prs_per_play: int = setting(10, "Pull requests tracked per play (the newest).",
                                     minimum=1)
     max_items: int = setting(100, "Comments, reviews, commits and checks read and kept per "
-                             "pull request (one page of the API each).", minimum=1,
+                             "pull request (the newest page of the API each: a longer thread "
+                             "is followed to its last page).", minimum=1,
                              maximum=100)
     pr_match: list[str] = setting(
         ["{play_id}", "task-{task_id}"],

@@ -57,6 +57,7 @@ class FakeGitHub:
         self.check_runs: dict[str, list[dict[str, Any]]] = {}  # sha → runs
         self.statuses: dict[str, list[dict[str, Any]]] = {}  # sha → statuses
         self.requests: list[tuple[str, str, Any]] = []
+        self._link = ""  # the Link header of the answer being built
         self.log: list[dict[str, Any]] = []
         self.scopes = "repo, read:org"
         self.installation = False
@@ -148,6 +149,7 @@ class FakeGitHub:
             if self.remaining <= 0:
                 return 403, {"message": "API rate limit exceeded for user ID 1."}, \
                     self._rate_headers()
+            self._link = ""
             code, out = self.route_any(method, path, query, body)
             etag = _etag(out) if method == "GET" and code == 200 else ""
             inm = {k.lower(): v for k, v in headers.items()}.get("if-none-match", "")
@@ -155,6 +157,8 @@ class FakeGitHub:
                 return 304, None, {**self._rate_headers(), "etag": etag}
             self.remaining -= 1
             extra = {"etag": etag} if etag else {}
+            if self._link:
+                extra["link"] = self._link
             if path == "/user" and code == 200 and self.scopes is not None:
                 extra["x-oauth-scopes"] = self.scopes
             return code, out, {**self._rate_headers(), **extra}
@@ -251,12 +255,12 @@ class FakeGitHub:
                 for p in found[:per_page]]
         if len(parts) == 3 and parts[1].isdigit():
             n = int(parts[1])
-            if (parts[0], parts[2]) == ("issues", "comments"):
-                return 200, self.comments.get(n, [])[:per_page]
-            if (parts[0], parts[2]) == ("pulls", "reviews"):
-                return 200, self.reviews.get(n, [])[:per_page]
-            if (parts[0], parts[2]) == ("pulls", "commits"):
-                return 200, self.commits.get(n, [])[:per_page]
+            lists = {("issues", "comments"): self.comments, ("pulls", "reviews"): self.reviews,
+                     ("pulls", "commits"): self.commits}
+            found_list = lists.get((parts[0], parts[2]))
+            if found_list is not None:
+                return 200, self._paged(found_list.get(n, []), per_page, query,
+                                        f"{full}/{rest}")
         if len(parts) == 3 and parts[0] == "commits" and parts[2] == "check-runs":
             runs = self.check_runs.get(self._sha(parts[1]), [])
             return 200, {"total_count": len(runs), "check_runs": runs[:per_page]}
@@ -269,6 +273,21 @@ class FakeGitHub:
             return 200, {"state": combined, "sha": sha, "total_count": len(sts),
                          "statuses": sts[:per_page]}
         return None
+
+    def _paged(self, items: list[dict[str, Any]], per_page: int,
+               query: dict[str, list[str]], rest: str) -> list[dict[str, Any]]:
+        """One page of ``items`` (oldest first, as GitHub lists them), with GitHub's ``Link``
+        header (``next``, ``last``, ``first``, ``prev``) when there is more than one."""
+        page = max(1, int((query.get("page") or ["1"])[0]))
+        last = max(1, -(-len(items) // per_page))
+        url = f"{self.url}/repos/{rest}?per_page={per_page}&page="
+        rels = []
+        if page < last:
+            rels += [f'<{url}{page + 1}>; rel="next"', f'<{url}{last}>; rel="last"']
+        if page > 1:
+            rels += [f'<{url}1>; rel="first"', f'<{url}{min(page - 1, last)}>; rel="prev"']
+        self._link = ", ".join(rels)
+        return items[(page - 1) * per_page:page * per_page]
 
     def _sha(self, ref: str) -> str:
         for pr in self.pulls.values():

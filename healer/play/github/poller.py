@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -164,11 +165,7 @@ class Poller:
                     ("comments", f"{base}/issues/{number}/comments", _fold_comments),
                     ("reviews", f"{base}/pulls/{number}/reviews", _fold_reviews),
                     ("commits", f"{base}/pulls/{number}/commits", _fold_commits)):
-                reply = await self._get(path, etags.get(what, ""), report,
-                                        {"per_page": per_page})
-                if not reply.not_modified and isinstance(reply.data, list):
-                    steps += [lambda r, d=reply.data, f=fold: f(r, d, per_page),
-                              etag_of(what, reply)]
+                steps += await self._newest(what, path, fold, rec, etags, report, per_page)
             if head:
                 reply = await self._get(f"{base}/commits/{head}/check-runs",
                                         etags.get("check-runs", ""), report,
@@ -190,6 +187,48 @@ class Poller:
             log.warning("GitHub: %s", exc)
         await self._apply(repo, number, plays, steps)
 
+    async def _newest(self, what: str, path: str, fold: Fold, rec: dict[str, Any],
+                      etags: dict[str, str], report: PollReport, per_page: int
+                      ) -> list[Callable[[dict[str, Any]], None]]:
+        """Read the newest page of a list GitHub gives oldest first (comments, reviews,
+        commits): the page read last time (with its ETag), the next one once that was full,
+        and the last one when the ``Link`` header says the list has grown past them (a long
+        thread seen for the first time). The steps fold what is new into the record."""
+        known = (rec.get("pages") or {}).get(what)
+        at = dict(known or {"page": 1, "full": False})
+        page = int(at["page"]) + 1 if at.get("full") else int(at["page"])
+        # (A record from before pages were kept: its ETag is of page 1, maybe a full one.)
+        etag = etags.get(what, "") if known and page == int(at["page"]) else ""
+
+        async def get(n: int, tag: str) -> Reply:
+            return await self._get(path, tag, report,
+                                   {"per_page": per_page, **({"page": n} if n > 1 else {})})
+
+        reply = await get(page, etag)
+        if reply.not_modified or not isinstance(reply.data, list):
+            return []
+        data = list(reply.data)
+        last = _last_page(reply.headers.get("link", ""))
+        if last > page:
+            reply = await get(last, "")
+            if not isinstance(reply.data, list):
+                return []
+            page, data = last, list(reply.data)
+            if len(data) < per_page:  # keep a whole page's worth of the newest
+                before = await get(last - 1, "")
+                if isinstance(before.data, list):
+                    data = [*before.data, *data][-per_page:]
+        if page > int(at["page"]) and not reply.data:
+            return []  # the next page is still empty: nothing new since the full one
+        state = {"page": page, "full": len(reply.data) >= per_page}
+        complete = page == 1 and len(data) < per_page  # the whole list: gone means deleted
+
+        def remember(r: dict[str, Any], tag: str = reply.etag) -> None:
+            r.setdefault("etags", {})[what] = tag
+            r.setdefault("pages", {})[what] = state
+
+        return [lambda r: fold(r, data, per_page, complete), remember]
+
     async def _apply(self, repo: str, number: int, plays: list[str],
                steps: list[Callable[[dict[str, Any]], None]]) -> None:
         def fn(rec: dict[str, Any]) -> None:
@@ -200,22 +239,32 @@ class Poller:
         await asyncio.to_thread(self.watcher.observe, repo, number, fn, plays=plays)
 
 
-def _fold_comments(rec: dict[str, Any], data: list[Any], limit: int) -> None:
-    items = [pulls.comment(c) for c in data[:limit] if isinstance(c, dict)]
+Fold = Callable[[dict[str, Any], list[Any], int, bool], None]
+_LAST = re.compile(r'<[^>]*[?&]page=(\d+)[^>]*>;\s*rel="last"')
+
+
+def _last_page(link: str) -> int:
+    """The page number of ``rel="last"`` in a GitHub ``Link`` header (0 when there is none)."""
+    m = _LAST.search(link or "")
+    return int(m.group(1)) if m else 0
+
+
+def _fold_comments(rec: dict[str, Any], data: list[Any], limit: int, complete: bool) -> None:
+    items = [pulls.comment(c) for c in data[-limit:] if isinstance(c, dict)]
     rec["comments"] = pulls.merge_items(rec.get("comments", []), items, "id", limit,
-                                        complete=len(data) < limit)
+                                        complete=complete)
 
 
-def _fold_reviews(rec: dict[str, Any], data: list[Any], limit: int) -> None:
-    items = [pulls.review(r) for r in data[:limit] if isinstance(r, dict)]
+def _fold_reviews(rec: dict[str, Any], data: list[Any], limit: int, complete: bool) -> None:
+    items = [pulls.review(r) for r in data[-limit:] if isinstance(r, dict)]
     rec["reviews"] = pulls.merge_items(rec.get("reviews", []), items, "id", limit,
-                                       complete=len(data) < limit)
+                                       complete=complete)
 
 
-def _fold_commits(rec: dict[str, Any], data: list[Any], limit: int) -> None:
-    items = [pulls.commit(c) for c in data[:limit] if isinstance(c, dict)]
+def _fold_commits(rec: dict[str, Any], data: list[Any], limit: int, complete: bool) -> None:
+    items = [pulls.commit(c) for c in data[-limit:] if isinstance(c, dict)]
     rec["commits"] = pulls.merge_items(rec.get("commits", []), items, "sha", limit,
-                                       complete=len(data) < limit)
+                                       complete=complete)
 
 
 def _fold_checks(rec: dict[str, Any], data: dict[str, Any], head: str) -> None:

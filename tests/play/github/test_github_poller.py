@@ -7,11 +7,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
 
 import pytest
 from github_rig import CIPHER, CLEO, PLAY, REPO, REX, TESS, TOKEN, Clock, Rig
 
 from healer.play import progress
+from healer.play.github import pulls
 from healer.testing.fake_github import FakeGitHub
 from healer.testing.wait import until
 
@@ -120,6 +122,33 @@ class TestAlerts:
         fake.add_comment(n, CIPHER, "No findings. <!-- healer-agent: cipher -->")
         await rig.poller.poll_once()
         await until(lambda: (rig.incident("A1") or {}).get("status") == "resolved", 30)
+
+    async def test_a_thread_longer_than_a_page_is_read_at_its_newest(
+            self, rig: Rig, fake: FakeGitHub) -> None:
+        """GitHub lists comments oldest first, 100 a page: on a PR with 150 the hand-offs are
+        on page 2, found through the Link header's last page; as the thread grows past
+        another page the poller follows it to the newest comments."""
+        n = fake.add_pull(REPO, "feature/task-4-api", REX)["number"]
+        for k in range(140):
+            fake.add_comment(n, "octocat", f"a person's note {k}")
+        fake.add_comment(n, REX, "Implementation done, over to quality.")
+        fake.add_comment(n, TESS, "Tests pass.")
+        for k in range(8):
+            fake.add_comment(n, "octocat", f"later note {k}")
+        await rig.poller.poll_once()
+        issue = rig.issue("A1")
+        assert issue and issue["agent"] == "tess"
+        pages = {parse_qs(str(e["query"])).get("page", ["1"])[0] for e in gets(fake)
+                 if str(e["path"]).endswith("/comments")}
+        assert pages == {"1", "2"}
+        for k in range(55):  # page 2 fills up; page 3 begins
+            fake.add_comment(n, "octocat", f"more {k}")
+        fake.add_comment(n, CLEO, "Quality OK.")
+        fake.add_comment(n, CIPHER, "No findings. <!-- healer-agent: cipher -->")
+        await rig.poller.poll_once()
+        await until(lambda: (rig.incident("A1") or {}).get("status") == "resolved", 30)
+        kept = rig.watcher.book.get(pulls.pr_key(REPO, n)) or {}
+        assert kept.get("pages", {}).get("comments") == {"page": 3, "full": False}
 
     async def test_merged_pr_clears_its_alerts(self, rig: Rig, fake: FakeGitHub) -> None:
         pr = fake.add_pull(REPO, "feature/task-4-api", REX)
