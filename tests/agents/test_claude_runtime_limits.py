@@ -219,8 +219,10 @@ class TestTransient:
         script = [http_error(429, "rate_limit_error", RATE_TEXT, times=2, headers=RATE_LIMITED),
                   hang()]
         with ScriptedModel(script) as model:
+            # Room for two CLI starts and the 1 s reset on a loaded CI machine; the second
+            # launch then hangs on the model until the limit.
             outcome = await executor(model, settings, agents_dir,
-                                     CLAUDE_CODE_MAX_RETRIES="1").run(task(timeout_s=7))
+                                     CLAUDE_CODE_MAX_RETRIES="1").run(task(timeout_s=14))
             await until(lambda: len(model.turns) >= 3, timeout=1)
         assert outcome.status == DEFERRED, outcome.error
         assert launches(settings, outcome.run_id) == 2
