@@ -21,6 +21,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -193,17 +194,45 @@ class JetStreamStore(Store):
         return True
 
     async def _watch_keys(self, prefix: str) -> list[str]:
-        # A server-side filtered watch: nats-py's keys(filters=...) reads every key of the
-        # bucket and filters by substring on the client.
-        watcher = await self.kv.watch(f"{prefix}.>", ignore_deletes=True, meta_only=True)
-        keys = []
+        """The live keys under ``prefix``: the last message of each subject, read by an
+        ephemeral pull consumer. (nats-py's ``kv.watch``/``keys`` decide "initial values done"
+        from a consumer-info snapshot taken while messages are already in flight, so under
+        load they can end early and list nothing: nats-io/nats.py#842. A pull consumer sends
+        nothing until asked, so the pending count at its creation is the exact number to
+        read.)"""
+        from nats.js import api
+
+        stream, pre = f"KV_{self.bucket_name}", f"$KV.{self.bucket_name}."
+        name = f"healer-keys-{uuid.uuid4().hex}"
+        info = await self.js.add_consumer(stream, config=api.ConsumerConfig(
+            name=name, filter_subject=f"{pre}{prefix}.>",
+            deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
+            headers_only=True, mem_storage=True, num_replicas=1, inactive_threshold=60.0))
+        want = int(info.num_pending or 0)
+        keys: list[str] = []
+        if want == 0:
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(stream, name)
+            return keys
+        sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
         try:
-            async for entry in watcher:
-                if entry is None:
-                    break
-                keys.append(entry.key)
+            got = 0
+            while got < want:
+                try:
+                    msgs = await sub.fetch(batch=min(want - got, 1024),
+                                           timeout=self._timeout / 2)
+                except TimeoutError:
+                    break  # fewer than counted: keys purged meanwhile
+                for msg in msgs:
+                    got += 1
+                    if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
+                        continue
+                    keys.append(msg.subject[len(pre):])
         finally:
-            await watcher.stop()
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(stream, name)
         return keys
 
     def _keys(self, prefix: str) -> list[str]:
