@@ -48,6 +48,7 @@ import json
 import logging
 import re
 import threading
+from collections.abc import Container
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,7 +120,7 @@ def alert_key(code: str, play_id: str, agent: str) -> str:
 CLEARED_TTL_S = 7 * 86400.0  # a cleared alert's record is kept this long (its episodes)
 
 
-def prune_cleared(store: Any, now: float, *, active: Any = frozenset(),
+def prune_cleared(store: Any, now: float, *, active: Container[str] = frozenset(),
                   ttl_s: float = CLEARED_TTL_S) -> int:
     """Delete the records of alerts cleared more than ``ttl_s`` ago, except those of plays in
     ``active`` (a play still running keeps counting its alerts' episodes). Returns how many."""
@@ -246,23 +247,16 @@ class AlertSink:
             self._start(self.play.remediator.handle(alert.play_id, issue))
 
     def heal_again(self) -> int:
-        """Remediate anew the firing sessionless alerts a person handed back: their incident
-        is open again ("heal again" from the dashboard) while their last remediation ended
-        escalated. (An alert on a session's play is an issue of it: the play evaluation
-        re-runs those.) Returns how many were started."""
-        from healer.play.remediate import KIND as REMEDIATIONS
-
+        """Remediate anew the firing sessionless alerts a person handed back
+        (``Remediator.handed_back``). An alert on a session's play is an issue of it: the play
+        evaluation re-runs those. Returns how many were started."""
         rem = self.play.remediator
         started = 0
         for data in firing(self.store):
             if data.get("session") or not data.get("issue"):
                 continue
             issue, play_id = dict(data["issue"]), str(data.get("play_id", ""))
-            incident = rem.ledger.get(rem.incident_id(play_id, issue))
-            if incident is None or incident.get("status") != inc.OPEN:
-                continue
-            last = self.store.get(REMEDIATIONS, rem.key_of(play_id, issue))
-            if last is None or last.data.get("status") != "escalated":
+            if not rem.handed_back(play_id, issue):
                 continue
             log.warning("play %s: %s handed back by a person, remediating again", play_id,
                         data.get("code", ""))

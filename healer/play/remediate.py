@@ -76,9 +76,6 @@ class Remediator:
 
     def key_of(self, play_id: str, issue: dict[str, Any]) -> str:
         """The key of ``issue``'s remediation record (and of its incident)."""
-        return self._key(play_id, issue)
-
-    def _key(self, play_id: str, issue: dict[str, Any]) -> str:
         # A watcher's alert (healer.play.alerts) is its own incident per code: a pod failure
         # and a step timeout of one agent are two things to fix, not one.
         code = [str(issue.get("code", ""))] if issue.get("alert") else []
@@ -86,7 +83,16 @@ class Remediator:
 
     def incident_id(self, play_id: str, issue: dict[str, Any]) -> str:
         """The id of the incident ``issue`` of ``play_id`` is filed under."""
-        return inc.incident_id("play", inc.digest(self._key(play_id, issue)))
+        return inc.incident_id("play", inc.digest(self.key_of(play_id, issue)))
+
+    def handed_back(self, play_id: str, issue: dict[str, Any]) -> bool:
+        """Whether a person handed ``issue`` back ("heal again"): its incident is open again
+        while its last remediation ended escalated."""
+        incident = self.ledger.get(self.incident_id(play_id, issue))
+        if incident is None or incident.get("status") != inc.OPEN:
+            return False
+        last = self.store.get(KIND, self.key_of(play_id, issue))
+        return last is not None and last.data.get("status") == "escalated"
 
     def _session(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
         """The play's session; for an alert on a play with no session (healer.play.alerts),
@@ -118,14 +124,14 @@ class Remediator:
     def sighted(self, play_id: str, issue: dict[str, Any], occurrences: int = 1) -> None:
         """An issue recorded on a session (new, or seen again): its incident opens, or its
         count and last seen move with it — before any remediation is decided on."""
-        signal = self._signal(self._key(play_id, issue), play_id, issue)
+        signal = self._signal(self.key_of(play_id, issue), play_id, issue)
         self.ledger.receive(dataclasses.replace(signal, count=max(1, occurrences)))
 
     def claim(self, play_id: str, issue: dict[str, Any]) -> gate.Decision:
         """Ask the one gate for the (issue type, target): accepted starts a remediation (its
         run id in ``attempt_id``); ``already_investigating`` when one runs for it already.
         A claim a crash left behind (no remediation running under it) is released first."""
-        key = self._key(play_id, issue)
+        key = self.key_of(play_id, issue)
         novelty = claim_key(key)
         now = self.clock()
 
@@ -156,7 +162,7 @@ class Remediator:
 
     async def handle(self, play_id: str, issue: dict[str, Any]) -> dict[str, Any]:
         """Run the whole cycle for one issue; returns the final remediation record."""
-        key = self._key(play_id, issue)
+        key = self.key_of(play_id, issue)
         signal = self._signal(key, play_id, issue)
         decision = self.claim(play_id, issue)
         if self.ledger.decided(signal.id, decision) is None:  # not recorded by the intake

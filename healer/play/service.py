@@ -17,7 +17,6 @@ from healer.agents import failures
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core import gate
-from healer.core.incidents import OPEN
 from healer.core.store import Store
 from healer.play import alerts, evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
@@ -52,7 +51,7 @@ class PlayService:
                                     issues=self.remediator.issues, track=self.track,
                                     clock=clock, metrics=metrics)
         # The watchers' alert sink (healer.play.alerts), set when a watcher first fires.
-        self.alert_sink: Any = None
+        self.alert_sink: alerts.AlertSink | None = None
 
     # -- agents ----------------------------------------------------------------------------
 
@@ -362,8 +361,7 @@ class PlayService:
         for issue in session.get("issues") or []:
             if not issue.get("escalated") or issue.get("resolved"):
                 continue
-            current = self.remediator.ledger.get(self.remediator.incident_id(play_id, issue))
-            if current is None or current.get("status") != OPEN:
+            if not self.remediator.handed_back(play_id, issue):
                 continue
             log.warning("play %s: %s handed back by a person, remediating again", play_id,
                         issue["issue_type"])

@@ -55,7 +55,7 @@ def test_a_remediation_leaves_the_index_when_it_ends(tmp_path: Path) -> None:
              "description": "rex is missing declared tools: x"}
     d = rem.claim("play-1", issue)
     assert d.accepted
-    key = rem._key("play-1", issue)
+    key = rem.key_of("play-1", issue)
     assert svc.store.members(remediate.RUNNING) == [key]
     rem._update(key, status="resolved")
     assert svc.store.members(remediate.RUNNING) == []
@@ -68,7 +68,7 @@ def test_recover_releases_the_crashed_remediations_gate_claim(tmp_path: Path) ->
     issue = {"id": "issue-1", "issue_type": "tool_mismatch", "agent": "rex",
              "description": "rex is missing declared tools: x"}
     assert svc.remediator.claim("play-1", issue).accepted
-    key = svc.remediator._key("play-1", issue)
+    key = svc.remediator.key_of("play-1", issue)
     assert remediate.claim_key(key) in gate.admission(svc.store)["active"]
     assert svc.recover() == 1
     assert gate.admission(svc.store)["active"] == {}
