@@ -8,8 +8,9 @@ same detection, per-agent pre-flight window and issues as ``POST /api/v1/session
 
 Only plays with an active session are fed (the per-agent checklist needs the session's
 expected tools); other lines are counted as skipped. Each line keeps the timestamp the API
-gave it, as an RFC 3339 prefix the line model strips, so the pre-flight window counts from
-the agent's own first line. Pending lines are bounded per agent (the oldest go first).
+gave it (to the second), as an RFC 3339 prefix the line model strips, so the pre-flight
+window counts from the agent's own first line. Pending lines are bounded per agent (the
+oldest go first).
 """
 
 from __future__ import annotations
@@ -17,22 +18,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 from healer.errors import HealerError
+from healer.play.sessions import iso
 
 log = logging.getLogger(__name__)
 
 FLUSH_S = 0.5  # lines of one agent that arrive within this are one detection batch
 MAX_BATCH = 500  # lines given to one ingest_logs call
 MAX_PENDING = 5000  # lines held per agent while a flush is slow
-
-
-def stamp(ts: float) -> str:
-    """``ts`` as the RFC 3339 prefix ``kubectl logs --timestamps`` prints (milliseconds)."""
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="milliseconds").replace(
-        "+00:00", "Z")
 
 
 class AgentLogFeed:
@@ -48,10 +43,10 @@ class AgentLogFeed:
     def add(self, play_id: str, agent: str, ts: float | None, text: str) -> None:
         """One line of ``agent``'s pod in ``play_id`` (called on the event loop)."""
         batch = self._pending.setdefault((play_id, agent), [])
-        batch.append(f"{stamp(ts)} {text}" if ts else text)
+        batch.append(f"{iso(ts)} {text}" if ts else text)
         if len(batch) > MAX_PENDING:
+            self.dropped += len(batch) - MAX_PENDING
             del batch[: len(batch) - MAX_PENDING]
-            self.dropped += 1
         if self._task is None or self._task.done():
             self._task = asyncio.ensure_future(self._flush_soon())
 
@@ -69,13 +64,14 @@ class AgentLogFeed:
                     self.skipped += len(lines)
                     continue
                 for k in range(0, len(lines), MAX_BATCH):
+                    batch = lines[k:k + MAX_BATCH]
                     try:
-                        await self.play.ingest_logs(play_id, agent, lines[k:k + MAX_BATCH])
+                        await self.play.ingest_logs(play_id, agent, batch)
                     except HealerError as exc:  # the session ended meanwhile
                         log.info("pod log lines of %s in %s not judged: %s", agent, play_id,
                                  exc)
                         break
-                    self.fed += len(lines[k:k + MAX_BATCH])
+                    self.fed += len(batch)
 
     async def stop(self) -> None:
         if self._task is not None and not self._task.done():
