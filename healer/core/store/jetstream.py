@@ -193,7 +193,7 @@ class JetStreamStore(Store):
                                 current.revision if current else None) from exc
         return True
 
-    async def _watch_keys(self, prefix: str) -> list[str]:
+    async def _list_keys(self, prefix: str) -> list[str]:
         """The live keys under ``prefix``: the last message of each subject, read by an
         ephemeral pull consumer. (nats-py's ``kv.watch``/``keys`` decide "initial values done"
         from a consumer-info snapshot taken while messages are already in flight, so under
@@ -208,35 +208,31 @@ class JetStreamStore(Store):
             name=name, filter_subject=f"{pre}{prefix}.>",
             deliver_policy=api.DeliverPolicy.LAST_PER_SUBJECT, ack_policy=api.AckPolicy.NONE,
             headers_only=True, mem_storage=True, num_replicas=1, inactive_threshold=60.0))
-        want = int(info.num_pending or 0)
+        want, got = int(info.num_pending or 0), 0
         keys: list[str] = []
-        if want == 0:
-            with contextlib.suppress(Exception):
-                await self.js.delete_consumer(stream, name)
-            return keys
-        sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
+        sub = None
         try:
-            got = 0
-            while got < want:
+            if want:
+                sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
+            while sub is not None and got < want:
                 try:
                     msgs = await sub.fetch(batch=min(want - got, 1024),
                                            timeout=self._timeout / 2)
                 except TimeoutError:
                     break  # fewer than counted: keys purged meanwhile
-                for msg in msgs:
-                    got += 1
-                    if (msg.headers or {}).get("KV-Operation") in ("DEL", "PURGE"):
-                        continue
-                    keys.append(msg.subject[len(pre):])
+                got += len(msgs)
+                keys += [m.subject[len(pre):] for m in msgs
+                         if (m.headers or {}).get("KV-Operation") not in ("DEL", "PURGE")]
         finally:
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            if sub is not None:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
             with contextlib.suppress(Exception):
                 await self.js.delete_consumer(stream, name)
         return keys
 
     def _keys(self, prefix: str) -> list[str]:
-        return sorted(k[len(prefix) + 1:] for k in self._run(self._watch_keys(prefix)))
+        return sorted(k[len(prefix) + 1:] for k in self._run(self._list_keys(prefix)))
 
     def keys(self, kind: str) -> list[str]:
         safe_name(kind, "record kind")
