@@ -195,10 +195,10 @@ class Poller:
         and the last one when the ``Link`` header says the list has grown past them (a long
         thread seen for the first time). The steps fold what is new into the record."""
         known = (rec.get("pages") or {}).get(what)
-        at = dict(known or {"page": 1, "full": False})
-        page = int(at["page"]) + 1 if at.get("full") else int(at["page"])
+        read = int((known or {}).get("page", 1))  # the page read last time
+        page = read + 1 if (known or {}).get("full") else read
         # (A record from before pages were kept: its ETag is of page 1, maybe a full one.)
-        etag = etags.get(what, "") if known and page == int(at["page"]) else ""
+        etag = etags.get(what, "") if known and page == read else ""
 
         async def get(n: int, tag: str) -> Reply:
             return await self._get(path, tag, report,
@@ -218,7 +218,7 @@ class Poller:
                 before = await get(last - 1, "")
                 if isinstance(before.data, list):
                     data = [*before.data, *data][-per_page:]
-        if page > int(at["page"]) and not reply.data:
+        if page > read and not reply.data:
             return []  # the next page is still empty: nothing new since the full one
         state = {"page": page, "full": len(reply.data) >= per_page}
         complete = page == 1 and len(data) < per_page  # the whole list: gone means deleted
