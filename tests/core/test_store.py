@@ -176,6 +176,37 @@ def _churn(where: str, seconds: float) -> None:
 
 
 class TestListingUnderLoad:
+    def test_keys_do_not_trust_the_clients_watch(self, nats_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                 monkeypatch) -> None:
+        """The interleaving of nats-io/nats.py#842, forced: a kv.watch that says "initial
+        values done" before any of them. Listing does not go through it."""
+        from nats.js.kv import KeyValue
+
+        st = _open(f"{nats_server.url}/race{tmp_path.name[-6:]}")
+        try:
+            for k in range(20):
+                st.put("listed", f"k{k}", {"k": k})
+
+            async def early_done(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                class Done:
+                    def __aiter__(self):  # type: ignore[no-untyped-def]
+                        return self
+
+                    async def __anext__(self) -> None:
+                        return None
+
+                    async def stop(self) -> None:
+                        pass
+
+                return Done()
+
+            monkeypatch.setattr(KeyValue, "watch", early_done)
+            assert st.keys("listed") == sorted(f"k{k}" for k in range(20))
+            st.add_member("seen", "a")
+            assert st.members("seen") == ["a"]
+        finally:
+            st.close()
+
     def test_keys_never_miss_a_record_while_others_write(self, nats_server, tmp_path: Path  # type: ignore[no-untyped-def]
                                                          ) -> None:
         """Listing a kind while other processes write to the bucket returns every key
