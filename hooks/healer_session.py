@@ -30,7 +30,8 @@ first, then the lines are sent again.
 
 Whatever happens — no endpoint, healer down, a slow network, bad input — it prints nothing on
 stdout (SessionStart output would land in Claude's context; a Stop hook's JSON or exit code 2
-would keep Claude going), gives up after 3 seconds in all, and exits 0.
+would keep Claude going), gives up after 3 seconds in all ($HEALER_HOOK_DEADLINE_S: 0.5 to 9 s,
+for a healer that is slow to answer), and exits 0.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 DEADLINE_S = 3.0  # the whole hook, including DNS (socket timeouts do not cover it)
+MAX_DEADLINE_S = 9.0  # stays under the 10 s timeout hooks.json gives every hook
 REQUEST_TIMEOUT_S = 2.0
 MAX_INPUT = 4 << 20  # a PostToolUseFailure input carries the tool's input (a Write's content)
 TRANSCRIPT_TAIL = 256 << 10  # the part of a transcript read: its end
@@ -61,6 +63,15 @@ ROUTINE_NOTIFICATIONS = frozenset({"idle_prompt", "auth_success"})
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
 _STARTED = time.monotonic()
+
+
+def deadline() -> float:
+    """$HEALER_HOOK_DEADLINE_S (0.5 to 9 s) where healer is slow to answer, else 3 s."""
+    try:
+        value = float(os.environ.get("HEALER_HOOK_DEADLINE_S", "") or DEADLINE_S)
+    except ValueError:
+        return DEADLINE_S
+    return min(max(value, 0.5), MAX_DEADLINE_S) if value == value else DEADLINE_S
 
 
 def endpoint(cwd: str) -> str | None:
@@ -96,7 +107,7 @@ def repository(cwd: str) -> str:
 
 def post(url: str, path: str, body: dict[str, Any]) -> tuple[int, Any]:
     """POST ``body`` as JSON; the HTTP status and the answer's JSON (None if it has none)."""
-    left = _STARTED + DEADLINE_S - time.monotonic()
+    left = _STARTED + deadline() - time.monotonic()
     if left < 0.1:
         raise TimeoutError("no time left for another request")
     headers = {"Content-Type": "application/json", "Accept": "application/json"}
@@ -357,8 +368,8 @@ def main(argv: list[str]) -> int:
     # answers cannot hold the session up, and nothing can turn into a non-zero exit.
     worker = threading.Thread(target=work, daemon=True)
     worker.start()
-    worker.join(DEADLINE_S)
-    what = outcome[0] if outcome else f"gave up after {DEADLINE_S:.0f} s"
+    worker.join(deadline())
+    what = outcome[0] if outcome else f"gave up after {deadline():g} s"
     if os.environ.get("HEALER_HOOK_DEBUG"):
         sys.stderr.write(f"healer session hook: {what}\n")
         sys.stderr.flush()

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -372,6 +373,20 @@ class TestNeverInTheWay:
         assert proc.returncode == 0 and proc.stdout == "" and took < WITHIN_S
         assert "timed out" in proc.stderr or "gave up" in proc.stderr, proc.stderr
 
+    @pytest.mark.parametrize(("value", "seconds"), [
+        ("", 3.0), ("6", 6.0), ("0", 0.5), ("60", 9.0), ("soon", 3.0), ("nan", 3.0)])
+    def test_the_deadline_can_be_raised_for_a_slow_healer_but_stays_under_the_hook_timeout(
+            self, value: str, seconds: float) -> None:
+        """$HEALER_HOOK_DEADLINE_S is clamped to 0.5–9 s (hooks.json kills a hook at 10 s);
+        a value that is not a number keeps the 3 s default."""
+        probe = ("import importlib.util, sys\n"
+                 f"spec = importlib.util.spec_from_file_location('hook', {str(HOOK)!r})\n"
+                 "mod = importlib.util.module_from_spec(spec); spec.loader.exec_module(mod)\n"
+                 "print(mod.deadline())")
+        proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                              env=child_env(HEALER_HOOK_DEADLINE_S=value), timeout=30)
+        assert proc.returncode == 0 and float(proc.stdout) == seconds, proc.stderr
+
     def test_no_endpoint_or_switched_off(
             self, receiver: WebhookReceiver, tmp_path: Path) -> None:
         data = recorded("auth_401", tmp_path)
@@ -394,7 +409,10 @@ def run_cli(tmp_path: Path, model: ScriptedModel, healer_url: str, *args: str
     work.mkdir(exist_ok=True)
     home.mkdir(exist_ok=True)
     env = {**child_env(), **QUIET_ENV, **CLAUDE_TEST_ENV, **model.env(), "HOME": str(home),
-           "CLAUDE_CONFIG_DIR": str(tmp_path / "config"), "HEALER_URL": healer_url}
+           "CLAUDE_CONFIG_DIR": str(tmp_path / "config"), "HEALER_URL": healer_url,
+           # A busy CI machine can take more than the default 3 s for the CLI's hook to
+           # register the session and post its lines; the deadline itself is tested above.
+           "HEALER_HOOK_DEADLINE_S": "9"}
     proc = subprocess.run([str(cli), "--plugin-dir", str(bundle_root()), "-p", "Say hello.",
                            "--output-format", "stream-json", "--verbose", *args],
                           cwd=work, env=env, capture_output=True, text=True, timeout=120)
