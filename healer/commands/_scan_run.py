@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from healer.detect._timestamps import epoch_day
+from healer.detect.alert import json_lines
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
 from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
@@ -131,8 +132,8 @@ class _Output:
     def render(self, alerts: list[Alert]) -> tuple[str, dict[int, int], dict[str, Any]]:
         """Alerts → (output text, count per pattern index, per-service tally); runs in scan
         workers too."""
-        fmt: Callable[[Alert], str] = Alert.to_json if self.as_json else Alert.to_text
-        text = "".join([fmt(a) + "\n" for a in alerts])
+        text = json_lines(alerts) if self.as_json else "".join(
+            [a.to_text() + "\n" for a in alerts])
         tally = ServiceTally()
         tally.add(alerts)
         return (text, dict(Counter(a.pattern.index for a in alerts if a.pattern)),

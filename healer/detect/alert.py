@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple
 
+from healer.detect import _native
 from healer.detect._timestamps import iso
 from healer.detect.catalog import Pattern
 
@@ -60,27 +61,41 @@ class Alert(NamedTuple):
     def to_json(self) -> str:
         """``to_dict()`` as one line of JSON (same keys and order), built from cached parts:
         per pattern and source, everything before the line number and after the line."""
-        p = self.pattern
-        if p is None:
+        if self.pattern is None:
             return json.dumps(self.to_dict(), ensure_ascii=True, separators=(",", ":"))
-        key = (id(p), self.source)
-        parts = _FRAGMENTS.get(key)
-        if parts is None or parts[0] is not p:
-            if len(_FRAGMENTS) > 10_000:
-                _FRAGMENTS.clear()
-            parts = _FRAGMENTS[key] = (
-                p,
-                f'{{"code":{_q(self.code)},"id":{_q(self.id)},"priority":{self.priority},'
-                f'"severity":{_q(self.severity)},"source":{_q(self.source)},"line_no":',
-                f',"meaning":{_q(p.meaning)},"action":{_q(p.action)}',
-            )
+        prefix, suffix = _fragments(self)
         stamp = "null" if self.ts is None else '"' + iso(self.ts) + '"'
         if self.labels:
             labels = json.dumps(dict(self.labels), ensure_ascii=True, separators=(",", ":"))
-            return (f'{parts[1]}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{parts[2]}'
+            return (f'{prefix}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{suffix}'
                     f',"labels":{labels}}}')
-        return f'{parts[1]}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{parts[2]}}}'
+        return f'{prefix}{self.line_no},"ts":{stamp},"line":{_q(self.line)}{suffix}}}'
 
     def to_text(self) -> str:
         """``source:line: CODE severity [id] line`` for people."""
         return f"{self.source}:{self.line_no}: {self.code} {self.severity} [{self.id}] {self.line}"
+
+
+def _fragments(a: Alert) -> tuple[str, str]:
+    """The JSON of an alert before its line number and after its line (cached per pattern
+    and source)."""
+    p = a.pattern
+    key = (id(p), a.source)
+    parts = _FRAGMENTS.get(key)
+    if parts is None or parts[0] is not p:
+        if len(_FRAGMENTS) > 10_000:
+            _FRAGMENTS.clear()
+        parts = _FRAGMENTS[key] = (
+            p,  # type: ignore[assignment]
+            f'{{"code":{_q(a.code)},"id":{_q(a.id)},"priority":{a.priority},'
+            f'"severity":{_q(a.severity)},"source":{_q(a.source)},"line_no":',
+            f',"meaning":{_q(a.meaning)},"action":{_q(a.action)}',
+        )
+    return parts[1], parts[2]
+
+
+def json_lines(alerts: Sequence[Alert]) -> str:
+    """``"".join(a.to_json() + "\n" for a in alerts)``, natively when it is built."""
+    if _native.json_lines is not None:
+        return _native.json_lines(alerts, _fragments, Alert.to_json)
+    return "".join([a.to_json() + "\n" for a in alerts])

@@ -37,9 +37,9 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from healer.detect import _match
+from healer.detect import _match, _native
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
-from healer.detect._timestamps import HEAD_BYTES, parse_ts, parse_ts_cached
+from healer.detect._timestamps import HEAD_BYTES, parse_ts, parse_ts_fast
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.lines import (
@@ -124,6 +124,7 @@ class Engine:
         self._controls = _match.LineFlagger.build([(_TEXT_WORK, True)]) if hs else None
         self._single = [(i,) for i in range(len(pats))]
         self._trusted = [c is _trusted for c in self._confirm]
+        self._native_pass1 = _native.confirm_lines if fast else None
 
     # -- public scanning API -------------------------------------------------------------------
 
@@ -201,6 +202,13 @@ class Engine:
         if ansi:
             cands = self._clean_candidates(cands, ansi)
         cands.sort()
+        if self._native_pass1 is not None:  # the same loop in C (healer.detect._native)
+            got = self._native_pass1(buf, lo, hi, cands, first, cleaned, self._confirm,
+                                     self._trusted)
+            if got is not NotImplemented:
+                newlines, found = got
+                return newlines, self._pass2(buf, lo, found, tail), _tail_heads(
+                    buf, lo, hi, tail)
         cands.append((hi + 1, -1))  # sentinel: flushes the last line
         # Pass 1: candidate lines → lines on which some pattern really matches. This loop runs
         # once per matching line of a big file, so it is written for speed.
@@ -241,13 +249,15 @@ class Engine:
             counted = ls
             idxs = [idx]
         newlines = line_idx - first + newlines_in(buf, counted, hi)
+        return newlines, self._pass2(buf, lo, found, tail), _tail_heads(buf, lo, hi, tail)
+
+    def _pass2(self, buf: Any, lo: int, found: list[tuple[int, int, Any, list[int]]],
+               tail: list[bytes]) -> list[RawHit]:
         if not found:
-            hits: list[RawHit] = []
-        elif self.fast:
-            hits = self._hits(buf, lo, found, tail)
-        else:
-            hits = self._hits_one_by_one(buf, lo, found, tail)
-        return newlines, hits, _tail_heads(buf, lo, hi, tail)
+            return []
+        if self.fast:
+            return self._hits(buf, lo, found, tail)
+        return self._hits_one_by_one(buf, lo, found, tail)
 
     def _hits_one_by_one(self, buf: Any, lo: int, found: list[tuple[int, int, Any, list[int]]],
                          tail: list[bytes]) -> list[RawHit]:
@@ -298,6 +308,13 @@ class Engine:
         keep = self.max_line_chars * 4 + 8
         generic, window, windowed = self._generic, self._window, self._windowed
         min_rank, single = self._min_rank, self._single
+        if _native.judge_lines is not None and _native.build_hits is not None:
+            # Both loops below in C (healer.detect._native), the same hits.
+            judged, bodies = _native.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
+            return _native.build_hits(
+                judged, self._suppressor.candidates(bodies), generic, single, window, windowed,
+                keep, self._resolve, parse_ts,
+                lambda start: _lookback(buf, lo, start, tail))
         flagger = self._flagger
         if flagger is not None:
             to_view = flagger.flagged([f[2][:JUDGE_HEAD] for f in found])
@@ -322,7 +339,7 @@ class Engine:
         sup_cands = self._suppressor.candidates([j[4] for j in judged])
         hits: list[RawHit] = []
         add_hit = hits.append
-        resolve, ts_of = self._resolve, parse_ts_cached
+        resolve, ts_of = self._resolve, parse_ts_fast
         for (li, start, line, matched, body, src, level), ks in zip(judged, sup_cands,
                                                                       strict=True):
             if ks or len(matched) > 1 or generic[matched[0]]:

@@ -1,0 +1,882 @@
+/* Native fast paths of the detection engine: the two per-alert steps that cost the most
+ * Python work when a log is full of failures.
+ *
+ *   parse_iso(line)   -> float | None | False
+ *       What healer.detect._timestamps.parse_ts_cached returns for a line whose head holds an
+ *       RFC 3339 / ISO 8601 stamp (the same float to the bit); False when the head holds none
+ *       (klog and epoch forms are left to Python).
+ *   json_lines(alerts, fragments, fallback) -> str
+ *       "".join(a.to_json() + "\n" for a in alerts), with the per-pattern-and-source parts from
+ *       fragments(alert) -> (prefix, suffix) and every alert this code does not
+ *       render itself (labels, no pattern, an unusual timestamp) from fallback(alert) -> str.
+ *       fragments(alert) is asked once per pattern and source in a call.
+ *
+ * Both are held to their Python originals by tests/detect/test_detect_native.py; the engine
+ * uses the originals when this module is not built (healer.detect._native).
+ */
+#define _GNU_SOURCE  /* memrchr */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <string.h>
+#include <time.h>
+
+#define NATIVE_VERSION 1
+#define HEAD_BYTES 160
+
+/* ---------------------------------------------------------------------------------------- */
+/* Timestamps                                                                                 */
+
+static int is_digit(unsigned char c) { return c >= '0' && c <= '9'; }
+static int is_space(unsigned char c) {  /* \s of a bytes regex */
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+static int two(const unsigned char *p) { return (p[0] - '0') * 10 + (p[1] - '0'); }
+
+static long long floor_div(long long a, long long b) {
+    long long q = a / b;
+    if ((a % b != 0) && ((a < 0) != (b < 0))) q--;
+    return q;
+}
+
+/* Days since 1970-01-01 of a proleptic Gregorian date; 0 in *ok when there is no such day.
+ * (The same days_from_civil as _timestamps.epoch_day.) */
+static long long epoch_day(long long y, int mo, int d, int *ok) {
+    static const int month_days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+    int leap = (y % 4 == 0) && (y % 100 != 0 || y % 400 == 0);
+    *ok = 0;
+    if (mo < 1 || mo > 12 || d < 1 || d > month_days[mo - 1] + (mo == 2 && leap)) return 0;
+    *ok = 1;
+    y -= mo <= 2;
+    long long era = floor_div(y, 400);
+    long long yoe = y - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+/* Where the stamp `\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}` starts in s[0:n], leftmost; -1. */
+static Py_ssize_t find_stamp(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t p = 0; p + 19 <= n; p++) {
+        const unsigned char *q = s + p;
+        if (is_digit(q[0]) && is_digit(q[1]) && is_digit(q[2]) && is_digit(q[3]) && q[4] == '-' &&
+            is_digit(q[5]) && is_digit(q[6]) && q[7] == '-' && is_digit(q[8]) && is_digit(q[9]) &&
+            (q[10] == 'T' || q[10] == ' ') && is_digit(q[11]) && is_digit(q[12]) && q[13] == ':' &&
+            is_digit(q[14]) && is_digit(q[15]) && q[16] == ':' && is_digit(q[17]) &&
+            is_digit(q[18]))
+            return p;
+    }
+    return -1;
+}
+
+/* 0: no stamp; 1: *out holds the time; 2: a stamp that names no real time (None). */
+static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
+    Py_ssize_t n = len < HEAD_BYTES ? len : HEAD_BYTES;
+    Py_ssize_t p = find_stamp(s, n);
+    if (p < 0) return 0;
+    const unsigned char *q = s + p;
+    Py_ssize_t end = p + 19;  /* after the whole seconds */
+    /* (?:[.,]\d{1,9})? */
+    if (end < n && (s[end] == '.' || s[end] == ',') && end + 1 < n && is_digit(s[end + 1])) {
+        Py_ssize_t k = end + 1;
+        while (k < n && k - (end + 1) < 9 && is_digit(s[k])) k++;
+        end = k;
+    }
+    char sec[16];
+    Py_ssize_t sec_len = end - (p + 17);
+    memcpy(sec, q + 17, (size_t)sec_len);
+    sec[sec_len] = '\0';
+    if (sec_len > 2) sec[2] = '.';
+    /* \s?(Z|z|UTC|[+-]\d{2}:?\d{2})? */
+    Py_ssize_t z = end;
+    if (z < n && is_space(s[z])) z++;
+    long shift = 0;
+    if (z < n && (s[z] == '+' || s[z] == '-') && z + 2 < n && is_digit(s[z + 1]) &&
+        is_digit(s[z + 2])) {
+        Py_ssize_t m = z + 3;
+        int found = 0;
+        if (m < n && s[m] == ':' && m + 2 < n && is_digit(s[m + 1]) && is_digit(s[m + 2])) {
+            m += 1;
+            found = 1;
+        } else if (m + 1 < n && is_digit(s[m]) && is_digit(s[m + 1])) {
+            found = 1;
+        }
+        if (found) {
+            long offset = two(s + z + 1) * 3600L + two(s + m) * 60L;
+            shift = s[z] == '+' ? offset : -offset;
+        }
+    }
+    int ok;
+    long long day = epoch_day((q[0] - '0') * 1000 + (q[1] - '0') * 100 + two(q + 2),
+                              two(q + 5), two(q + 8), &ok);
+    int hh = two(q + 11), mm = two(q + 14);
+    if (!ok || hh > 23 || mm > 59) return 2;
+    double ss = PyOS_string_to_double(sec, NULL, NULL);
+    if (ss == -1.0 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return 2;
+    }
+    if (ss >= 61) return 2;
+    double base = (double)day * 86400.0 + (double)(hh * 3600) + (double)(mm * 60);
+    double ts = base + ss;
+    if (shift) ts -= (double)shift;
+    *out = ts;
+    return 1;
+}
+
+static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *len,
+                      Py_buffer *view) {
+    if (PyBytes_Check(obj)) {
+        *data = (const unsigned char *)PyBytes_AS_STRING(obj);
+        *len = PyBytes_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyByteArray_Check(obj)) {
+        *data = (const unsigned char *)PyByteArray_AS_STRING(obj);
+        *len = PyByteArray_GET_SIZE(obj);
+        return 0;
+    }
+    if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
+    *data = view->buf;
+    *len = view->len;
+    return 1;
+}
+
+static PyObject *parse_iso(PyObject *self, PyObject *line) {
+    const unsigned char *data;
+    Py_ssize_t len;
+    Py_buffer view;
+    int held = read_bytes(line, &data, &len, &view);
+    if (held < 0) return NULL;
+    double ts = 0;
+    int got = iso_time(data, len, &ts);
+    if (held) PyBuffer_Release(&view);
+    if (got == 0) Py_RETURN_FALSE;
+    if (got == 2) Py_RETURN_NONE;
+    return PyFloat_FromDouble(ts);
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* JSON lines                                                                                 */
+
+typedef struct {
+    char *buf;
+    Py_ssize_t len, cap;
+} Out;
+
+static int out_reserve(Out *o, Py_ssize_t more) {
+    if (o->len + more <= o->cap) return 0;
+    Py_ssize_t cap = o->cap ? o->cap : 1 << 16;
+    while (cap < o->len + more) cap *= 2;
+    char *grown = PyMem_Realloc(o->buf, (size_t)cap);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o->buf = grown;
+    o->cap = cap;
+    return 0;
+}
+
+static int out_ascii(Out *o, PyObject *text) {  /* an ASCII str, as is */
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (out_reserve(o, n) < 0) return -1;
+    memcpy(o->buf + o->len, PyUnicode_DATA(text), (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+static const char HEX[] = "0123456789abcdef";
+
+static void put_u(char *w, Py_UCS4 c) {
+    w[0] = '\\';
+    w[1] = 'u';
+    w[2] = HEX[(c >> 12) & 15];
+    w[3] = HEX[(c >> 8) & 15];
+    w[4] = HEX[(c >> 4) & 15];
+    w[5] = HEX[c & 15];
+}
+
+/* json.encoder.encode_basestring_ascii(text), quotes included. */
+static int out_quoted(Out *o, PyObject *text) {
+    Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (out_reserve(o, n * 12 + 2) < 0) return -1;
+    int kind = PyUnicode_KIND(text);
+    const void *data = PyUnicode_DATA(text);
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= ' ' && c <= '~' && c != '\\' && c != '"') {
+            *w++ = (char)c;
+            continue;
+        }
+        *w++ = '\\';
+        switch (c) {
+            case '\\': *w++ = '\\'; break;
+            case '"': *w++ = '"'; break;
+            case '\b': *w++ = 'b'; break;
+            case '\f': *w++ = 'f'; break;
+            case '\n': *w++ = 'n'; break;
+            case '\r': *w++ = 'r'; break;
+            case '\t': *w++ = 't'; break;
+            default:
+                w--;
+                if (c >= 0x10000) {
+                    Py_UCS4 v = c - 0x10000;
+                    put_u(w, 0xd800 | ((v >> 10) & 0x3ff));
+                    w += 6;
+                    c = 0xdc00 | (v & 0x3ff);
+                }
+                put_u(w, c);
+                w += 6;
+        }
+    }
+    *w++ = '"';
+    o->len = w - o->buf;
+    return 0;
+}
+
+/* `"2024-05-01T10:00:00.123Z"` as _timestamps.iso makes it; 0 when this code does not
+ * render that time (before 1970 or after 9999: the fallback does). */
+static int out_stamp(Out *o, double ts) {
+    if (!(ts >= 0.0 && ts < 253402300800.0)) return 0;
+    double r = nearbyint(ts * 1000.0);  /* round half to even, as Python's round() */
+    long long total = (long long)r;
+    long long minute = total / 60000;
+    long long in_minute = total % 60000;
+    time_t at = (time_t)(minute * 60);
+    struct tm tm;
+    if (gmtime_r(&at, &tm) == NULL || tm.tm_year + 1900 > 9999) return 0;
+    if (out_reserve(o, 32) < 0) return -1;
+    int w = snprintf(o->buf + o->len, 32, "\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                     (int)(in_minute / 1000), (int)(in_minute % 1000));
+    o->len += w;
+    return 1;
+}
+
+static int out_raw(Out *o, const char *s, Py_ssize_t n) {
+    if (out_reserve(o, n) < 0) return -1;
+    memcpy(o->buf + o->len, s, (size_t)n);
+    o->len += n;
+    return 0;
+}
+
+/* A per-call cache of fragments(alert), keyed on the alert's pattern and source objects. */
+#define SLOTS 256
+typedef struct {
+    PyObject *pattern, *source, *prefix, *suffix;
+} Slot;
+
+/* Alert's fields, by position (healer.detect.alert.Alert). */
+enum { F_SOURCE = 4, F_LINE_NO = 5, F_LINE = 6, F_TS = 7, F_LABELS = 8, F_PATTERN = 9, F_N = 12 };
+
+static int render_one(Out *o, PyObject *a, Slot *slots, PyObject *fragments) {
+    if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) < F_N) return 0;
+    PyObject *pattern = PyTuple_GET_ITEM(a, F_PATTERN);
+    PyObject *source = PyTuple_GET_ITEM(a, F_SOURCE);
+    PyObject *labels = PyTuple_GET_ITEM(a, F_LABELS);
+    PyObject *line = PyTuple_GET_ITEM(a, F_LINE);
+    PyObject *line_no = PyTuple_GET_ITEM(a, F_LINE_NO);
+    PyObject *ts = PyTuple_GET_ITEM(a, F_TS);
+    if (pattern == Py_None || !PyUnicode_Check(line) || !PyUnicode_Check(source) ||
+        !PyLong_CheckExact(line_no) || (ts != Py_None && !PyFloat_CheckExact(ts)))
+        return 0;
+    int has_labels = PyObject_IsTrue(labels);
+    if (has_labels != 0) return has_labels < 0 ? -1 : 0;
+    size_t h = (((size_t)pattern >> 4) ^ ((size_t)source >> 4) * 31) % SLOTS;
+    Slot *slot = &slots[h];
+    if (slot->pattern != pattern || slot->source != source) {
+        PyObject *parts = PyObject_CallOneArg(fragments, a);
+        if (parts == NULL) return -1;
+        if (!PyTuple_Check(parts) || PyTuple_GET_SIZE(parts) != 2 ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(parts, 0)) ||
+            !PyUnicode_Check(PyTuple_GET_ITEM(parts, 1)) ||
+            !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(parts, 0)) ||
+            !PyUnicode_IS_ASCII(PyTuple_GET_ITEM(parts, 1))) {
+            Py_DECREF(parts);
+            PyErr_SetString(PyExc_TypeError, "fragments() must return two ASCII strings");
+            return -1;
+        }
+        Py_XDECREF(slot->pattern);
+        Py_XDECREF(slot->source);
+        Py_XDECREF(slot->prefix);
+        Py_XDECREF(slot->suffix);
+        Py_INCREF(pattern);
+        Py_INCREF(source);
+        slot->pattern = pattern;
+        slot->source = source;
+        slot->prefix = PyTuple_GET_ITEM(parts, 0);
+        slot->suffix = PyTuple_GET_ITEM(parts, 1);
+        Py_INCREF(slot->prefix);
+        Py_INCREF(slot->suffix);
+        Py_DECREF(parts);
+    }
+    int overflow = 0;
+    long long n = PyLong_AsLongLongAndOverflow(line_no, &overflow);
+    if (overflow || (n == -1 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_ssize_t mark = o->len;
+    char digits[32];
+    int nd = snprintf(digits, sizeof digits, "%lld,\"ts\":", n);
+    if (out_ascii(o, slot->prefix) < 0 || out_raw(o, digits, nd) < 0) return -1;
+    if (ts == Py_None) {
+        if (out_raw(o, "null", 4) < 0) return -1;
+    } else {
+        int done = out_stamp(o, PyFloat_AS_DOUBLE(ts));
+        if (done < 0) return -1;
+        if (done == 0) {
+            o->len = mark;
+            return 0;
+        }
+    }
+    if (out_raw(o, ",\"line\":", 8) < 0 || out_quoted(o, line) < 0 ||
+        out_ascii(o, slot->suffix) < 0 || out_raw(o, "}\n", 2) < 0)
+        return -1;
+    return 1;
+}
+
+static PyObject *json_lines(PyObject *self, PyObject *args) {
+    PyObject *alerts, *fragments, *fallback;
+    if (!PyArg_ParseTuple(args, "OOO:json_lines", &alerts, &fragments, &fallback)) return NULL;
+    PyObject *seq = PySequence_Fast(alerts, "alerts must be a sequence");
+    if (seq == NULL) return NULL;
+    Slot *slots = PyMem_Calloc(SLOTS, sizeof(Slot));
+    Out o = {NULL, 0, 0};
+    PyObject *result = NULL;
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
+    PyObject **items = PySequence_Fast_ITEMS(seq);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int done = render_one(&o, items[i], slots, fragments);
+        if (done < 0) goto done;
+        if (done == 0) {
+            PyObject *text = PyObject_CallOneArg(fallback, items[i]);
+            if (text == NULL) goto done;
+            if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
+                Py_DECREF(text);
+                PyErr_SetString(PyExc_TypeError, "fallback() must return an ASCII string");
+                goto done;
+            }
+            int bad = out_ascii(&o, text) < 0 || out_raw(&o, "\n", 1) < 0;
+            Py_DECREF(text);
+            if (bad) goto done;
+        }
+    }
+    result = PyUnicode_New(o.len, 127);
+    if (result != NULL && o.len) memcpy(PyUnicode_DATA(result), o.buf, (size_t)o.len);
+done:
+    if (slots != NULL) {
+        for (int k = 0; k < SLOTS; k++) {
+            Py_XDECREF(slots[k].pattern);
+            Py_XDECREF(slots[k].source);
+            Py_XDECREF(slots[k].prefix);
+            Py_XDECREF(slots[k].suffix);
+        }
+        PyMem_Free(slots);
+    }
+    PyMem_Free(o.buf);
+    Py_DECREF(seq);
+    return result;
+}
+
+
+/* ---------------------------------------------------------------------------------------- */
+/* Candidate lines                                                                            */
+
+#define CLEANED (1LL << 40)  /* engine._CLEANED */
+#define MAX_IDXS 64
+
+static Py_ssize_t count_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    Py_ssize_t n = 0;
+    const char *p = s + a, *end = s + b;
+    while (p < end && (p = memchr(p, '\n', (size_t)(end - p))) != NULL) {
+        n++;
+        p++;
+    }
+    return n;
+}
+
+static Py_ssize_t rfind_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    const char *p = memrchr(s + a, '\n', (size_t)(b > a ? b - a : 0));
+    return p ? p - s : -1;
+}
+
+static Py_ssize_t find_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    const char *p = memchr(s + a, '\n', (size_t)(b > a ? b - a : 0));
+    return p ? p - s : -1;
+}
+
+static int cmp_ll(const void *x, const void *y) {
+    long long a = *(const long long *)x, b = *(const long long *)y;
+    return (a > b) - (a < b);
+}
+
+typedef struct {
+    PyObject *buf, *confirm, *trusted, *cleaned, *found;
+    const char *data;
+    int is_bytes;
+} Pass;
+
+/* One candidate line: its patterns confirmed, added to found when any matches. */
+static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
+                      long long *idxs, int n) {
+    PyObject *line = NULL;
+    if (PyDict_GET_SIZE(ps->cleaned)) {
+        PyObject *key = PyLong_FromSsize_t(ls);
+        if (key == NULL) return -1;
+        line = PyDict_GetItemWithError(ps->cleaned, key);
+        Py_DECREF(key);
+        if (line == NULL && PyErr_Occurred()) return -1;
+        if (line != NULL) {  /* an ANSI line: only the candidates of its cleaned text count */
+            Py_INCREF(line);
+            int k = 0;
+            for (int i = 0; i < n; i++)
+                if (idxs[i] >= CLEANED) idxs[k++] = idxs[i] - CLEANED;
+            n = k;
+        }
+    }
+    if (n == 0) {
+        Py_XDECREF(line);
+        return 0;
+    }
+    if (line == NULL) {
+        line = ps->is_bytes ? PyBytes_FromStringAndSize(ps->data + ls, le - ls)
+                            : PyByteArray_FromStringAndSize(ps->data + ls, le - ls);
+        if (line == NULL) return -1;
+    }
+    Py_ssize_t npats = PyList_GET_SIZE(ps->confirm);
+    if (n > 1) qsort(idxs, (size_t)n, sizeof(long long), cmp_ll);
+    PyObject *matched = PyList_New(0);
+    if (matched == NULL) goto fail;
+    for (int i = 0; i < n; i++) {
+        long long idx = idxs[i];
+        if (idx < 0 || idx >= npats) {
+            PyErr_SetString(PyExc_IndexError, "candidate pattern index out of range");
+            goto fail;
+        }
+        int ok;
+        if (n == 1 && PyObject_IsTrue(PyList_GET_ITEM(ps->trusted, idx)) == 1) {
+            ok = 1;
+        } else {
+            PyObject *r = PyObject_CallOneArg(PyList_GET_ITEM(ps->confirm, idx), line);
+            if (r == NULL) goto fail;
+            ok = PyObject_IsTrue(r);
+            Py_DECREF(r);
+            if (ok < 0) goto fail;
+        }
+        if (ok) {
+            PyObject *v = PyLong_FromLongLong(idx);
+            if (v == NULL || PyList_Append(matched, v) < 0) {
+                Py_XDECREF(v);
+                goto fail;
+            }
+            Py_DECREF(v);
+        }
+    }
+    if (PyList_GET_SIZE(matched)) {
+        PyObject *row = Py_BuildValue("(nnOO)", line_idx, ls, line, matched);
+        if (row == NULL || PyList_Append(ps->found, row) < 0) {
+            Py_XDECREF(row);
+            goto fail;
+        }
+        Py_DECREF(row);
+    }
+    Py_DECREF(matched);
+    Py_DECREF(line);
+    return 0;
+fail:
+    Py_XDECREF(matched);
+    Py_XDECREF(line);
+    return -1;
+}
+
+/* Engine.scan_block's pass 1 (candidates → confirmed lines); NotImplemented for a buffer
+ * that is neither bytes nor bytearray or a line with too many candidates. */
+static PyObject *confirm_lines(PyObject *self, PyObject *args) {
+    Pass ps;
+    PyObject *cands;
+    Py_ssize_t lo, hi, first;
+    if (!PyArg_ParseTuple(args, "OnnO!nO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &PyList_Type,
+                          &cands, &first, &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm,
+                          &PyList_Type, &ps.trusted))
+        return NULL;
+    if (PyBytes_CheckExact(ps.buf)) {
+        ps.is_bytes = 1;
+        ps.data = PyBytes_AS_STRING(ps.buf);
+        if (hi > PyBytes_GET_SIZE(ps.buf)) hi = -1;
+    } else if (PyByteArray_CheckExact(ps.buf)) {
+        ps.is_bytes = 0;
+        ps.data = PyByteArray_AS_STRING(ps.buf);
+        if (hi > PyByteArray_GET_SIZE(ps.buf)) hi = -1;
+    } else {
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    if (lo < 0 || hi < lo || PyList_GET_SIZE(ps.trusted) != PyList_GET_SIZE(ps.confirm)) {
+        PyErr_SetString(PyExc_ValueError, "confirm_lines: bad bounds or pattern lists");
+        return NULL;
+    }
+    ps.found = PyList_New(0);
+    if (ps.found == NULL) return NULL;
+    long long idxs[MAX_IDXS];
+    int n = 0;
+    Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
+    Py_ssize_t count = PyList_GET_SIZE(cands);
+    for (Py_ssize_t c = 0; c < count; c++) {
+        PyObject *item = PyList_GET_ITEM(cands, c);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            PyErr_SetString(PyExc_TypeError, "candidates must be (offset, index) pairs");
+            goto fail;
+        }
+        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+        long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        if ((off == -1 || idx == -1) && PyErr_Occurred()) goto fail;
+        if (off <= le) {
+            int seen = 0;
+            for (int i = 0; i < n; i++) seen |= idxs[i] == idx;
+            if (!seen) {
+                if (n == MAX_IDXS) {
+                    Py_DECREF(ps.found);
+                    Py_RETURN_NOTIMPLEMENTED;
+                }
+                idxs[n++] = idx;
+            }
+            continue;
+        }
+        if (n && flush_line(&ps, line_idx, ls, le, idxs, n) < 0) goto fail;
+        if (off < lo || off > hi) {
+            PyErr_SetString(PyExc_ValueError, "candidate offset outside the block");
+            goto fail;
+        }
+        ls = rfind_nl(ps.data, lo, off) + 1;
+        if (ls == 0) ls = lo;
+        le = find_nl(ps.data, off, hi);
+        if (le < 0) le = hi;
+        line_idx += count_nl(ps.data, counted, ls);
+        counted = ls;
+        idxs[0] = idx;
+        n = 1;
+    }
+    if (n && flush_line(&ps, line_idx, ls, le, idxs, n) < 0) goto fail;
+    Py_ssize_t newlines = line_idx - first + count_nl(ps.data, counted, hi);
+    PyObject *out = Py_BuildValue("(nN)", newlines, ps.found);
+    return out;
+fail:
+    Py_DECREF(ps.found);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+/* Judging and timing confirmed lines (Engine._hits)                                         */
+
+static int has_word(const unsigned char *s, Py_ssize_t n, const char *word, Py_ssize_t w) {
+    for (Py_ssize_t p = 0; p + w <= n; p++) {
+        Py_ssize_t k = 0;
+        while (k < w) {
+            unsigned char c = s[p + k];
+            if (c >= 'A' && c <= 'Z') c += 32;
+            if (c != (unsigned char)word[k]) break;
+            k++;
+        }
+        if (k == w) return 1;
+    }
+    return 0;
+}
+
+/* healer.detect.lines.needs_view */
+static int needs_view(const unsigned char *s, Py_ssize_t len) {
+    Py_ssize_t n = len < 160 ? len : 160;
+    if (len >= 5 && memcmp(s, "[pod/", 5) == 0) return 1;
+    if (len >= 1 && s[0] == '<') return 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = s[i];
+        if (c == '{' || c == 0x1b || (c == '|' && i + 1 < n && s[i + 1] == ' ')) return 1;
+    }
+    return has_word(s, n, "info", 4) || has_word(s, n, "debug", 5) ||
+           has_word(s, n, "trace", 5) || has_word(s, n, "notice", 6);
+}
+
+static int line_data(PyObject *line, const unsigned char **data, Py_ssize_t *len) {
+    if (PyBytes_Check(line)) {
+        *data = (const unsigned char *)PyBytes_AS_STRING(line);
+        *len = PyBytes_GET_SIZE(line);
+        return 0;
+    }
+    if (PyByteArray_Check(line)) {
+        *data = (const unsigned char *)PyByteArray_AS_STRING(line);
+        *len = PyByteArray_GET_SIZE(line);
+        return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "lines must be bytes or bytearray");
+    return -1;
+}
+
+/* judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies): the first loop
+ * of Engine._hits. */
+static PyObject *judge_lines(PyObject *self, PyObject *args) {
+    PyObject *found, *view_fields, *speech, *rank, *min_rank;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!:judge_lines", &PyList_Type, &found, &view_fields,
+                          &speech, &PyDict_Type, &rank, &PyList_Type, &min_rank))
+        return NULL;
+    PyObject *judged = PyList_New(0), *bodies = PyList_New(0), *empty = PyUnicode_New(0, 127);
+    if (judged == NULL || bodies == NULL || empty == NULL) goto fail;
+    Py_ssize_t npats = PyList_GET_SIZE(min_rank);
+    for (Py_ssize_t k = 0; k < PyList_GET_SIZE(found); k++) {
+        PyObject *f = PyList_GET_ITEM(found, k);
+        if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 4) {
+            PyErr_SetString(PyExc_TypeError, "found rows must be 4-tuples");
+            goto fail;
+        }
+        PyObject *li = PyTuple_GET_ITEM(f, 0), *start = PyTuple_GET_ITEM(f, 1);
+        PyObject *line = PyTuple_GET_ITEM(f, 2), *matched = PyTuple_GET_ITEM(f, 3);
+        const unsigned char *data;
+        Py_ssize_t len;
+        if (line_data(line, &data, &len) < 0) goto fail;
+        PyObject *row;
+        if (!needs_view(data, len)) {  /* nothing about the line could change the verdict */
+            row = PyTuple_Pack(7, li, start, line, matched, line, empty, empty);
+            if (row == NULL || PyList_Append(bodies, line) < 0) {
+                Py_XDECREF(row);
+                goto fail;
+            }
+        } else {
+            PyObject *v = PyObject_CallOneArg(view_fields, line);
+            if (v == NULL) goto fail;
+            if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
+                Py_DECREF(v);
+                PyErr_SetString(PyExc_TypeError, "view_fields must return a 4-tuple");
+                goto fail;
+            }
+            PyObject *body = PyTuple_GET_ITEM(v, 0), *level = PyTuple_GET_ITEM(v, 1);
+            PyObject *src = PyTuple_GET_ITEM(v, 2), *part = PyTuple_GET_ITEM(v, 3);
+            int is_speech = PyObject_RichCompareBool(part, speech, Py_EQ);
+            if (is_speech < 0) {
+                Py_DECREF(v);
+                goto fail;
+            }
+            if (is_speech) {  /* the agent's own words or code (a transcript) */
+                Py_DECREF(v);
+                continue;
+            }
+            PyObject *kept = matched;
+            Py_INCREF(kept);
+            int truthy = PyObject_IsTrue(level);
+            if (truthy < 0) {
+                Py_DECREF(kept);
+                Py_DECREF(v);
+                goto fail;
+            }
+            if (truthy) {
+                PyObject *r = PyDict_GetItemWithError(rank, level);
+                if (r == NULL) {
+                    if (!PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, level);
+                    Py_DECREF(kept);
+                    Py_DECREF(v);
+                    goto fail;
+                }
+                long lvl = PyLong_AsLong(r);
+                Py_DECREF(kept);
+                kept = PyList_New(0);
+                if (kept == NULL || (lvl == -1 && PyErr_Occurred())) {
+                    Py_XDECREF(kept);
+                    Py_DECREF(v);
+                    goto fail;
+                }
+                for (Py_ssize_t i = 0; i < PyList_GET_SIZE(matched); i++) {
+                    PyObject *pi = PyList_GET_ITEM(matched, i);
+                    Py_ssize_t idx = PyLong_AsSsize_t(pi);
+                    if (idx < 0 || idx >= npats) {
+                        if (!PyErr_Occurred())
+                            PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+                        Py_DECREF(kept);
+                        Py_DECREF(v);
+                        goto fail;
+                    }
+                    long need = PyLong_AsLong(PyList_GET_ITEM(min_rank, idx));
+                    if (need == -1 && PyErr_Occurred()) {
+                        Py_DECREF(kept);
+                        Py_DECREF(v);
+                        goto fail;
+                    }
+                    if (lvl >= need && PyList_Append(kept, pi) < 0) {
+                        Py_DECREF(kept);
+                        Py_DECREF(v);
+                        goto fail;
+                    }
+                }
+                if (PyList_GET_SIZE(kept) == 0) {
+                    Py_DECREF(kept);
+                    Py_DECREF(v);
+                    continue;
+                }
+            }
+            row = PyTuple_Pack(7, li, start, line, kept, body, src, level);
+            int bad = row == NULL || PyList_Append(bodies, body) < 0;
+            Py_DECREF(kept);
+            Py_DECREF(v);
+            if (bad) {
+                Py_XDECREF(row);
+                goto fail;
+            }
+        }
+        int bad = PyList_Append(judged, row) < 0;
+        Py_DECREF(row);
+        if (bad) goto fail;
+    }
+    Py_DECREF(empty);
+    return Py_BuildValue("(NN)", judged, bodies);
+fail:
+    Py_XDECREF(judged);
+    Py_XDECREF(bodies);
+    Py_XDECREF(empty);
+    return NULL;
+}
+
+/* build_hits(judged, sup_cands, generic, single, window, windowed, keep, resolve,
+ *            parse_ts, lookback) -> hits: the second loop of Engine._hits. */
+static PyObject *build_hits(PyObject *self, PyObject *args) {
+    PyObject *judged, *sups, *generic, *single, *window, *resolve, *parse_ts, *lookback;
+    int windowed;
+    Py_ssize_t keep;
+    if (!PyArg_ParseTuple(args, "O!O!O!O!O!pnOOO:build_hits", &PyList_Type, &judged,
+                          &PyList_Type, &sups, &PyList_Type, &generic, &PyList_Type, &single,
+                          &PyList_Type, &window, &windowed, &keep, &resolve, &parse_ts,
+                          &lookback))
+        return NULL;
+    Py_ssize_t count = PyList_GET_SIZE(judged), npats = PyList_GET_SIZE(single);
+    if (PyList_GET_SIZE(sups) != count || PyList_GET_SIZE(generic) != npats ||
+        PyList_GET_SIZE(window) != npats) {
+        PyErr_SetString(PyExc_ValueError, "build_hits: lists of different lengths");
+        return NULL;
+    }
+    PyObject *hits = PyList_New(0);
+    if (hits == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *j = PyList_GET_ITEM(judged, k), *ks = PyList_GET_ITEM(sups, k);
+        PyObject *li = PyTuple_GET_ITEM(j, 0), *start = PyTuple_GET_ITEM(j, 1);
+        PyObject *line = PyTuple_GET_ITEM(j, 2), *matched = PyTuple_GET_ITEM(j, 3);
+        PyObject *body = PyTuple_GET_ITEM(j, 4), *src = PyTuple_GET_ITEM(j, 5);
+        PyObject *level = PyTuple_GET_ITEM(j, 6);
+        PyObject *best = NULL, *own = NULL, *borrowed = NULL, *cut = NULL, *hit = NULL;
+        Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(matched, 0));
+        if (first < 0 || first >= npats) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+            goto fail;
+        }
+        int gen = PyObject_IsTrue(PyList_GET_ITEM(generic, first));
+        int has_ks = PyObject_IsTrue(ks);
+        if (gen < 0 || has_ks < 0) goto fail;
+        if (has_ks || PyList_GET_SIZE(matched) > 1 || gen) {
+            best = PyObject_CallFunctionObjArgs(resolve, body, matched, ks, NULL);
+            if (best == NULL) goto fail;
+            int any = PyObject_IsTrue(best);
+            if (any < 0) goto fail;
+            if (!any) {
+                Py_DECREF(best);
+                continue;
+            }
+            if (!PyTuple_Check(best)) {
+                PyErr_SetString(PyExc_TypeError, "resolve must return a tuple");
+                goto fail;
+            }
+        } else {
+            best = PyList_GET_ITEM(single, first);
+            Py_INCREF(best);
+        }
+        const unsigned char *data;
+        Py_ssize_t len;
+        if (line_data(line, &data, &len) < 0) goto fail;
+        double ts;
+        int got = iso_time(data, len, &ts);
+        if (got == 1) {
+            own = PyFloat_FromDouble(ts);
+        } else if (got == 2) {
+            own = Py_None;
+            Py_INCREF(own);
+        } else {
+            own = PyObject_CallOneArg(parse_ts, line);  /* klog and epoch forms */
+        }
+        if (own == NULL) goto fail;
+        borrowed = own;
+        Py_INCREF(borrowed);
+        if (own == Py_None && windowed) {
+            int any = 0;
+            for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(best) && !any; i++) {
+                Py_ssize_t bi = PyLong_AsSsize_t(PyTuple_GET_ITEM(best, i));
+                if (bi < 0 || bi >= npats) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+                    goto fail;
+                }
+                any = PyList_GET_ITEM(window, bi) != Py_None;
+            }
+            if (any) {
+                Py_DECREF(borrowed);
+                borrowed = PyObject_CallOneArg(lookback, start);
+                if (borrowed == NULL) goto fail;
+            }
+        }
+        if (len > keep) {
+            cut = PySequence_GetSlice(line, 0, keep);
+            if (cut == NULL) goto fail;
+        } else {
+            cut = line;
+            Py_INCREF(cut);
+        }
+        hit = PyTuple_Pack(7, li, cut, best, own, borrowed, src, level);
+        if (hit == NULL || PyList_Append(hits, hit) < 0) goto fail;
+        Py_DECREF(hit);
+        Py_DECREF(cut);
+        Py_DECREF(best);
+        Py_DECREF(own);
+        Py_DECREF(borrowed);
+        continue;
+    fail:
+        Py_XDECREF(hit);
+        Py_XDECREF(cut);
+        Py_XDECREF(best);
+        Py_XDECREF(own);
+        Py_XDECREF(borrowed);
+        Py_DECREF(hits);
+        return NULL;
+    }
+    return hits;
+}
+
+/* ---------------------------------------------------------------------------------------- */
+
+static PyMethodDef methods[] = {
+    {"parse_iso", parse_iso, METH_O,
+     "parse_iso(line) -> float | None | False: the line's RFC 3339 time (False: none)."},
+    {"json_lines", json_lines, METH_VARARGS,
+     "json_lines(alerts, fragments, fallback) -> str: the alerts as JSON Lines."},
+    {"confirm_lines", confirm_lines, METH_VARARGS,
+     "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
+     "(newlines, found): Engine.scan_block's pass 1."},
+    {"judge_lines", judge_lines, METH_VARARGS,
+     "judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies)."},
+    {"build_hits", build_hits, METH_VARARGS,
+     "build_hits(judged, sup_cands, generic, single, window, windowed, keep, resolve, "
+     "parse_ts, lookback) -> hits."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "Native fast paths of healer.detect.", -1, methods,
+    NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}
