@@ -41,3 +41,8 @@ confirm_lines: Callable[..., Any] | None = getattr(speedups, "confirm_lines", No
 # parse_ts, lookback) → hits
 judge_lines: Callable[..., Any] | None = getattr(speedups, "judge_lines", None)
 build_hits: Callable[..., Any] | None = getattr(speedups, "build_hits", None)
+# Engine._alerts's two loops: (hits, window, ts_override, not_before, seen_at, lo_t, skew,
+# start_of, SKEW_S) → (rows, raws), then (rows, texts, Alert, fields per pattern, source,
+# first line number, labels) → alerts
+filter_hits: Callable[..., Any] | None = getattr(speedups, "filter_hits", None)
+make_alerts: Callable[..., Any] | None = getattr(speedups, "make_alerts", None)

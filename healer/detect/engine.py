@@ -125,6 +125,7 @@ class Engine:
         self._single = [(i,) for i in range(len(pats))]
         self._trusted = [c is _trusted for c in self._confirm]
         self._native_pass1 = _native.confirm_lines if fast else None
+        self._alert_fields = [(p.code, p.id, p.priority, p.severity, p) for p in pats]
 
     # -- public scanning API -------------------------------------------------------------------
 
@@ -456,6 +457,12 @@ class Engine:
                 ts_override: float | None, start_of: StartOf | None) -> list[Alert]:
         """``alerts`` for many hits at once: the filters first, then every kept line decoded
         in one go (``_texts``), then the alerts built as plain tuples."""
+        if _native.filter_hits is not None and _native.make_alerts is not None:
+            hits = hits if isinstance(hits, list) else list(hits)
+            rows, raws = _native.filter_hits(hits, self._window, ts_override, not_before,
+                                             seen_at, start - SKEW_S, start, start_of, SKEW_S)
+            return _native.make_alerts(rows, self._texts(raws), Alert, self._alert_fields,
+                                       source, base + 1, labels if labels else NO_LABELS)
         rows = []
         keep = rows.append
         window = self._window
