@@ -26,6 +26,11 @@ VENV=${VENV:-.venv}
 pkgs=()
 command -v git >/dev/null || pkgs+=(git)
 "$PY" -m venv --help >/dev/null 2>&1 || pkgs+=(python3-venv)
+# A C compiler and Python's headers build the detection engine's native fast paths
+# (hatch_build.py); without them healer still runs, on its pure-Python paths.
+command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
+"$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(
+    sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null || pkgs+=(python3-dev)
 if [ "$want_demo" = 1 ]; then
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
   command -v ssh >/dev/null || pkgs+=(openssh-client)
@@ -57,7 +62,8 @@ fi
 extra="fast"
 [ "$want_demo" = 1 ] && extra="demo"
 [ "$want_test" = 1 ] && extra="dev"
-if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ]; then
+if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ] ||
+   [ healer/detect/_speedups.c -nt "$stamp.$extra" ] || [ hatch_build.py -nt "$stamp.$extra" ]; then
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
   "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$extra]"
   touch "$stamp.$extra"

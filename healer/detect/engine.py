@@ -309,7 +309,8 @@ class Engine:
         keep = self.max_line_chars * 4 + 8
         generic, window, windowed = self._generic, self._window, self._windowed
         min_rank, single = self._min_rank, self._single
-        if _native.judge_lines is not None and _native.build_hits is not None:
+        if _native.judge_lines is not None and _native.build_hits is not None and \
+                type(buf) in (bytes, bytearray):
             # Both loops below in C (healer.detect._native), the same hits.
             judged, bodies = _native.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
             return _native.build_hits(

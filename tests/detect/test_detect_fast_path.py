@@ -2,7 +2,8 @@
 byte for byte what judging, confirming and rendering each line on its own gives
 (``fast=False``): the alerts, their JSON and text as ``healer scan`` prints them, the counts and
 the per-service tally — on a mixed corpus of every line shape the engine meets and its edge
-cases, with both matchers, in one block and in many, in one process and in two."""
+cases, with both matchers, in one block and in many, in one process and in two; with its
+native pieces (healer/detect/_speedups.c) and with their Python originals."""
 
 from __future__ import annotations
 
@@ -19,13 +20,29 @@ from detect_helpers import CORPUS, scan_env
 from realistic_corpus import generate
 
 from healer.commands._scan_run import _Output
-from healer.detect import _files, lines
+from healer.detect import _files, _native, lines
+from healer.detect import engine as engine_module
 from healer.detect._timestamps import iso, parse_ts, parse_ts_cached
 from healer.detect.alert import Alert
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
 
 T0 = 1714557600.0  # 2024-05-01T10:00:00Z
+NATIVE = ("parse_iso", "json_lines", "confirm_lines", "judge_lines", "build_hits",
+          "filter_hits", "make_alerts")
+
+
+@pytest.fixture(params=["native", "python"], autouse=True)
+def fast_pieces(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test twice: the fast path with its native pieces, and with the Python ones."""
+    if request.param == "native":
+        if _native.speedups is None:
+            pytest.skip("the native module is not built here")
+        return "native"
+    for name in NATIVE:
+        monkeypatch.setattr(_native, name, None)
+    monkeypatch.setattr(engine_module, "parse_ts_fast", parse_ts_cached)
+    return "python"
 
 PODS = [f"play-task-{n}-{kind}-x7k2p" for n in range(1, 4) for kind in ("impl", "test")]
 ERRORS = [
@@ -180,7 +197,7 @@ def _render(engine: Engine, path: Path, as_json: bool, workers: int) -> list[Any
 @pytest.mark.parametrize("catalog", sorted(CATALOGS))
 def test_fast_path_renders_what_the_line_by_line_path_renders(
         mixed_logs: dict[str, Path], kind: str, catalog: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, fast_pieces: str) -> None:
     """JSON and text output, counts and service tallies: identical, in one block and in many
     (lookback across blocks), in one process and in two."""
     mixed_log = mixed_logs[kind]
@@ -188,6 +205,7 @@ def test_fast_path_renders_what_the_line_by_line_path_renders(
     fast = Engine(cat, engine=kind, clock=lambda: T0 + 3600)
     slow = Engine(cat, engine=kind, clock=lambda: T0 + 3600, fast=False)
     assert fast.fast and not slow.fast
+    assert (fast._native_pass1 is not None) == (fast_pieces == "native")
     monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
     for block in (_files.BLOCK_BYTES, 64 << 10):
         monkeypatch.setattr(_files, "BLOCK_BYTES", block)
@@ -234,10 +252,11 @@ def test_healer_scan_prints_what_the_reference_path_renders(mixed_logs: dict[str
     """End to end: `healer scan --json` and the text form print the reference's bytes."""
     mixed_log = mixed_logs["hyperscan"]
     for flags, as_json in ((["--json"], True), ([], False)):
+        native = "1" if _native.json_lines is not None else "0"
         proc = subprocess.run([sys.executable, "-m", "healer", "scan", "--no-summary",
                                "--start", str(T0), *flags, str(mixed_log)], cwd=tmp_path,
-                              env=scan_env(tmp_path), capture_output=True, timeout=120,
-                              check=False)
+                              env=scan_env(tmp_path, HEALER_DETECT_NATIVE=native),
+                              capture_output=True, timeout=120, check=False)
         assert proc.returncode == 1, proc.stderr
         out = _Output(as_json, io.StringIO(), live=False)
         slow = Engine(Catalog.load(), fast=False)

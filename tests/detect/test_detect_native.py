@@ -1,0 +1,172 @@
+"""The native fast paths (healer/detect/_speedups.c) give what their Python originals give, to
+the bit and the byte: ISO timestamps, pass 1 (candidate lines, newline counts), judging and
+timing hits, building alerts, JSON Lines. Whole-engine equality, with and without them, is
+tests/detect/test_detect_fast_path.py's; here each piece meets its edge cases head on."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import MappingProxyType
+
+import pytest
+
+from healer.detect import _native, lines
+from healer.detect._timestamps import _ISO_MINUTE, parse_ts_cached
+from healer.detect.alert import Alert, json_lines
+from healer.detect.catalog import Catalog
+from healer.detect.engine import Engine
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1714557600.0
+
+needs_native = pytest.mark.skipif(_native.speedups is None,
+                                  reason="the native module is not built here")
+
+
+def test_the_native_module_is_built_where_it_can_be() -> None:
+    """Where a compiler and Python's headers are, the install built it (else the engine
+    silently runs its slower paths: this is the test that notices)."""
+    headers = Path(sysconfig.get_paths()["include"]) / "Python.h"
+    if shutil.which("cc") is None or not headers.exists():
+        pytest.skip("no C compiler or Python headers: the pure-Python paths are the product")
+    assert _native.speedups is not None, "run `python hatch_build.py` or reinstall healer"
+    assert _native.speedups.VERSION == _native.VERSION
+
+
+def test_healer_detect_native_0_turns_them_off() -> None:
+    env = {**os.environ, "HEALER_DETECT_NATIVE": "0", "PYTHONPATH": str(REPO)}
+    code = ("from healer.detect import _native, _timestamps;"
+            "print(_native.speedups, _timestamps.parse_ts_fast.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60, check=True).stdout.split()
+    assert out == ["None", "parse_ts_cached"]
+
+
+def _stamps(rnd: random.Random) -> str:
+    """Almost-timestamps: every part of the ISO form present, missing, cut or out of range."""
+    date = rnd.choice(["2024-05-01", "2024-02-29", "2023-02-29", "2024-13-01", "0000-01-01",
+                       "9999-12-31", "1969-12-31", "2024-00-10", "2024-04-31", "2024-5-01"])
+    sep = rnd.choice(["T", " ", "t", "_"])
+    clock = rnd.choice(["10:00:00", "23:59:59", "24:00:00", "10:60:00", "10:00:60", "10:00:61",
+                        "00:00:00", "1:00:00", "10:00"])
+    frac = rnd.choice(["", ".", ",", ".1", ".123", ",123", ".123456789", ".1234567890123",
+                       ".9995", "." + "9" * rnd.randint(1, 12)])
+    space = rnd.choice(["", "", " ", "\t", "  "])
+    zone = rnd.choice(["", "Z", "z", "UTC", "+02:00", "-05:30", "+0200", "-0530", "+02:0",
+                       "+2:00", "+02", "+14:00", "-00:00", "+99:99", "GMT"])
+    return date + sep + clock + frac + space + zone
+
+
+def _lines(n: int, seed: int) -> list[bytes]:
+    rnd = random.Random(seed)
+    out = [b"", b"no time", b"I0501 10:00:00.123456 klog", b'{"ts": 1714557600.25}']
+    for _ in range(n):
+        lead = rnd.choice(["", "x ", '{"ts":"', "[pod/a/b] ", "9" * rnd.randint(1, 8) + "-",
+                           "a" * rnd.randint(120, 160)])
+        text = lead + _stamps(rnd) + rnd.choice(["", " rest", "Z", "0", "1 more"])
+        if rnd.random() < 0.1:
+            text = text[:rnd.randint(0, len(text))]
+        out.append(text.encode())
+    return out
+
+
+@needs_native
+def test_iso_timestamps_are_parse_ts_cached_to_the_bit() -> None:
+    assert _native.parse_iso is not None
+    for line in _lines(40_000, seed=1):
+        want = parse_ts_cached(line, T0)
+        got = _native.parse_iso(line)
+        if got is False:
+            assert _ISO_MINUTE.search(line, 0, 160) is None, line
+            continue
+        assert (want is None and got is None) or (
+            want is not None and got is not None and want.hex() == got.hex()), line
+        assert _native.parse_iso(bytearray(line)) == got
+        assert _native.parse_iso(memoryview(line)) == got
+
+
+def _alert(rnd: random.Random, patterns: list, sources: list[str]) -> Alert:
+    p = rnd.choice(patterns)
+    text = "".join(rnd.choice(["a", " ", '"', "\\", "\n", "\r", "\t", "\b", "\f", "\x00",
+                               "\x1f", "\x7f", "é", "€", "\u2028", "\ud800", "😀", "\U0010ffff",
+                               "x" * 20]) for _ in range(rnd.randint(0, 30)))
+    ts = rnd.choice([None, T0 + rnd.uniform(-1, 1e6), 0.0, 1714557600.0005, 1714557600.0015,
+                     1714557659.9996, -1.5, 1e12, 253402300799.9996, 7,
+                     rnd.uniform(0, 2e9)])
+    labels = MappingProxyType({}) if rnd.random() < 0.9 else {"pod": "x\u00e9"}
+    return Alert(p.code, p.id, p.priority, p.severity, rnd.choice(sources),
+                 rnd.choice([1, 7, 10**12, rnd.randint(1, 10**6)]), text, ts, labels,
+                 p if rnd.random() < 0.97 else None, "error", "")
+
+
+@needs_native
+def test_json_lines_are_to_json() -> None:
+    """Escapes (quotes, controls, DEL, non-ASCII, astral, lone surrogates), times (rounding,
+    before 1970, past 9999, an int), labels, no pattern, and more (pattern,
+    source) pairs than the native fragment cache has slots."""
+    rnd = random.Random(2)
+    patterns = list(Catalog.load().patterns)
+    sources = ["agent.log", "pod/x/y", "sé", *(f"s{k}" for k in range(40))]
+    alerts = [_alert(rnd, patterns, sources) for _ in range(20_000)]
+    want = "".join(a.to_json() + "\n" for a in alerts)
+    assert json_lines(alerts) == want
+    assert json_lines([]) == ""
+    for line in want.splitlines()[:2000]:
+        json.loads(line)
+
+
+@needs_native
+def test_the_native_judge_views_the_lines_needs_view_names() -> None:
+    """needs_view in C: prefixes, JSON, escapes, '| ', the low level words in any case, at
+    and around the 160-byte head."""
+    assert _native.judge_lines is not None
+    rnd = random.Random(3)
+    triggers = ["{", "\x1b", "| ", "|", "info", "INFO", "Debug", "tRaCe", "notice", "inf",
+                "[pod/", "<", "nfo", "notic", "ı"]
+    found = []
+    for k in range(6000):
+        pos = rnd.choice([0, 1, 5, 150, 155, 156, 157, 158, 159, 160, 161, rnd.randint(0, 300)])
+        word = rnd.choice(triggers)
+        line = ("x" * pos + word + " connection refused" * rnd.randint(0, 3)).encode()
+        if rnd.random() < 0.5:
+            line = line[:rnd.randint(0, len(line))] or b"x"
+        found.append((k, 0, line if rnd.random() < 0.5 else bytearray(line), [0]))
+    viewed: list[bytes] = []
+
+    def view(line: bytes) -> tuple[bytes, str, str, str]:
+        viewed.append(bytes(line))
+        return (line, "", "", lines.LOG)
+
+    judged, bodies = _native.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    assert viewed == [bytes(f[2]) for f in found if lines.needs_view(f[2])]
+    assert len(judged) == len(bodies) == len(found)
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(6))
+def test_native_pass_one_is_the_python_loop(seed: int) -> None:
+    """Candidate lines, confirmation and newline counts, on blocks whose lines are short and
+    long (the vectorized count's edges), with ANSI lines and candidates sharing lines."""
+    rnd = random.Random(seed)
+    words = ["connection refused", "timeout", "\x1b[31mERROR\x1b[0m fatal error", "ok",
+             "panicked at", "", "x" * rnd.choice([7, 31, 32, 33, 8159, 8160, 8161])]
+    data = b"".join((" ".join(rnd.choice(words) for _ in range(rnd.randint(0, 4))) +
+                     "\n").encode() for _ in range(rnd.randint(1, 4000)))
+    if rnd.random() < 0.5:
+        data = data.rstrip(b"\n")
+    native = Engine(Catalog.load(), clock=lambda: T0)
+    python = Engine(Catalog.load(), clock=lambda: T0)
+    python._native_pass1 = None
+    assert native._native_pass1 is not None
+    for buf in (data, bytearray(data)):
+        for lo in (0, data.find(b"\n") + 1):
+            want = python.scan_block(buf, lo, len(data), [], 5)
+            got = native.scan_block(buf, lo, len(data), [], 5)
+            assert got == want and want[0] == data.count(b"\n", lo)
