@@ -139,6 +139,34 @@ class _Output:
         return (text, dict(Counter(a.pattern.index for a in alerts if a.pattern)),
                 tally.to_dict())
 
+    def emitter(self) -> Callable[[tuple[str, dict[int, int], dict[str, Any]]],
+                                  tuple[str, dict[int, int], dict[str, Any]]] | None:
+        """For ``Engine.render_file(emit=…)``: writes a rendered region's text straight to the
+        stream's file descriptor from whichever process rendered it (so a scan worker's output
+        never travels through this process), and returns the rest; None when the stream has
+        no descriptor (a test's StringIO). Flushes the stream first: a worker forked with
+        buffered output would write it again."""
+        try:
+            fd = self.stream.fileno()
+        except (AttributeError, OSError, ValueError):
+            return None
+        stream = self.stream
+        stream.flush()
+        encoding = getattr(stream, "encoding", None) or "utf-8"
+        errors = getattr(stream, "errors", None) or "strict"
+
+        def emit(result: tuple[str, dict[int, int], dict[str, Any]]
+                 ) -> tuple[str, dict[int, int], dict[str, Any]]:
+            text, counts, services = result
+            if text:
+                stream.flush()
+                view = memoryview(text.encode(encoding, errors))
+                while view:
+                    view = view[os.write(fd, view):]
+            return "", counts, services
+
+        return emit
+
     def write(self, text: str, counts: dict[int, int], catalog: Catalog,
               services: dict[str, Any] | None = None) -> None:
         if services:
@@ -236,7 +264,8 @@ class ScanRun:
                     for text, counts, services in engine.render_file(
                             f, out.render, start_time=start, not_before=not_before,
                             workers=a.workers, progress=_progress_for(f),
-                            idle=None if a.no_summary else _import_rich):
+                            idle=None if a.no_summary else _import_rich,
+                            emit=out.emitter()):
                         out.write(text, counts, catalog, services)
             if a.follow or use_stdin or a.cmd or a.loki or k8s:
                 failures = self._follow(engine, out, files if a.follow else [], use_stdin,

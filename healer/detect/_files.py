@@ -47,13 +47,20 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
               not_before: float | None, labels: Mapping[str, str] | None,
               workers: int | None, progress: Progress | None,
               render: Callable[[list[Alert]], Any] | None = None,
-              idle: Callable[[], None] | None = None) -> list[Any]:
+              idle: Callable[[], None] | None = None,
+              emit: Callable[[Any], Any] | None = None) -> list[Any]:
     """Scan a file; without ``render`` return its alerts.
 
     With ``render``, each region's alerts are passed to ``render`` where that region was
     scanned (in its worker, in parallel) and the (marshal-able) results come back in file
     order: how ``healer scan`` formats its output on every core. ``idle`` is called in this
     process once its own scan is done, while the workers finish theirs.
+
+    With ``emit`` too, each region's rendered result is passed to ``emit`` in the process that
+    rendered it, one region after the other in file order (a worker waits for its turn), and
+    what ``emit`` returns comes back instead: a worker writes its own output to a shared file
+    descriptor rather than sending it here first. Output buffered in this process must be
+    flushed before the call (a worker writes below it).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -67,7 +74,9 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # a FIFO or device: it can only be streamed
             alerts = _scan_stream(engine, fd, source, start_time, not_before, labels)
-            return [render(alerts)] if render is not None else alerts
+            if render is None:
+                return alerts
+            return [emit(render(alerts)) if emit is not None else render(alerts)]
         size = st.st_size
         seen_at = engine.clock()
         start = start_time
@@ -105,7 +114,7 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
         if pause_gc:
             gc.disable()
         try:
-            results = _run_regions(engine, fd, size, regions, progress, finish, idle)
+            results = _run_regions(engine, fd, size, regions, progress, finish, idle, emit)
         finally:
             if pause_gc:
                 gc.enable()
@@ -172,15 +181,20 @@ Finish = Callable[[list[RawHit], int], Any]
 
 def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[int, int]],
                  progress: Progress | None, finish: Finish,
-                 idle: Callable[[], None] | None = None) -> list[Any]:
-    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``.
+                 idle: Callable[[], None] | None = None,
+                 emit: Callable[[Any], Any] | None = None) -> list[Any]:
+    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``
+    (passed through ``emit`` in file order when given).
 
     A worker sends its newline count as soon as it has scanned, gets back the line number its
     region starts at, and then finishes (e.g. formats) its alerts in parallel with the others.
     The first worker's region starts where this process's ends, so it is told its line as soon
     as this process has scanned; with that one worker, this process then finishes its own
-    alerts at once instead of waiting for the worker's count first.
+    alerts at once instead of waiting for the worker's count first. With ``emit``, a worker
+    that has finished waits for its turn (a byte from this process, sent once every region
+    before it is emitted), emits, and sends back what ``emit`` returned.
     """
+    out = emit if emit is not None else _same
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
 
     def report(k: int, done: int) -> None:
@@ -191,13 +205,14 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
     workers: list[_Worker] = []
     try:
         for k in range(1, len(regions)):
-            workers.append(_Worker.fork(engine, fd, regions[k], k, report, finish, workers))
+            workers.append(_Worker.fork(engine, fd, regions[k], k, report, finish, workers,
+                                        emit))
         newlines, hits = scan_region(engine, fd, *regions[0], lambda d: report(0, d))
         base = newlines
         if workers:
             workers[0].base = base
             workers[0].send_base()
-        results = [finish(hits, 0)] if len(workers) == 1 else []
+        results = [out(finish(hits, 0))] if len(workers) == 1 else []
         for w in workers:
             w.base = base
             count = w.scanned()
@@ -206,14 +221,18 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                 w.result = (finish(w_hits, base),)
             base += count
         if not results:
-            results = [finish(hits, 0)]
+            results = [out(finish(hits, 0))]
         if idle is not None:
             idle()  # while the workers finish theirs
         for w in workers:
+            if w.result is not None:  # rendered here: emitted here, in its turn
+                results.append(out(w.result[0]))
+                continue
+            w.send_turn()
             got = w.finished()
             if got is None:
                 _, w_hits = scan_region(engine, fd, *regions[w.k])
-                got = (finish(w_hits, w.base),)
+                got = (out(finish(w_hits, w.base)),)
             results.append(got[0])
         if progress is not None:
             progress(size, size)
@@ -236,8 +255,8 @@ class _Worker:
 
     @classmethod
     def fork(cls, engine: BlockEngine, fd: int, region: tuple[int, int], k: int,
-             report: Callable[[int, int], None], finish: Finish, others: list[_Worker]
-             ) -> _Worker:
+             report: Callable[[int, int], None], finish: Finish, others: list[_Worker],
+             emit: Callable[[Any], Any] | None = None) -> _Worker:
         up_r, up_w = os.pipe()
         down_r, down_w = os.pipe()
         with contextlib.suppress(OSError, AttributeError, ImportError):
@@ -253,8 +272,13 @@ class _Worker:
                 count, hits = scan_region(engine, fd, *region, lambda d: report(k, d))
                 os.write(up_w, struct.pack("q", count))
                 base = struct.unpack("q", _read_exact(down_r, 8))[0]
+                result = finish(hits, base)
+                if emit is not None:
+                    if _read_exact(down_r, 1) != _TURN:
+                        raise SystemExit(70)  # the caller is gone: emit nothing
+                    result = emit(result)
                 with os.fdopen(up_w, "wb") as out:
-                    out.write(marshal.dumps(finish(hits, base)))
+                    out.write(marshal.dumps(result))
                 code = 0
             finally:
                 os._exit(code)
@@ -272,6 +296,14 @@ class _Worker:
         except OSError:
             self.sent = None
             self.reap()
+
+    def send_turn(self) -> None:
+        """Tell the worker every region before its own is emitted (``emit`` mode)."""
+        if self.sent:
+            try:
+                os.write(self.down, _TURN)
+            except OSError:
+                self.reap()
 
     def scanned(self) -> int | None:
         """Send the worker its base line (unless sent) and wait for its newline count."""
@@ -314,6 +346,13 @@ class _Worker:
                 os.kill(self.pid, signal.SIGKILL)
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(self.pid, 0)
+
+
+_TURN = b"T"
+
+
+def _same(result: Any) -> Any:
+    return result
 
 
 def _read_exact(fd: int, n: int) -> bytes:

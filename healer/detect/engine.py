@@ -172,16 +172,22 @@ class Engine:
                     source: str | None = None, start_time: float | None = None,
                     not_before: float | None = None, workers: int | None = None,
                     progress: Callable[[int, int], None] | None = None,
-                    idle: Callable[[], None] | None = None) -> list[Any]:
+                    idle: Callable[[], None] | None = None,
+                    emit: Callable[[Any], Any] | None = None) -> list[Any]:
         """Like ``scan_file``, but each region's alerts go through ``render`` in the worker
         that found them (so formatting runs on every core); returns the results in order.
         ``render`` must return something ``marshal`` can carry (str, bytes, numbers, lists,
-        dicts). ``idle`` runs in this process while the workers finish (e.g. imports)."""
+        dicts). ``idle`` runs in this process while the workers finish (e.g. imports).
+
+        ``emit``: each rendered result goes through it in the process that rendered it, in
+        file order, and its return value comes back instead — so each worker writes its own
+        output (to a file descriptor shared with this process; flush before calling)."""
         from healer.detect import _files
 
         return _files.scan_file(self, Path(path), source=source or str(path),
                                 start_time=start_time, not_before=not_before, labels=None,
-                                workers=workers, progress=progress, render=render, idle=idle)
+                                workers=workers, progress=progress, render=render, idle=idle,
+                                emit=emit)
 
     # -- internals shared with _files and StreamScanner ------------------------------------------
 

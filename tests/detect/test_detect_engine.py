@@ -247,6 +247,63 @@ class TestBuffers:
         assert [n for part in parts for n in part] == [
             a.line_no for a in engine.scan_file(big, workers=1)]
 
+    @pytest.mark.parametrize("workers", [2, 3])
+    def test_parallel_emit_in_file_order(self, engine: Engine, corpus, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+        """With emit, each worker writes its own region to the shared descriptor, one after
+        the other in file order, and sends back only what emit returns."""
+        import os
+
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 6)
+        sink = tmp_path / "out.txt"
+        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        me = os.getpid()
+
+        def emit(line_nos: list[int]) -> tuple[int, bool]:
+            os.write(fd, "".join(f"{n}\n" for n in line_nos).encode())
+            return len(line_nos), os.getpid() == me
+
+        try:
+            parts = engine.render_file(big, lambda alerts: [a.line_no for a in alerts],
+                                       workers=workers, emit=emit)
+        finally:
+            os.close(fd)
+        want = [a.line_no for a in engine.scan_file(big, workers=1)]
+        assert [int(n) for n in sink.read_text().split()] == want
+        assert len(parts) == workers and sum(n for n, _ in parts) == len(want)
+        assert [here for _, here in parts] == [True] + [False] * (workers - 1)
+
+    def test_parallel_emit_redoes_a_failed_worker_in_order(
+            self, engine: Engine, corpus, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """A worker that dies at its turn is redone here, still in file order."""
+        import os
+
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 6)
+        sink, died = tmp_path / "out.txt", tmp_path / "died"
+        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        me = os.getpid()
+
+        def emit(line_nos: list[int]) -> int:
+            if os.getpid() != me and not died.exists():
+                died.touch()
+                os._exit(9)  # the first worker to get its turn dies before writing
+            os.write(fd, "".join(f"{n}\n" for n in line_nos).encode())
+            return len(line_nos)
+
+        try:
+            parts = engine.render_file(big, lambda alerts: [a.line_no for a in alerts],
+                                       workers=3, emit=emit)
+        finally:
+            os.close(fd)
+        want = [a.line_no for a in engine.scan_file(big, workers=1)]
+        assert died.exists()
+        assert [int(n) for n in sink.read_text().split()] == want and sum(parts) == len(want)
+
     def test_small_blocks(self, engine: Engine, corpus, monkeypatch: pytest.MonkeyPatch) -> None:
         """Lines longer than the read block and many blocks still give the same alerts."""
         import healer.detect.engine as eng_mod

@@ -154,6 +154,27 @@ class TestProgress:
         r = run_scan(tmp_path, "--no-summary", str(big))
         assert "━" not in r.out + r.err
 
+    @pytest.mark.parametrize("as_json", [True, False])
+    def test_workers_write_their_own_output_in_order(self, tmp_path: Path,
+                                                     as_json: bool) -> None:
+        """A file big enough for two workers: each prints its own region (to a pipe or a
+        file), and the bytes are those one process prints."""
+        big = tmp_path / "big.log"
+        block = "".join(f"2024-05-01T10:00:{k % 60:02d}Z level=info msg=ok n={k}\n" if k % 9
+                        else f"2024-05-01T10:00:{k % 60:02d}Z ERROR connection refused é{k}\n"
+                        for k in range(40_000))
+        big.write_text(block * 20)  # ~40 MB: over PARALLEL_MIN_BYTES
+        flags = ["--no-summary", *(["--json"] if as_json else [])]
+        one = run_scan(tmp_path, *flags, "--workers", "1", str(big), timeout=120)
+        two = run_scan(tmp_path, *flags, "--workers", "2", str(big), timeout=120)
+        assert one.code == two.code == 1 and one.out == two.out
+        assert one.out.count("\n") == 20 * len(range(0, 40_000, 9))
+        with open(tmp_path / "out.txt", "wb") as sink:
+            subprocess.run([sys.executable, "-m", "healer", "scan", *flags, "--workers", "2",
+                            str(big)], cwd=tmp_path, env=scan_env(tmp_path), stdout=sink,
+                           stderr=subprocess.DEVNULL, timeout=120, check=False)
+        assert (tmp_path / "out.txt").read_text() == one.out
+
     def test_no_bar_for_small_files(self, tmp_path: Path) -> None:
         """Small files get no progress bar, even on a terminal."""
         out = self.run_on_terminal(tmp_path, "--no-summary", str(CORPUS / "agent.log"))
