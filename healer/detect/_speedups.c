@@ -342,7 +342,7 @@ static int render_one(Out *o, PyObject *a, Slot *slots, PyObject *fragments) {
 static PyObject *json_lines(PyObject *self, PyObject *args) {
     PyObject *alerts, *fragments, *fallback;
     if (!PyArg_ParseTuple(args, "OOO:json_lines", &alerts, &fragments, &fallback)) return NULL;
-    PyObject *seq = PySequence_Fast(alerts, "alerts must be a sequence");
+    PyObject *seq = PySequence_Tuple(alerts);  /* a copy: the callbacks cannot change it */
     if (seq == NULL) return NULL;
     Slot *slots = PyMem_Calloc(SLOTS, sizeof(Slot));
     Out o = {NULL, 0, 0};
@@ -351,13 +351,13 @@ static PyObject *json_lines(PyObject *self, PyObject *args) {
         PyErr_NoMemory();
         goto done;
     }
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seq);
-    PyObject **items = PySequence_Fast_ITEMS(seq);
+    Py_ssize_t count = PyTuple_GET_SIZE(seq);
     for (Py_ssize_t i = 0; i < count; i++) {
-        int done = render_one(&o, items[i], slots, fragments);
+        PyObject *item = PyTuple_GET_ITEM(seq, i);
+        int done = render_one(&o, item, slots, fragments);
         if (done < 0) goto done;
         if (done == 0) {
-            PyObject *text = PyObject_CallOneArg(fallback, items[i]);
+            PyObject *text = PyObject_CallOneArg(fallback, item);
             if (text == NULL) goto done;
             if (!PyUnicode_Check(text) || !PyUnicode_IS_ASCII(text)) {
                 Py_DECREF(text);
