@@ -73,7 +73,7 @@ def parse_since(text: str, now: float) -> float:
 
 
 # Environment variables that are not settings (load_settings does not read them).
-_NOT_SETTINGS = {"HEALER_DETECT_ENGINE", "HEALER_CACHE_DIR"}
+_NOT_SETTINGS = {"HEALER_DETECT_ENGINE", "HEALER_DETECT_NATIVE", "HEALER_CACHE_DIR"}
 _SETTINGS_FLAGS = ("config", "set", "state_dir", "results_dir", "fleet_dir", "log_level",
                    "log_format")
 

@@ -21,6 +21,10 @@ examples:
 
 exit codes: 0 no alerts · 1 alerts found · 2 usage or input error (missing file, bad
 catalog, bad flag) · 3 a source could not be read (Loki unreachable, command failed).
+
+environment: HEALER_DETECT_ENGINE=re|hyperscan|auto picks the matcher;
+HEALER_DETECT_NATIVE=0 turns off the native fast paths (same alerts, slower);
+HEALER_CACHE_DIR holds compiled catalogs.
 """
 
 
