@@ -29,7 +29,7 @@ from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawH
 from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.lines import SourceStarts
-from healer.errors import UsageError
+from healer.errors import UnavailableError, UsageError
 
 PARALLEL_MIN_BYTES = 32 << 20
 # The calling process also merges the results and prints: its region is this much smaller.
@@ -229,8 +229,13 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                 results.append(out(w.result[0]))
                 continue
             w.send_turn()
-            got = w.finished()
+            got = w.finished(emitting=emit is not None)
             if got is None:
+                if w.emitted:  # some of its output may be out: redoing it would repeat it
+                    raise UnavailableError(
+                        f"a scan worker died while writing its part of the output (from line "
+                        f"{w.base + 1} on): the output is incomplete; run again, or with "
+                        f"--workers 1")
                 _, w_hits = scan_region(engine, fd, *regions[w.k])
                 got = (out(finish(w_hits, w.base)),)
             results.append(got[0])
@@ -252,6 +257,7 @@ class _Worker:
         self.result: tuple[Any] | None = None
         self.done = False
         self.sent: bool | None = False  # the base line sent (None: could not be)
+        self.emitted = False  # it began to emit its output (emit mode)
 
     @classmethod
     def fork(cls, engine: BlockEngine, fd: int, region: tuple[int, int], k: int,
@@ -276,6 +282,7 @@ class _Worker:
                 if emit is not None:
                     if _read_exact(down_r, 1) != _TURN:
                         raise SystemExit(70)  # the caller is gone: emit nothing
+                    os.write(up_w, _EMITTING)  # from here on, a failure is not redone
                     result = emit(result)
                 with os.fdopen(up_w, "wb") as out:
                     out.write(marshal.dumps(result))
@@ -318,7 +325,8 @@ class _Worker:
             return None
         return int(struct.unpack("q", head)[0])
 
-    def finished(self) -> tuple[Any] | None:
+    def finished(self, *, emitting: bool = False) -> tuple[Any] | None:
+        """Its result, or None if it failed; ``emitting``: it announces its emit first."""
         if self.result is not None:
             return self.result
         if self.done:
@@ -327,6 +335,9 @@ class _Worker:
             data = pipe.read()
         _, status = os.waitpid(self.pid, 0)
         self.done = True
+        if emitting and data[:1] == _EMITTING:
+            self.emitted = True
+            data = data[1:]
         if status != 0 or not data:
             return None
         try:
@@ -348,7 +359,8 @@ class _Worker:
                 os.waitpid(self.pid, 0)
 
 
-_TURN = b"T"
+_TURN = b"T"  # to a worker: every region before yours is emitted
+_EMITTING = b"E"  # from a worker: I am writing my output now
 
 
 def _same(result: Any) -> Any:

@@ -161,7 +161,8 @@ class Engine:
                   progress: Callable[[int, int], None] | None = None) -> list[Alert]:
         """All alerts in a file, read in blocks and split over ``workers`` processes
         (default: up to 2 for files of 32 MiB or more, when the caller runs no other thread;
-        an explicit ``workers`` forks regardless)."""
+        an explicit ``workers`` forks even beside other threads; files under 32 MiB are
+        always scanned here)."""
         from healer.detect import _files
 
         return _files.scan_file(self, Path(path), source=source or str(path),

@@ -278,7 +278,8 @@ class TestBuffers:
     def test_parallel_emit_redoes_a_failed_worker_in_order(
             self, engine: Engine, corpus, tmp_path: Path,
             monkeypatch: pytest.MonkeyPatch) -> None:
-        """A worker that dies at its turn is redone here, still in file order."""
+        """A worker that dies before its turn (here: while rendering) is redone here, and
+        its region still comes out in file order."""
         import os
 
         monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
@@ -288,21 +289,61 @@ class TestBuffers:
         fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
         me = os.getpid()
 
+        def render(alerts: list) -> list[int]:
+            if os.getpid() != me:
+                try:
+                    os.close(os.open(died, os.O_CREAT | os.O_EXCL))
+                except FileExistsError:
+                    pass
+                else:
+                    os._exit(9)  # the first worker to render dies
+            return [a.line_no for a in alerts]
+
         def emit(line_nos: list[int]) -> int:
-            if os.getpid() != me and not died.exists():
-                died.touch()
-                os._exit(9)  # the first worker to get its turn dies before writing
             os.write(fd, "".join(f"{n}\n" for n in line_nos).encode())
             return len(line_nos)
 
         try:
-            parts = engine.render_file(big, lambda alerts: [a.line_no for a in alerts],
-                                       workers=3, emit=emit)
+            parts = engine.render_file(big, render, workers=3, emit=emit)
         finally:
             os.close(fd)
         want = [a.line_no for a in engine.scan_file(big, workers=1)]
         assert died.exists()
         assert [int(n) for n in sink.read_text().split()] == want and sum(parts) == len(want)
+
+    def test_parallel_emit_never_repeats_a_worker_that_died_writing(
+            self, engine: Engine, corpus, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """A worker that dies after it began to write is not redone (that would print its
+        first lines twice): the scan fails, saying from which line the output is
+        incomplete."""
+        import os
+
+        from healer.errors import UnavailableError
+
+        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+        big = tmp_path / "big.log"
+        big.write_bytes(corpus.data * 6)
+        sink = tmp_path / "out.txt"
+        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        me = os.getpid()
+
+        def emit(line_nos: list[int]) -> int:
+            os.write(fd, "".join(f"{n}\n" for n in line_nos[:len(line_nos) // 2]).encode())
+            if os.getpid() != me:
+                os._exit(9)  # half its lines written
+            os.write(fd, "".join(f"{n}\n" for n in line_nos[len(line_nos) // 2:]).encode())
+            return len(line_nos)
+
+        try:
+            with pytest.raises(UnavailableError, match=r"from line \d+ on\): the output is "
+                                                       r"incomplete"):
+                engine.render_file(big, lambda alerts: [a.line_no for a in alerts], workers=2,
+                                   emit=emit)
+        finally:
+            os.close(fd)
+        got = [int(n) for n in sink.read_text().split()]
+        assert len(got) == len(set(got))  # nothing printed twice
 
     def test_small_blocks(self, engine: Engine, corpus, monkeypatch: pytest.MonkeyPatch) -> None:
         """Lines longer than the read block and many blocks still give the same alerts."""
