@@ -20,7 +20,8 @@ examples:
   healer scan --catalog my-patterns.yaml agent.log  add your own patterns (see docs)
 
 exit codes: 0 no alerts · 1 alerts found · 2 usage or input error (missing file, bad
-catalog, bad flag) · 3 a source could not be read (Loki unreachable, command failed).
+catalog, bad flag) · 3 a source could not be read (Loki unreachable, command failed), or
+a scan worker died while writing its output (the output is incomplete).
 
 environment: HEALER_DETECT_ENGINE=re|hyperscan|auto picks the matcher;
 HEALER_DETECT_NATIVE=0 turns off the native fast paths (same alerts, slower);
