@@ -30,9 +30,9 @@ def build_speedups(root: Path) -> Path | None:
     suffix = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
     out = src.with_name("_speedups" + suffix)
     include = sysconfig.get_paths()["include"]
-    cc = shlex.split(os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc")
-    if not cc or shutil.which(cc[0]) is None:
-        return _skip(f"no C compiler ({cc[0] if cc else 'cc'})")
+    cc = _compiler()
+    if cc is None:
+        return _skip("no C compiler (cc, gcc or $CC)")
     if not (Path(include) / "Python.h").exists():
         return _skip(f"no Python headers in {include} (Debian: apt-get install python3-dev)")
     tmp = out.with_name(out.name + ".tmp")
@@ -48,6 +48,16 @@ def build_speedups(root: Path) -> Path | None:
         return _skip(f"the compiler failed:\n{proc.stderr.strip()}")
     tmp.replace(out)  # atomic: a running healer never loads a half-written module
     return out
+
+
+def _compiler() -> list[str] | None:
+    """$CC, else the compiler Python was built with, else cc or gcc: the first that exists
+    (Debian's Python names ``x86_64-linux-gnu-gcc``, which not every gcc install provides)."""
+    for spec in (os.environ.get("CC"), sysconfig.get_config_var("CC"), "cc", "gcc"):
+        argv = shlex.split(spec) if spec else []
+        if argv and shutil.which(argv[0]):
+            return argv
+    return None
 
 
 def _skip(reason: str) -> None:
