@@ -128,6 +128,11 @@ class TestEscalation:
         how it ended, and the commands; a local forge issue. The next exhausted ladder of the
         same peer rewrites that file instead of writing another."""
         seen = set(human_seeds(service.settings))
+        # L5 asks a healthy peer: one whose heartbeat this service has heard (a busy machine
+        # may not have delivered the first ones yet).
+        stale = service.settings.fleet.stale_s
+        await until(lambda: all((service.heartbeats.age(n) or 1e9) < stale
+                                for n in ("n1", "n2")), 30)
         fleet.break_restart("n3", "unit file missing")
         first = await service.repairer.repair_with_escalation(service.view.peer("n3"))
         assert (first.repaired, first.level) == (False, "L5")
