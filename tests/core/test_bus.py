@@ -94,9 +94,10 @@ class TestApplied:
         r = h.got[0]
         assert (r.kind, r.target, r.status) == ("diagnose", "mac1", "diagnosed")
         assert r.data["channels"]["nats"]["ok"] is False
-        assert not path.exists() and (h.results / "applied" / path.name).exists()
+        # The subscribers are called before the marker goes and the file moves to applied/.
+        wait_for(lambda: not path.exists() and (h.results / "applied" / path.name).exists()
+                 and h.store.members(h.bus.pending_set) == [])
         assert h.store.get(LEDGER, r.id) is not None
-        assert h.store.members(h.bus.pending_set) == []
 
     def test_slow_writer(self, h: Harness) -> None:
         """A file written in pieces is applied once it is whole, not rejected half-way."""
@@ -253,7 +254,8 @@ class TestRejected:
         # Still alive: a good file after all that is applied.
         drop_result(h.results, "diagnose", "mac1")
         wait_for(lambda: len(h.got) == 1)
-        assert [p for p in h.results.iterdir() if p.name not in ("applied", "rejected")] == []
+        wait_for(lambda: [p for p in h.results.iterdir()
+                          if p.name not in ("applied", "rejected")] == [])
 
 
 NAME = "heal-diagnose-mac1-1700000000.json"
@@ -319,7 +321,7 @@ class TestSlowWriters:
             w.tell("finish")
         wait_for(lambda: len(h.got) == 1)
         assert h.got[0].data == VALID and h.rejected() == []
-        assert (h.results / "applied" / NAME).exists()
+        wait_for((h.results / "applied" / NAME).exists)  # moved once the subscribers return
         assert h.bus.partials.waiting() == {}
 
     def test_writer_that_never_finishes(self, make: Any) -> None:
@@ -397,6 +399,7 @@ class TestLinks:
         assert atomic_create_bytes(h.results / NAME, json.dumps(VALID).encode())
         wait_for(lambda: len(h.got) == 1)
         assert h.rejected() == []
+        wait_for((h.results / "applied" / NAME).exists)  # moved once the subscribers return
         assert (h.results / "applied" / NAME).stat().st_nlink == 1
 
 
