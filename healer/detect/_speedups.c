@@ -124,18 +124,26 @@ static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
     return 1;
 }
 
+/* A line's bytes: bytes or bytearray, else a TypeError. */
+static int line_data(PyObject *line, const unsigned char **data, Py_ssize_t *len) {
+    if (PyBytes_Check(line)) {
+        *data = (const unsigned char *)PyBytes_AS_STRING(line);
+        *len = PyBytes_GET_SIZE(line);
+        return 0;
+    }
+    if (PyByteArray_Check(line)) {
+        *data = (const unsigned char *)PyByteArray_AS_STRING(line);
+        *len = PyByteArray_GET_SIZE(line);
+        return 0;
+    }
+    PyErr_SetString(PyExc_TypeError, "lines must be bytes or bytearray");
+    return -1;
+}
+
+/* Any bytes-like object's bytes; 1 when a buffer view is held (release it), -1 on error. */
 static int read_bytes(PyObject *obj, const unsigned char **data, Py_ssize_t *len,
                       Py_buffer *view) {
-    if (PyBytes_Check(obj)) {
-        *data = (const unsigned char *)PyBytes_AS_STRING(obj);
-        *len = PyBytes_GET_SIZE(obj);
-        return 0;
-    }
-    if (PyByteArray_Check(obj)) {
-        *data = (const unsigned char *)PyByteArray_AS_STRING(obj);
-        *len = PyByteArray_GET_SIZE(obj);
-        return 0;
-    }
+    if (PyBytes_Check(obj) || PyByteArray_Check(obj)) return line_data(obj, data, len);
     if (PyObject_GetBuffer(obj, view, PyBUF_SIMPLE) < 0) return -1;
     *data = view->buf;
     *len = view->len;
@@ -611,18 +619,12 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
     return 0;
 }
 
-static int line_data(PyObject *line, const unsigned char **data, Py_ssize_t *len) {
-    if (PyBytes_Check(line)) {
-        *data = (const unsigned char *)PyBytes_AS_STRING(line);
-        *len = PyBytes_GET_SIZE(line);
-        return 0;
-    }
-    if (PyByteArray_Check(line)) {
-        *data = (const unsigned char *)PyByteArray_AS_STRING(line);
-        *len = PyByteArray_GET_SIZE(line);
-        return 0;
-    }
-    PyErr_SetString(PyExc_TypeError, "lines must be bytes or bytearray");
+
+/* A pattern index from Python, checked against the catalog's size; -1 with an error set. */
+static Py_ssize_t pattern_index(PyObject *obj, Py_ssize_t npats) {
+    Py_ssize_t i = PyLong_AsSsize_t(obj);
+    if (i >= 0 && i < npats) return i;
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "pattern index out of range");
     return -1;
 }
 
@@ -699,10 +701,8 @@ static PyObject *judge_lines(PyObject *self, PyObject *args) {
                 }
                 for (Py_ssize_t i = 0; i < PyList_GET_SIZE(matched); i++) {
                     PyObject *pi = PyList_GET_ITEM(matched, i);
-                    Py_ssize_t idx = PyLong_AsSsize_t(pi);
-                    if (idx < 0 || idx >= npats) {
-                        if (!PyErr_Occurred())
-                            PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+                    Py_ssize_t idx = pattern_index(pi, npats);
+                    if (idx < 0) {
                         Py_DECREF(kept);
                         Py_DECREF(v);
                         goto fail;
@@ -773,11 +773,8 @@ static PyObject *build_hits(PyObject *self, PyObject *args) {
         PyObject *body = PyTuple_GET_ITEM(j, 4), *src = PyTuple_GET_ITEM(j, 5);
         PyObject *level = PyTuple_GET_ITEM(j, 6);
         PyObject *best = NULL, *own = NULL, *borrowed = NULL, *cut = NULL, *hit = NULL;
-        Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(matched, 0));
-        if (first < 0 || first >= npats) {
-            if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "pattern index out of range");
-            goto fail;
-        }
+        Py_ssize_t first = pattern_index(PyList_GET_ITEM(matched, 0), npats);
+        if (first < 0) goto fail;
         int gen = PyObject_IsTrue(PyList_GET_ITEM(generic, first));
         int has_ks = PyObject_IsTrue(ks);
         if (gen < 0 || has_ks < 0) goto fail;
@@ -817,12 +814,8 @@ static PyObject *build_hits(PyObject *self, PyObject *args) {
         if (own == Py_None && windowed) {
             int any = 0;
             for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(best) && !any; i++) {
-                Py_ssize_t bi = PyLong_AsSsize_t(PyTuple_GET_ITEM(best, i));
-                if (bi < 0 || bi >= npats) {
-                    if (!PyErr_Occurred())
-                        PyErr_SetString(PyExc_IndexError, "pattern index out of range");
-                    goto fail;
-                }
+                Py_ssize_t bi = pattern_index(PyTuple_GET_ITEM(best, i), npats);
+                if (bi < 0) goto fail;
                 any = PyList_GET_ITEM(window, bi) != Py_None;
             }
             if (any) {
@@ -898,11 +891,8 @@ static PyObject *filter_hits(PyObject *self, PyObject *args) {
         Py_ssize_t n = PyTuple_GET_SIZE(pidxs);
         int any_window = 0;
         for (Py_ssize_t i = 0; i < n; i++) {
-            Py_ssize_t pi = PyLong_AsSsize_t(PyTuple_GET_ITEM(pidxs, i));
-            if (pi < 0 || pi >= npats) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_IndexError, "pattern index out of range");
-                goto fail;
-            }
+            Py_ssize_t pi = pattern_index(PyTuple_GET_ITEM(pidxs, i), npats);
+            if (pi < 0) goto fail;
             any_window |= PyList_GET_ITEM(window, pi) != Py_None;
         }
         PyObject *kept = pidxs;
@@ -1002,13 +992,13 @@ static PyObject *make_alerts(PyObject *self, PyObject *args) {
             goto fail;
         }
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
-            Py_ssize_t pi = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(seq, i));
-            PyObject *info = (pi >= 0 && pi < npats) ? PyList_GET_ITEM(patterns, pi) : NULL;
+            Py_ssize_t pi = pattern_index(PySequence_Fast_GET_ITEM(seq, i), npats);
+            PyObject *info = pi >= 0 ? PyList_GET_ITEM(patterns, pi) : NULL;
             PyObject *a = NULL;
             if (info != NULL && PyTuple_Check(info) && PyTuple_GET_SIZE(info) == 5)
                 a = type->tp_alloc(type, 12);
             else if (!PyErr_Occurred())
-                PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+                PyErr_SetString(PyExc_TypeError, "pattern fields must be 5-tuples");
             if (a == NULL) {
                 Py_DECREF(seq);
                 Py_DECREF(line_no);
