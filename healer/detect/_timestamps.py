@@ -10,8 +10,6 @@ from __future__ import annotations
 import re
 import time
 
-from healer.detect import _native
-
 HEAD_BYTES = 160  # a timestamp further into the line than this is not the line's own
 
 _ISO = re.compile(
@@ -154,19 +152,6 @@ def parse_ts_cached(line: bytes | bytearray, reference: float | None = None) -> 
     if shift is None:
         shift = _zone_shift(zone)
     return base + ss - shift if shift else base + ss
-
-
-def _parse_ts_native(line: bytes | bytearray, reference: float | None = None) -> float | None:
-    """``parse_ts_cached``, the ISO form in C (healer.detect._native)."""
-    ts = _iso_native(line)  # type: ignore[misc]
-    if ts is False:
-        return parse_ts(line, reference)  # klog and epoch forms
-    return ts  # type: ignore[return-value]
-
-
-_iso_native = _native.parse_iso
-# What the engine parses matched lines with: the C one when it is built.
-parse_ts_fast = _parse_ts_native if _iso_native is not None else parse_ts_cached
 
 
 _MINUTES: dict[int, str] = {}  # minute number → "2024-05-01T10:00:"

@@ -39,7 +39,7 @@ from typing import Any
 
 from healer.detect import _match, _native
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
-from healer.detect._timestamps import HEAD_BYTES, parse_ts, parse_ts_fast
+from healer.detect._timestamps import HEAD_BYTES, parse_ts, parse_ts_cached
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.lines import (
@@ -124,7 +124,8 @@ class Engine:
         self._controls = _match.LineFlagger.build([(_TEXT_WORK, True)]) if hs else None
         self._single = [(i,) for i in range(len(pats))]
         self._trusted = [c is _trusted for c in self._confirm]
-        self._native_pass1 = _native.confirm_lines if fast else None
+        # The C versions of the fast path's loops (healer.detect._native), or None.
+        self._speedups = _native.speedups if fast else None
         self._alert_fields = [(p.code, p.id, p.priority, p.severity, p) for p in pats]
 
     # -- public scanning API -------------------------------------------------------------------
@@ -210,9 +211,9 @@ class Engine:
         if ansi:
             cands = self._clean_candidates(cands, ansi)
         cands.sort()
-        if self._native_pass1 is not None:  # the same loop in C (healer.detect._native)
-            got = self._native_pass1(buf, lo, hi, cands, first, cleaned, self._confirm,
-                                     self._trusted)
+        if self._speedups is not None:  # the loop below, in C
+            got = self._speedups.confirm_lines(buf, lo, hi, cands, first, cleaned,
+                                               self._confirm, self._trusted)
             if got is not NotImplemented:
                 newlines, found = got
                 return newlines, self._pass2(buf, lo, found, tail), _tail_heads(
@@ -316,11 +317,10 @@ class Engine:
         keep = self.max_line_chars * 4 + 8
         generic, window, windowed = self._generic, self._window, self._windowed
         min_rank, single = self._min_rank, self._single
-        if _native.judge_lines is not None and _native.build_hits is not None and \
-                type(buf) in (bytes, bytearray):
-            # Both loops below in C (healer.detect._native), the same hits.
-            judged, bodies = _native.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
-            return _native.build_hits(
+        sp = self._speedups
+        if sp is not None and type(buf) in (bytes, bytearray):  # both loops below, in C
+            judged, bodies = sp.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
+            return sp.build_hits(
                 judged, self._suppressor.candidates(bodies), generic, single, window, windowed,
                 keep, self._resolve, parse_ts,
                 lambda start: _lookback(buf, lo, start, tail))
@@ -348,7 +348,7 @@ class Engine:
         sup_cands = self._suppressor.candidates([j[4] for j in judged])
         hits: list[RawHit] = []
         add_hit = hits.append
-        resolve, ts_of = self._resolve, parse_ts_fast
+        resolve, ts_of = self._resolve, parse_ts_cached
         for (li, start, line, matched, body, src, level), ks in zip(judged, sup_cands,
                                                                       strict=True):
             if ks or len(matched) > 1 or generic[matched[0]]:
@@ -465,12 +465,13 @@ class Engine:
                 ts_override: float | None, start_of: StartOf | None) -> list[Alert]:
         """``alerts`` for many hits at once: the filters first, then every kept line decoded
         in one go (``_texts``), then the alerts built as plain tuples."""
-        if _native.filter_hits is not None and _native.make_alerts is not None:
+        sp = self._speedups
+        if sp is not None:  # both loops below, in C
             hits = hits if isinstance(hits, list) else list(hits)
-            rows, raws = _native.filter_hits(hits, self._window, ts_override, not_before,
-                                             seen_at, start - SKEW_S, start, start_of, SKEW_S)
-            return _native.make_alerts(rows, self._texts(raws), Alert, self._alert_fields,
-                                       source, base + 1, labels if labels else NO_LABELS)
+            rows, raws = sp.filter_hits(hits, self._window, ts_override, not_before, seen_at,
+                                        start - SKEW_S, start, start_of, SKEW_S)
+            return sp.make_alerts(rows, self._texts(raws), Alert, self._alert_fields, source,
+                                  base + 1, labels if labels else NO_LABELS)
         rows = []
         keep = rows.append
         window = self._window

@@ -21,17 +21,12 @@ from realistic_corpus import generate
 
 from healer.commands._scan_run import _Output
 from healer.detect import _files, _native, lines
-from healer.detect import engine as engine_module
 from healer.detect._timestamps import iso, parse_ts, parse_ts_cached
 from healer.detect.alert import Alert
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
 
 T0 = 1714557600.0  # 2024-05-01T10:00:00Z
-NATIVE = ("parse_iso", "json_lines", "confirm_lines", "judge_lines", "build_hits",
-          "filter_hits", "make_alerts")
-
-
 @pytest.fixture(params=["native", "python"], autouse=True)
 def fast_pieces(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Every test twice: the fast path with its native pieces, and with the Python ones."""
@@ -39,9 +34,7 @@ def fast_pieces(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         if _native.speedups is None:
             pytest.skip("the native module is not built here")
         return "native"
-    for name in NATIVE:
-        monkeypatch.setattr(_native, name, None)
-    monkeypatch.setattr(engine_module, "parse_ts_fast", parse_ts_cached)
+    monkeypatch.setattr(_native, "speedups", None)
     return "python"
 
 PODS = [f"play-task-{n}-{kind}-x7k2p" for n in range(1, 4) for kind in ("impl", "test")]
@@ -205,7 +198,7 @@ def test_fast_path_renders_what_the_line_by_line_path_renders(
     fast = Engine(cat, engine=kind, clock=lambda: T0 + 3600)
     slow = Engine(cat, engine=kind, clock=lambda: T0 + 3600, fast=False)
     assert fast.fast and not slow.fast
-    assert (fast._native_pass1 is not None) == (fast_pieces == "native")
+    assert (fast._speedups is not None) == (fast_pieces == "native")
     monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
     for block in (_files.BLOCK_BYTES, 64 << 10):
         monkeypatch.setattr(_files, "BLOCK_BYTES", block)
@@ -252,7 +245,7 @@ def test_healer_scan_prints_what_the_reference_path_renders(mixed_logs: dict[str
     """End to end: `healer scan --json` and the text form print the reference's bytes."""
     mixed_log = mixed_logs["hyperscan"]
     for flags, as_json in ((["--json"], True), ([], False)):
-        native = "1" if _native.json_lines is not None else "0"
+        native = "1" if _native.speedups is not None else "0"
         proc = subprocess.run([sys.executable, "-m", "healer", "scan", "--no-summary",
                                "--start", str(T0), *flags, str(mixed_log)], cwd=tmp_path,
                               env=scan_env(tmp_path, HEALER_DETECT_NATIVE=native),

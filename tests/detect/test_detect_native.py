@@ -42,11 +42,11 @@ def test_the_native_module_is_built_where_it_can_be() -> None:
 
 def test_healer_detect_native_0_turns_them_off() -> None:
     env = {**os.environ, "HEALER_DETECT_NATIVE": "0", "PYTHONPATH": str(REPO)}
-    code = ("from healer.detect import _native, _timestamps;"
-            "print(_native.speedups, _timestamps.parse_ts_fast.__name__)")
+    code = ("from healer.detect import _native, engine, catalog;"
+            "print(_native.speedups, engine.Engine(catalog.Catalog.load())._speedups)")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()
-    assert out == ["None", "parse_ts_cached"]
+    assert out == ["None", "None"]
 
 
 def _stamps(rnd: random.Random) -> str:
@@ -79,17 +79,17 @@ def _lines(n: int, seed: int) -> list[bytes]:
 
 @needs_native
 def test_iso_timestamps_are_parse_ts_cached_to_the_bit() -> None:
-    assert _native.parse_iso is not None
+    parse_iso = _native.speedups.parse_iso
     for line in _lines(40_000, seed=1):
         want = parse_ts_cached(line, T0)
-        got = _native.parse_iso(line)
+        got = parse_iso(line)
         if got is False:
             assert _ISO_MINUTE.search(line, 0, 160) is None, line
             continue
         assert (want is None and got is None) or (
             want is not None and got is not None and want.hex() == got.hex()), line
-        assert _native.parse_iso(bytearray(line)) == got
-        assert _native.parse_iso(memoryview(line)) == got
+        assert parse_iso(bytearray(line)) == got
+        assert parse_iso(memoryview(line)) == got
 
 
 def _alert(rnd: random.Random, patterns: list, sources: list[str]) -> Alert:
@@ -126,7 +126,6 @@ def test_json_lines_are_to_json() -> None:
 def test_the_native_judge_views_the_lines_needs_view_names() -> None:
     """needs_view in C: prefixes, JSON, escapes, '| ', the low level words in any case, at
     and around the 160-byte head."""
-    assert _native.judge_lines is not None
     rnd = random.Random(3)
     triggers = ["{", "\x1b", "| ", "|", "info", "INFO", "Debug", "tRaCe", "notice", "inf",
                 "[pod/", "<", "nfo", "notic", "ı"]
@@ -144,7 +143,7 @@ def test_the_native_judge_views_the_lines_needs_view_names() -> None:
         viewed.append(bytes(line))
         return (line, "", "", lines.LOG)
 
-    judged, bodies = _native.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    judged, bodies = _native.speedups.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
     assert viewed == [bytes(f[2]) for f in found if lines.needs_view(f[2])]
     assert len(judged) == len(bodies) == len(found)
 
@@ -152,8 +151,9 @@ def test_the_native_judge_views_the_lines_needs_view_names() -> None:
 @needs_native
 @pytest.mark.parametrize("seed", range(6))
 def test_native_pass_one_is_the_python_loop(seed: int) -> None:
-    """Candidate lines, confirmation and newline counts, on blocks whose lines are short and
-    long (the vectorized count's edges), with ANSI lines and candidates sharing lines."""
+    """scan_block in C against scan_block in Python: candidate lines, confirmation, newline
+    counts and the hits, on blocks whose lines are short and long (the vectorized count's
+    edges), with ANSI lines and candidates sharing lines."""
     rnd = random.Random(seed)
     words = ["connection refused", "timeout", "\x1b[31mERROR\x1b[0m fatal error", "ok",
              "panicked at", "", "x" * rnd.choice([7, 31, 32, 33, 8159, 8160, 8161])]
@@ -163,8 +163,8 @@ def test_native_pass_one_is_the_python_loop(seed: int) -> None:
         data = data.rstrip(b"\n")
     native = Engine(Catalog.load(), clock=lambda: T0)
     python = Engine(Catalog.load(), clock=lambda: T0)
-    python._native_pass1 = None
-    assert native._native_pass1 is not None
+    python._speedups = None
+    assert native._speedups is not None
     for buf in (data, bytearray(data)):
         for lo in (0, data.find(b"\n") + 1):
             want = python.scan_block(buf, lo, len(data), [], 5)
