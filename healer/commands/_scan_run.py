@@ -159,7 +159,6 @@ class _Output:
                  ) -> tuple[str, dict[int, int], dict[str, Any]]:
             text, counts, services = result
             if text:
-                stream.flush()
                 view = memoryview(text.encode(encoding, errors))
                 while view:
                     view = view[os.write(fd, view):]

@@ -76,7 +76,7 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
             alerts = _scan_stream(engine, fd, source, start_time, not_before, labels)
             if render is None:
                 return alerts
-            return [emit(render(alerts)) if emit is not None else render(alerts)]
+            return [(emit or _same)(render(alerts))]
         size = st.st_size
         seen_at = engine.clock()
         start = start_time
@@ -194,7 +194,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
     that has finished waits for its turn (a byte from this process, sent once every region
     before it is emitted), emits, and sends back what ``emit`` returned.
     """
-    out = emit if emit is not None else _same
+    out = emit or _same
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
 
     def report(k: int, done: int) -> None:
@@ -229,7 +229,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                 results.append(out(w.result[0]))
                 continue
             w.send_turn()
-            got = w.finished(emitting=emit is not None)
+            got = w.finished()
             if got is None:
                 if w.emitted:  # some of its output may be out: redoing it would repeat it
                     raise UnavailableError(
@@ -251,13 +251,14 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
 class _Worker:
     """A forked process scanning one region (see ``_run_regions`` for the protocol)."""
 
-    def __init__(self, k: int, pid: int, up: int, down: int):
+    def __init__(self, k: int, pid: int, up: int, down: int, *, emits: bool = False):
         self.k, self.pid, self.up, self.down = k, pid, up, down
+        self.emits = emits  # it writes its own output, announcing that first
         self.base = 0
         self.result: tuple[Any] | None = None
         self.done = False
         self.sent: bool | None = False  # the base line sent (None: could not be)
-        self.emitted = False  # it began to emit its output (emit mode)
+        self.emitted = False  # it began to write its output
 
     @classmethod
     def fork(cls, engine: BlockEngine, fd: int, region: tuple[int, int], k: int,
@@ -291,7 +292,7 @@ class _Worker:
                 os._exit(code)
         os.close(up_w)
         os.close(down_r)
-        return cls(k, pid, up_r, down_w)
+        return cls(k, pid, up_r, down_w, emits=emit is not None)
 
     def send_base(self) -> None:
         """Send the worker its base line (it reads it once it has scanned)."""
@@ -325,8 +326,8 @@ class _Worker:
             return None
         return int(struct.unpack("q", head)[0])
 
-    def finished(self, *, emitting: bool = False) -> tuple[Any] | None:
-        """Its result, or None if it failed; ``emitting``: it announces its emit first."""
+    def finished(self) -> tuple[Any] | None:
+        """Its result, or None if it failed."""
         if self.result is not None:
             return self.result
         if self.done:
@@ -335,7 +336,7 @@ class _Worker:
             data = pipe.read()
         _, status = os.waitpid(self.pid, 0)
         self.done = True
-        if emitting and data[:1] == _EMITTING:
+        if self.emits and data[:1] == _EMITTING:
             self.emitted = True
             data = data[1:]
         if status != 0 or not data:
