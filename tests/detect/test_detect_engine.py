@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
 
@@ -23,6 +25,44 @@ T0 = 1714557600.0  # 2024-05-01T10:00:00Z, the corpus's first line
 def iso(second: float) -> str:
     whole = int(second)
     return f"2024-05-01T10:{whole // 60:02d}:{whole % 60:02d}.000Z"
+
+
+class EmitCase:
+    """A log big enough for several scan workers, and a sink file the emit functions of a
+    test append line numbers to (through one descriptor, shared with the workers)."""
+
+    def __init__(self, log: Path, sink: Path):
+        self.log, self.sink = log, sink
+        self.fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        self.parent = os.getpid()
+
+    def in_worker(self) -> bool:
+        return os.getpid() != self.parent
+
+    def write(self, line_nos: list[int]) -> None:
+        os.write(self.fd, "".join(f"{n}\n" for n in line_nos).encode())
+
+    def printed(self) -> list[int]:
+        return [int(n) for n in self.sink.read_text().split()]
+
+    def want(self, engine: Engine) -> list[int]:
+        return [a.line_no for a in engine.scan_file(self.log, workers=1)]
+
+
+@pytest.fixture
+def emit_case(corpus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[EmitCase]:
+    monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
+    log = tmp_path / "big.log"
+    log.write_bytes(corpus.data * 6)
+    case = EmitCase(log, tmp_path / "out.txt")
+    try:
+        yield case
+    finally:
+        os.close(case.fd)
+
+
+def _line_nos(alerts: list) -> list[int]:
+    return [a.line_no for a in alerts]
 
 
 class TestCorpus:
@@ -248,101 +288,63 @@ class TestBuffers:
             a.line_no for a in engine.scan_file(big, workers=1)]
 
     @pytest.mark.parametrize("workers", [2, 3])
-    def test_parallel_emit_in_file_order(self, engine: Engine, corpus, tmp_path: Path,
-                                         monkeypatch: pytest.MonkeyPatch, workers: int) -> None:
+    def test_parallel_emit_in_file_order(self, engine: Engine, emit_case: EmitCase,
+                                         workers: int) -> None:
         """With emit, each worker writes its own region to the shared descriptor, one after
         the other in file order, and sends back only what emit returns."""
-        import os
-
-        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
-        big = tmp_path / "big.log"
-        big.write_bytes(corpus.data * 6)
-        sink = tmp_path / "out.txt"
-        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        me = os.getpid()
-
         def emit(line_nos: list[int]) -> tuple[int, bool]:
-            os.write(fd, "".join(f"{n}\n" for n in line_nos).encode())
-            return len(line_nos), os.getpid() == me
+            emit_case.write(line_nos)
+            return len(line_nos), not emit_case.in_worker()
 
-        try:
-            parts = engine.render_file(big, lambda alerts: [a.line_no for a in alerts],
-                                       workers=workers, emit=emit)
-        finally:
-            os.close(fd)
-        want = [a.line_no for a in engine.scan_file(big, workers=1)]
-        assert [int(n) for n in sink.read_text().split()] == want
+        parts = engine.render_file(emit_case.log, _line_nos, workers=workers, emit=emit)
+        want = emit_case.want(engine)
+        assert emit_case.printed() == want
         assert len(parts) == workers and sum(n for n, _ in parts) == len(want)
         assert [here for _, here in parts] == [True] + [False] * (workers - 1)
 
     def test_parallel_emit_redoes_a_failed_worker_in_order(
-            self, engine: Engine, corpus, tmp_path: Path,
-            monkeypatch: pytest.MonkeyPatch) -> None:
+            self, engine: Engine, emit_case: EmitCase, tmp_path: Path) -> None:
         """A worker that dies before its turn (here: while rendering) is redone here, and
         its region still comes out in file order."""
-        import os
-
-        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
-        big = tmp_path / "big.log"
-        big.write_bytes(corpus.data * 6)
-        sink, died = tmp_path / "out.txt", tmp_path / "died"
-        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        me = os.getpid()
+        died = tmp_path / "died"
 
         def render(alerts: list) -> list[int]:
-            if os.getpid() != me:
+            if emit_case.in_worker():
                 try:
                     os.close(os.open(died, os.O_CREAT | os.O_EXCL))
                 except FileExistsError:
                     pass
                 else:
                     os._exit(9)  # the first worker to render dies
-            return [a.line_no for a in alerts]
+            return _line_nos(alerts)
 
         def emit(line_nos: list[int]) -> int:
-            os.write(fd, "".join(f"{n}\n" for n in line_nos).encode())
+            emit_case.write(line_nos)
             return len(line_nos)
 
-        try:
-            parts = engine.render_file(big, render, workers=3, emit=emit)
-        finally:
-            os.close(fd)
-        want = [a.line_no for a in engine.scan_file(big, workers=1)]
+        parts = engine.render_file(emit_case.log, render, workers=3, emit=emit)
+        want = emit_case.want(engine)
         assert died.exists()
-        assert [int(n) for n in sink.read_text().split()] == want and sum(parts) == len(want)
+        assert emit_case.printed() == want and sum(parts) == len(want)
 
     def test_parallel_emit_never_repeats_a_worker_that_died_writing(
-            self, engine: Engine, corpus, tmp_path: Path,
-            monkeypatch: pytest.MonkeyPatch) -> None:
+            self, engine: Engine, emit_case: EmitCase) -> None:
         """A worker that dies after it began to write is not redone (that would print its
         first lines twice): the scan fails, saying from which line the output is
         incomplete."""
-        import os
-
         from healer.errors import UnavailableError
 
-        monkeypatch.setattr(_files, "PARALLEL_MIN_BYTES", 0)
-        big = tmp_path / "big.log"
-        big.write_bytes(corpus.data * 6)
-        sink = tmp_path / "out.txt"
-        fd = os.open(sink, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        me = os.getpid()
-
         def emit(line_nos: list[int]) -> int:
-            os.write(fd, "".join(f"{n}\n" for n in line_nos[:len(line_nos) // 2]).encode())
-            if os.getpid() != me:
+            emit_case.write(line_nos[:len(line_nos) // 2])
+            if emit_case.in_worker():
                 os._exit(9)  # half its lines written
-            os.write(fd, "".join(f"{n}\n" for n in line_nos[len(line_nos) // 2:]).encode())
+            emit_case.write(line_nos[len(line_nos) // 2:])
             return len(line_nos)
 
-        try:
-            with pytest.raises(UnavailableError, match=r"from line \d+ on\): the output is "
-                                                       r"incomplete"):
-                engine.render_file(big, lambda alerts: [a.line_no for a in alerts], workers=2,
-                                   emit=emit)
-        finally:
-            os.close(fd)
-        got = [int(n) for n in sink.read_text().split()]
+        with pytest.raises(UnavailableError, match=r"from line \d+ on\): the output is "
+                                                   r"incomplete"):
+            engine.render_file(emit_case.log, _line_nos, workers=2, emit=emit)
+        got = emit_case.printed()
         assert len(got) == len(set(got))  # nothing printed twice
 
     def test_small_blocks(self, engine: Engine, corpus, monkeypatch: pytest.MonkeyPatch) -> None:
