@@ -24,6 +24,7 @@ The fleet's node list is not a setting: it is read from ``.multifleet/config.jso
 from __future__ import annotations
 
 from healer.config.capabilities import (
+    CodeSettings,
     ContextSettings,
     DetectSettings,
     FleetSettings,
@@ -36,6 +37,7 @@ from healer.config.loader import load_settings, parse_overrides, redacted
 from healer.config.multifleet import MultifleetConfig, NodeEntry, load_multifleet
 from healer.config.schema import json_schema
 from healer.config.sections import (
+    AgentsSettings,
     ApiSettings,
     BusSettings,
     ClaudeSettings,
@@ -50,9 +52,11 @@ from healer.config.settings import Settings
 from healer.errors import ConfigError
 
 __all__ = [
+    "AgentsSettings",
     "ApiSettings",
     "BusSettings",
     "ClaudeSettings",
+    "CodeSettings",
     "ConfigError",
     "ContextSettings",
     "DetectSettings",

@@ -152,6 +152,18 @@ class GitHubSettings:
 
 
 @dataclass
+class CodeSettings:
+    """Code fixes, whichever source reported the error (report_error, Sentry, Alertmanager,
+    Slack, Loki)."""
+
+    approval: Literal["always", "anonymous", "never"] = setting(
+        "anonymous", "When a code agent waits for a person's approval before it starts: "
+        "`anonymous` (default) for incidents only anonymous sources reported (the Sentry DSN "
+        "ingest, the API without a token); `always` for every incident; `never` LOOSENS "
+        "ISOLATION: anonymous input starts code agents by itself.")
+
+
+@dataclass
 class SelfhealSettings:
     enabled: bool = setting(True, "Whether report_error may dispatch healing agents.")
     severity_threshold: int = setting(2, "Investigate only severities at or below this "

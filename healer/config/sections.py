@@ -153,6 +153,22 @@ class ExecutorSettings:
 
 
 @dataclass
+class AgentsSettings:
+    """What confines every agent run, and what agents may spend (see docs/security.md)."""
+
+    sandbox: bool = setting(
+        True, "Run every agent with tools (Claude runs, command executors, playbooks that run "
+        "commands for an agent) inside the bubblewrap sandbox: the host read-only, writable only "
+        "the run's checkout, a private tmp and its result folder, an allow-listed environment "
+        "and network. Default on; when the sandbox cannot start, no agent with tools starts "
+        "either. `off` LOOSENS ISOLATION: agents run unconfined, with a warning at every start.")
+    daily_budget_usd: dict[str, float] = setting(
+        {}, "Most US dollars agents may spend per day (UTC), counted from what runs report: per "
+        "kind (`code`, `play`, `fleet`) and `all` over every kind. An attempt over a budget "
+        "waits until the next day; empty or 0 means no limit.")
+
+
+@dataclass
 class ForgeSettings:
     kind: Literal["local", "github"] = setting(
         "local", "`local`: issues and PR records as Markdown/JSON under the state dir. "

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from healer.config.capabilities import (
+    CodeSettings,
     ContextSettings,
     DetectSettings,
     FleetSettings,
@@ -18,6 +19,7 @@ from healer.config.capabilities import (
 )
 from healer.config.fields import section, setting
 from healer.config.sections import (
+    AgentsSettings,
     ApiSettings,
     BusSettings,
     ExecutorSettings,
@@ -48,11 +50,14 @@ class Settings:
     bus: BusSettings = section(BusSettings, "The results bus.")
     store: StoreSettings = section(StoreSettings, "Where state lives.")
     executor: ExecutorSettings = section(ExecutorSettings, "How agents run.")
+    agents: AgentsSettings = section(AgentsSettings, "What confines agents and what they may "
+                                     "spend.")
     forge: ForgeSettings = section(ForgeSettings, "Where issues and PRs go.")
     notify: NotifySettings = section(NotifySettings, "Human notifications.")
     detect: DetectSettings = section(DetectSettings, "Log pattern detection.")
     play: PlaySettings = section(PlaySettings, "Play sessions and remediation.")
     kube: KubeSettings = section(KubeSettings, "The play healer's Kubernetes watcher.")
+    code: CodeSettings = section(CodeSettings, "Code fixes, from every source.")
     selfheal: SelfhealSettings = section(SelfhealSettings, "report_error gates and healing runs.")
     fleet: FleetSettings = section(FleetSettings, "Fleet channels, watchdog and healing loop.")
     context: ContextSettings = section(ContextSettings, "Living-context healing.")
