@@ -349,13 +349,19 @@ class Ledger:
         return data
 
     def started(self, iid: str, attempt_id: str, doing: str) -> dict[str, Any] | None:
-        """An attempt began: ``healing``, attempt n+1."""
+        """An attempt began: ``healing``, attempt n+1. An incident its source resolved
+        meanwhile stays resolved: the attempt is recorded with ``stop_requested``, so it
+        stops at its next check instead of reopening what is already well."""
         now = self.clock()
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             if cur is None or attempt_id in cur.get("attempt_ids", []):
                 return None
-            cur.update(status=HEALING, doing=doing[:300], attempt_id=attempt_id,
+            if cur.get("status") == RESOLVED:
+                cur["stop_requested"] = True
+            else:
+                cur.update(status=HEALING, doing=doing[:300])
+            cur.update(attempt_id=attempt_id,
                        attempts=int(cur.get("attempts", 0)) + 1,
                        attempt_ids=[*cur.get("attempt_ids", []), attempt_id][-50:])
             _hist(cur, now, "attempt_started", attempt_id=attempt_id, n=cur["attempts"])

@@ -132,6 +132,20 @@ class TestStateMachine:
         book.attempt_ended(iid, "a1", "failed", status="open")
         assert book.require(iid)["status"] == "resolved"
 
+    def test_an_attempt_starting_after_the_resolution_does_not_reopen(
+            self, tmp_path: Path) -> None:
+        """The source cleared it between the attempt's last check and its start (a busy
+        machine): the incident stays resolved and the attempt is told to stop."""
+        book = ledger(tmp_path)
+        iid = book.receive(sig()).id
+        book.resolve(iid, "cleared at the source")
+        book.started(iid, "late", "a remediation that was already queued")
+        inc = book.require(iid)
+        assert (inc["status"], inc["attempts"]) == ("resolved", 1) and not inc.get("doing")
+        assert book.should_stop(iid)
+        book.attempt_ended(iid, "late", "failed", status="open")
+        assert book.require(iid)["status"] == "resolved"
+
     def test_firing_again_reopens(self, tmp_path: Path) -> None:
         book = ledger(tmp_path)
         book.receive(sig())
