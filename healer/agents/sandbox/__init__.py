@@ -94,6 +94,7 @@ HOME_SECRETS = (
     "~/.docker", "~/.gnupg", "~/.netrc", "~/.git-credentials", "~/.pypirc", "~/.npmrc",
     "~/.claude", "~/.claude.json", "~/.config/healer",
 )
+BUNDLE = ("schemas", "prompts", "agents", "skills", "hooks")  # healer's, read-only
 PROBE_TTL_S = 60.0
 _PACKAGE = Path(__file__).resolve().parents[2]  # healer's own package (read-only inside)
 _BRIDGE = Path(__file__).with_name("bridge.py")
@@ -403,9 +404,13 @@ def _system_links() -> tuple[tuple[str, str], ...]:
 
 
 def _runtimes() -> list[str]:
-    """The Python runtime(s) healer runs on (a venv and its base) and healer's package."""
+    """The Python runtime(s) healer runs on (a venv and its base), healer's package and its
+    bundle (schemas, prompts, agents, skills: a checkout keeps them beside the package)."""
+    from healer.resources import bundle_path
+
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
              str(_PACKAGE)}
+    paths.update(str(bundle_path(name)) for name in BUNDLE)
     return [_real(p) for p in sorted(paths)]
 
 
