@@ -277,8 +277,8 @@ def sandbox_for(settings: Any, *, secrets: Iterable[str] = ()) -> Sandbox:
 def doctor_check(settings: Any) -> tuple[bool, str]:
     """``healer doctor``'s sandbox line: on and working, why not, or off."""
     if not settings.agents.sandbox:
-        return False, ("OFF (agents.sandbox: off): agents run unconfined, with the host's "
-                       "files, network and environment")
+        return False, ("agents.sandbox: off — agents run unconfined, with the host's files, "
+                       "network and environment")
     sandbox = BwrapSandbox(settings)
     why = sandbox.unavailable()
     if why:
