@@ -284,6 +284,8 @@ class Executor(abc.ABC):
             extra_rw, extra_ro = checkout_paths(cwd)
             writable += [cwd, *extra_rw]
             shown += extra_ro
+        else:
+            shown.append(cwd)
         wanted = [*network, *prep.task.network, *peer_endpoints(prep.context)]
         endpoints = []
         for item in dict.fromkeys(wanted):
