@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import socket
 import statistics
 import sys
@@ -186,6 +187,7 @@ async def main_async(args: argparse.Namespace) -> int:
     why = box.unavailable()
     if why:
         print(f"no sandbox here: {why}")
+        shutil.rmtree(tmp, ignore_errors=True)
         return 1
     work = tmp / "work"
     work.mkdir()
@@ -201,6 +203,7 @@ async def main_async(args: argparse.Namespace) -> int:
     print(f"target: at most {TARGET_MS:.0f} ms added to an agent's start ({rows[-1][0]}): "
           f"{verdict} ({added:.1f} ms)" + (" [smoke: not judged]" if args.smoke else ""))
     refused = await probe(box, tmp)
+    shutil.rmtree(tmp, ignore_errors=True)
     ok = refused and (args.smoke or added <= TARGET_MS)
     return 0 if ok else 1
 

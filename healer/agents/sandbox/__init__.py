@@ -35,7 +35,6 @@ what a run asked for.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import glob
 import json
@@ -114,14 +113,20 @@ class Wrapped:
 
     async def __aenter__(self) -> Wrapped:
         if self.relay is not None:
-            await self.relay.start()
+            try:
+                await self.relay.start()
+            except BaseException:
+                await self.__aexit__()
+                raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        if self.relay is not None:
-            await self.relay.close()
-        if self.folder is not None:
-            await asyncio.to_thread(shutil.rmtree, self.folder, True)
+        try:
+            if self.relay is not None:
+                await self.relay.close()
+        finally:  # also when cancelled meanwhile: the folder never outlives the run
+            if self.folder is not None:
+                shutil.rmtree(self.folder, ignore_errors=True)
 
     def launcher_spec(self) -> str:
         """For a launcher that is handed an environment it did not build (the SDK builds the
