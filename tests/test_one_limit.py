@@ -77,6 +77,8 @@ def test_three_kinds_four_incidents_each_never_more_than_two_agents(tmp_path: Pa
         HEALER__EXECUTOR__COMMANDS=json.dumps(
             {"*": [sys.executable, str(script), str(probe), "{result_file}"]}),
         HEALER__EXECUTOR__MAX_CONCURRENT="2",
+        # Every agent counts itself in one shared folder: the one its sandbox may write to.
+        HEALER__AGENTS__SANDBOX_WRITE_PATHS=json.dumps([str(probe)]),
         HEALER__SELFHEAL__MAX_CONCURRENT="4",
         HEALER__PLAY__REEVALUATE_AFTER_S="0.1", HEALER__PLAY__MAX_ITERATIONS="1",
         HEALER__FLEET__HEAL_INTERVAL_S="1", HEALER__FLEET__WATCHDOG_START_S="600",

@@ -3,19 +3,33 @@
 What the agent gets, and nothing more:
 
 - its definition's system prompt and exactly its tools: ``tools`` (what exists in the session)
-  and ``allowed_tools`` (what runs without asking) are both the definition's list, every other
-  known tool is in ``disallowed_tools``, and ``permission_mode="dontAsk"`` denies anything not
-  pre-approved — so a tool outside the list is refused, not executed;
+  are the built-in tools the definition names, ``allowed_tools`` (what runs without asking)
+  is the definition's list as written — ``Bash`` only as ``Bash(<command prefix>:*)`` patterns
+  (``Bash(git diff:*)``), MCP tools by name — every other known tool is in
+  ``disallowed_tools``, and ``permission_mode="dontAsk"`` denies anything not pre-approved: a
+  tool outside the list, or a command no pattern matches (``cat /etc/passwd``, ``curl`` for
+  the healing agent), is refused, not executed;
 - ``cwd`` (plus its run folder, where it writes its result), ``max_turns`` (the lower of the
   definition's and the settings'), ``max_budget_usd``, and a wall-clock timeout;
 - no user or project settings (``setting_sources=[]``, no CLAUDE.md, no skills, only the MCP
   servers the task names), an isolated ``CLAUDE_CONFIG_DIR`` in the run's folder (a copy of the
-  user's login is placed there when one exists, and removed after), non-essential traffic off,
-  and healer's own secrets blanked from its environment;
+  user's login is placed there when one exists, and removed after), non-essential traffic off;
+- the sandbox (``healer.agents.sandbox``, bubblewrap): the host read-only and mostly absent
+  (no home folders, no healer state, no other repositories), writable only its checkout
+  (unless read-only; with the checkout's git dir), its run folder and a private ``/tmp``, an
+  empty ``HOME``; an environment from an allow-list (PATH, locale, ``ANTHROPIC_*``/
+  ``CLAUDE_CODE_*``, its ``HEALER_*`` run variables, ``agents.sandbox_env``), never healer's
+  secrets; its own pid namespace; no network but the model API (``ANTHROPIC_BASE_URL``'s
+  host and port, else api.anthropic.com:443, bridged), the peers its context names (fleet
+  agents) and ``agents.sandbox_network``. Where no sandbox can start, the run fails at once
+  (``AgentUnavailableError``); only ``agents.sandbox: off`` runs it unconfined, with a
+  warning;
 - the prompt delivered verbatim, so an ``@path`` inside untrusted text cannot attach a file.
 
-Claude Code is started through a tiny launcher that puts it in its own session and records
-its pid, so a timeout or a cancellation kills it and everything it started. SDK errors map to
+Claude Code is started through a tiny launcher that puts it in its own session, records its
+pid (outside the run folder, where the agent cannot change it), keeps only the allow-listed
+environment and execs bubblewrap with the run's policy, so a timeout or a cancellation kills it
+and everything it started. SDK errors map to
 healer's: CLI missing → ``AgentUnavailableError``; the process failing → ``AgentProcessError``;
 an error result (API error, turn or budget cap) → ``AgentResultError``; the time limit →
 ``AgentTimeoutError``.
@@ -55,7 +69,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.agents import _proctree, failures, limits
-from healer.agents.definitions import KNOWN_TOOLS
+from healer.agents.definitions import KNOWN_TOOLS, tool_name
 from healer.agents.executors.auto import claude_cli, user_claude_dir
 from healer.agents.executors.base import (
     Executor,
@@ -65,6 +79,7 @@ from healer.agents.executors.base import (
     secret_env_names,
 )
 from healer.agents.executors.playbook import PlaybookExecutor
+from healer.agents.sandbox import Wrapped, files_in, model_endpoints
 from healer.agents.task import AgentTask, RunOutcome
 from healer.errors import (
     AgentProcessError,
@@ -92,15 +107,25 @@ _STAGGER_S = 2.0  # at most this much later than retry_at, so waiting runs do no
 
 LAUNCHER = '''\
 # healer: start Claude Code in a session of its own and note its pid, so that a timeout
-# can stop it and everything it started. Replaced by the real CLI (exec), same pid.
-import os, sys
+# can stop it and everything it started. Replaced (exec, same pid) by the real CLI, or by
+# the sandbox (HEALER_SANDBOX: bwrap's argv ending with the CLI, and the names of the
+# variables that may pass; values never go on a command line).
+import json, os, sys
 os.setsid()
 real = os.environ.pop("HEALER_CLAUDE_CLI")
 pidfile = os.environ.pop("HEALER_AGENT_PIDFILE", "")
+spec = os.environ.pop("HEALER_SANDBOX", "")
 if pidfile:
     with open(pidfile, "w") as fh:
         fh.write(str(os.getpid()))
-os.execv(real, [real, *sys.argv[1:]])
+argv, env = [real, *sys.argv[1:]], dict(os.environ)
+if spec:
+    spec = json.loads(spec)
+    keep, drop, prefixes = set(spec["keep"]), set(spec["drop"]), tuple(spec["prefixes"])
+    env = {k: v for k, v in env.items()
+           if k not in drop and (k in keep or k.startswith(prefixes))}
+    argv = [*spec["argv"], *sys.argv[1:]]
+os.execve(argv[0], argv, env)
 '''
 
 
@@ -200,43 +225,53 @@ class ClaudeExecutor(Executor):
     # -- building the session ------------------------------------------------------------
 
     def _config_dir(self, prep: Prepared) -> Path:
+        """The run's own CLI config dir, made afresh: the run folder is the agent's to
+        change, so whatever it left there (a symlink to a host file) is removed first."""
         folder = prep.run_dir / "claude-config"
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _remove(folder)
+        folder.mkdir(mode=0o700)
         creds = user_claude_dir() / ".credentials.json"
         if creds.is_file():
             # A logged-in CLI keeps its login here; the isolated dir needs a copy for the run.
-            target = folder / ".credentials.json"
-            shutil.copyfile(creds, target)
-            target.chmod(0o600)
+            fd = os.open(folder / ".credentials.json",
+                         os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as out:
+                out.write(creds.read_bytes())
         return folder
 
+    def pid_file(self, prep: Prepared) -> Path:
+        """Where the launcher notes the CLI's pid: healer's, out of the agent's reach."""
+        return self.settings.state_path.resolve() / "agents" / "pids" / f"{prep.run.run_id}.pid"
+
+    def run_vars(self, prep: Prepared, config_dir: Path) -> dict[str, str]:
+        """What healer sets in the CLI's environment for this run."""
+        return {**QUIET_ENV, **run_env(prep), "CLAUDE_CONFIG_DIR": str(config_dir),
+                **self.extra_env}
+
     def options(self, prep: Prepared, *, launcher: Path, config_dir: Path, cli: str,
-                stderr: Any = None) -> Any:
-        """The ``ClaudeAgentOptions`` of one run."""
+                stderr: Any = None, wrapped: Wrapped | None = None) -> Any:
+        """The ``ClaudeAgentOptions`` of one run (``wrapped``: the run's sandbox)."""
         from claude_agent_sdk import ClaudeAgentOptions
 
         definition = prep.definition
         claude = self.settings.executor.claude
         tools = list(definition.tools)
-        builtin = [t for t in tools if not t.startswith("mcp__")]
+        builtin = list(dict.fromkeys(tool_name(t) for t in tools if not t.startswith("mcp__")))
         max_turns = claude.max_turns
         if definition.max_turns:
             max_turns = min(max_turns, definition.max_turns)
         model = claude.model or (definition.model if definition.model != "inherit" else None)
         env = {name: "" for name in secret_env_names(self.settings)}
-        env.update(QUIET_ENV)
-        env.update(run_env(prep))
-        env.update({
-            "CLAUDE_CONFIG_DIR": str(config_dir),
-            "HEALER_CLAUDE_CLI": cli,
-            "HEALER_AGENT_PIDFILE": str(prep.run_dir / "claude.pid"),
-        })
-        env.update(self.extra_env)
+        env.update(self.run_vars(prep, config_dir))
+        if wrapped is not None and wrapped.confined:
+            env.update(wrapped.env)
+            env["HEALER_SANDBOX"] = wrapped.launcher_spec()
+        env.update({"HEALER_CLAUDE_CLI": cli, "HEALER_AGENT_PIDFILE": str(self.pid_file(prep))})
         return ClaudeAgentOptions(
             system_prompt=definition.system_prompt,
             tools=builtin,
             allowed_tools=tools,
-            disallowed_tools=sorted(KNOWN_TOOLS - set(tools)),
+            disallowed_tools=sorted(KNOWN_TOOLS - {tool_name(t) for t in tools}),
             permission_mode="dontAsk",
             cwd=prep.run.cwd,
             add_dirs=[str(prep.staged_path.parent)],
@@ -381,35 +416,51 @@ class ClaudeExecutor(Executor):
             escalation.add_done_callback(_ESCALATING.discard)
             await asyncio.shield(escalation)
 
+    def _wrap(self, prep: Prepared, cli: str, config_dir: Path) -> Wrapped:
+        """The CLI in the run's sandbox: the CLI's folder and the task's MCP servers' files
+        readable, the model API reachable."""
+        readable = [str(Path(cli).parent), str(Path(cli).resolve().parent)]
+        for server in prep.task.mcp_servers.values():
+            if isinstance(server, Mapping) and isinstance(server.get("command"), str):
+                args = [a for a in server.get("args") or [] if isinstance(a, str)]
+                readable += files_in([server["command"], *args])
+        environ = {**os.environ, **self.extra_env}
+        return self.confine(prep, [cli], env=self.run_vars(prep, config_dir), readable=readable,
+                            network=[str(e) for e in model_endpoints(environ)])
+
     async def _launch(self, prep: Prepared, cli: str, prompt: str, launch: _Launch) -> None:
         """One launch of the CLI, to its end (or killed on timeout or cancellation)."""
         config_dir = self._config_dir(prep)
         launcher = _launcher(self.settings.state_path.resolve() / "agents")
+        self.pid_file(prep).parent.mkdir(parents=True, exist_ok=True)
         stderr_tail: collections.deque[str] = collections.deque(maxlen=40)
 
         def on_stderr(line: str) -> None:
             stderr_tail.append(line)
             log.debug("[%s] claude stderr: %s", prep.run.run_id, line[:500])
 
-        options = self.options(prep, launcher=launcher, config_dir=config_dir, cli=cli,
-                               stderr=on_stderr)
-        consume = asyncio.create_task(self._consume(prep, prompt, options, stderr_tail,
-                                                    launch))
         try:
-            await asyncio.shield(consume)
-        except asyncio.CancelledError:
-            # Timeout or cancellation: stop the CLI first, then let the SDK notice and close.
-            await _proctree.kill_tree(self._pid(prep), prep.run.run_id)
-            await _settle(consume)
-            raise
+            wrapped = self._wrap(prep, cli, config_dir)
+            async with wrapped:
+                options = self.options(prep, launcher=launcher, config_dir=config_dir,
+                                       cli=cli, stderr=on_stderr, wrapped=wrapped)
+                consume = asyncio.create_task(self._consume(prep, prompt, options,
+                                                            stderr_tail, launch))
+                try:
+                    await asyncio.shield(consume)
+                except asyncio.CancelledError:
+                    # Timeout or cancellation: stop the CLI first, then let the SDK close.
+                    await _proctree.kill_tree(self._pid(prep), prep.run.run_id)
+                    await _settle(consume)
+                    raise
+                finally:
+                    await _proctree.kill_tree(None, prep.run.run_id, grace_s=1.0)
         finally:
-            await _proctree.kill_tree(None, prep.run.run_id, grace_s=1.0)
-            shutil.rmtree(config_dir, ignore_errors=True)  # it holds a copy of the login
+            _remove(config_dir)  # it holds a copy of the login
 
-    @staticmethod
-    def _pid(prep: Prepared) -> int | None:
+    def _pid(self, prep: Prepared) -> int | None:
         try:
-            return int((prep.run_dir / "claude.pid").read_text().strip())
+            return int(self.pid_file(prep).read_text().strip())
         except (OSError, ValueError):
             return None
 
@@ -538,11 +589,24 @@ def _log_message(run_id: str, message: Any) -> None:
                  message.num_turns, message.total_cost_usd or 0.0)
 
 
+def _remove(path: Path) -> None:
+    """Remove ``path`` whatever it is (a folder, a file, a symlink: never followed)."""
+    if path.is_symlink() or path.is_file():
+        with contextlib.suppress(OSError):
+            path.unlink()
+    elif path.exists():
+        shutil.rmtree(path, ignore_errors=True)
+
+
 class _Transcript:
-    """The run's messages as JSON lines in its folder, capped in size."""
+    """The run's messages as JSON lines in its folder, capped in size (never through a
+    symlink the agent may have left in its place)."""
 
     def __init__(self, path: Path):
-        self.fh = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+        if path.is_symlink() or (path.exists() and not path.is_file()):
+            _remove(path)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        self.fh = os.fdopen(fd, "a", encoding="utf-8")
         self.size = 0
 
     def add(self, message: Any) -> None:

@@ -82,6 +82,18 @@ class Peer:
                 return int(tail)
         return 4222
 
+    def endpoints(self) -> list[str]:
+        """``host:port`` of every channel an agent may probe or repair on this peer: its
+        daemon, SSH, NATS and (on this machine's loopback) its tunnel."""
+        def hostport(host: str, port: int) -> str:
+            return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+        out = [hostport(self.host, self.port), hostport(self.host, self.ssh_port),
+               hostport(self.nats_host, self.nats_port)]
+        if self.tunnel_port:
+            out.append(hostport("127.0.0.1", self.tunnel_port))
+        return out
+
     @classmethod
     def from_vars(cls, name: str, vars: Mapping[str, str], *, default_port: int = 8855) -> Peer:
         """A peer from ``--var`` strings; every name that becomes a host or port is checked."""
@@ -197,6 +209,18 @@ def _mapping_items(items: list[Any], key: str) -> tuple[Mapping[str, Any], ...]:
 
 _FLEET_AGENTS = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", "config-updater",
                  "nats-reconnector", "inbox-repairer"}
+
+
+def peer_endpoints(context: Mapping[str, Any]) -> list[str]:
+    """The endpoints of the peers a task's context names (``peer``, ``peers``): what a fleet
+    agent's sandbox lets it reach."""
+    found: list[str] = []
+    for value in context.values():
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            if isinstance(item, Peer):
+                found += item.endpoints()
+    return list(dict.fromkeys(found))
 
 
 def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,

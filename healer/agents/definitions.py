@@ -1,7 +1,12 @@
 """Agent definitions: ``agents/*.md`` in Claude Code's subagent format.
 
 Each file is YAML front matter (``name``, ``description``, ``tools`` as one comma-separated
-string, ``model``, optional ``maxTurns``) and a Markdown body, the agent's system prompt. The
+string, ``model``, optional ``maxTurns``) and a Markdown body, the agent's system prompt.
+``Bash`` is never listed bare: an agent that runs commands lists each command prefix its
+prompt tells it to run as ``Bash(<command prefix>:*)`` (``Bash(git diff:*)``,
+``Bash(curl:*)``), and the Claude executor lets nothing else run. A prefix is plain words
+(no shell metacharacters, no wildcard inside), and never a command that runs another
+command (``sh``, ``env``, ``timeout``, ``xargs`` …), which would allow anything. The
 same files are what Claude Code loads from the skill bundle and what healer's executors run,
 so both see one definition. Fields Claude Code ignores for plugin agents (hooks, mcpServers,
 permissionMode) are refused here rather than silently trusted.
@@ -26,6 +31,17 @@ KNOWN_TOOLS = frozenset({
     "Task", "TaskStop", "ToolSearch", "WebFetch", "WebSearch", "Write",
 })
 _MCP_TOOL = re.compile(r"mcp__[A-Za-z0-9_-]{1,64}__[A-Za-z0-9_-]{1,64}")
+_BASH_PATTERN = re.compile(
+    r"Bash\((?P<prefix>[A-Za-z0-9._/@=+-]+(?: [A-Za-z0-9._/@=+,-]+)*):\*\)")
+_CODE_FLAGS = frozenset({"-c", "-e", "--eval", "-exec", "--exec"})
+# Commands that run whatever command or code follows them: alone (``Bash(timeout:*)``), or
+# with a code flag (``Bash(python -c:*)``), a prefix of theirs would allow anything.
+RUNS_ANY = frozenset({
+    "bash", "sh", "dash", "zsh", "env", "exec", "eval", "command", "builtin", "timeout",
+    "nice", "nohup", "setsid", "xargs", "sudo", "su", "doas", "chroot", "unshare", "nsenter",
+    "find", "awk", "perl", "ruby", "node", "python", "python3", "watch", "script", "strace",
+    "time", "flock", "stdbuf", "busybox", "ssh-agent", "parallel",
+})
 _AGENT_NAME = re.compile(r"[a-z][a-z0-9-]{1,63}")
 _MODELS = {"sonnet", "opus", "haiku", "inherit"}
 _MODEL_ID = re.compile(r"claude-[a-z0-9.-]{1,60}")
@@ -53,6 +69,39 @@ def is_known_tool(name: str) -> bool:
     return name in KNOWN_TOOLS or bool(_MCP_TOOL.fullmatch(name))
 
 
+def tool_name(entry: str) -> str:
+    """The tool an entry of ``tools`` is about: ``Bash(git diff:*)`` → ``Bash``."""
+    return entry.split("(", 1)[0]
+
+
+def bash_prefix(entry: str) -> str | None:
+    """The command prefix of a ``Bash(<prefix>:*)`` entry (None for any other entry)."""
+    m = _BASH_PATTERN.fullmatch(entry)
+    return m["prefix"] if m else None
+
+
+def _check_tool(tool: str, where: str) -> None:
+    if tool == "Bash":
+        raise ConfigError("bare Bash would allow any command: list the commands the agent "
+                          "runs as Bash(<command prefix>:*)", file=where, key="tools",
+                          expected="e.g. Bash(git diff:*), Bash(pytest:*)")
+    if tool.startswith("Bash("):
+        prefix = bash_prefix(tool)
+        if prefix is None:
+            raise ConfigError(f"{tool!r} is not a Bash(<command prefix>:*) pattern of plain "
+                              "words", file=where, key="tools", expected="e.g. Bash(git diff:*)")
+        words = prefix.split(" ")
+        if words[0] in RUNS_ANY and (len(words) == 1 or _CODE_FLAGS & set(words)):
+            raise ConfigError(f"{tool!r}: {words[0]} runs any command or code given to it, so "
+                              "this pattern would allow anything", file=where, key="tools",
+                              expected="a narrower prefix, e.g. Bash(python -m pytest:*)")
+        return
+    if not is_known_tool(tool):
+        raise ConfigError(f"{tool!r} is not a Claude Code tool", file=where, key="tools",
+                          expected=", ".join(sorted(KNOWN_TOOLS - {"Bash"}))
+                          + ", Bash(<command prefix>:*) or mcp__server__tool")
+
+
 def result_kind(agent: str) -> str:
     """The result ``kind`` an agent reports as (its name made schema-safe if not bundled)."""
     if agent in RESULT_KINDS:
@@ -75,6 +124,16 @@ class AgentDefinition:
     @property
     def kind(self) -> str:
         return result_kind(self.name)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        """The tools the session has (``Bash`` once for all its patterns)."""
+        return tuple(dict.fromkeys(tool_name(t) for t in self.tools))
+
+    @property
+    def bash_prefixes(self) -> tuple[str, ...]:
+        """The command prefixes the agent may run with Bash."""
+        return tuple(p for t in self.tools if (p := bash_prefix(t)) is not None)
 
     @property
     def template(self) -> str:
@@ -121,9 +180,7 @@ def parse_definition(text: str, *, path: str = "") -> AgentDefinition:
     if not tools:
         raise ConfigError("an agent needs at least one tool", file=where, key="tools")
     for tool in tools:
-        if not is_known_tool(tool):
-            raise ConfigError(f"{tool!r} is not a Claude Code tool", file=where, key="tools",
-                              expected=", ".join(sorted(KNOWN_TOOLS)) + " or mcp__server__tool")
+        _check_tool(tool, where)
     if len(set(tools)) != len(tools):
         raise ConfigError("a tool is listed twice", file=where, key="tools")
     model = meta.get("model", "inherit")

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from healer.agents.results import SUCCESS
+from healer.agents.sandbox.policy import parse_endpoint
 from healer.core.names import safe_name
 from healer.errors import ExecutorError, UnsafeNameError, UsageError
 
@@ -28,9 +29,13 @@ class AgentTask:
     ``agent`` names a definition in ``agents/``; ``target`` is what it works on (a peer, a play
     id, a fingerprint) and ends up in the result file name, so it must be a safe name. The
     prompt is ``prompt`` if given, else ``template`` (default ``prompts/<agent>.md.j2``)
-    rendered with ``context`` over what ``vars`` provide. Empty ``kind``, ``run_id``, ``cwd``
-    and ``timeout_s`` take the agent's result kind, a fresh id, the current directory and
-    ``settings.executor.timeout_s``.
+    rendered with ``context`` over what ``vars`` provide. Empty ``kind``, ``run_id`` and
+    ``timeout_s`` take the agent's result kind, a fresh id and ``settings.executor.timeout_s``.
+
+    In the sandbox (``healer.agents.sandbox``), ``cwd`` is the run's checkout: writable unless
+    ``read_only``; a task without one works in an empty folder of its run (unconfined: the
+    current directory). ``network`` adds ``host:port`` endpoints the run may reach (the fleet's
+    peers, set by the capability that knows them).
     """
 
     agent: str
@@ -45,6 +50,8 @@ class AgentTask:
     incident: str = ""
     run_id: str = ""
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
+    read_only: bool = False
+    network: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         try:
@@ -65,6 +72,11 @@ class AgentTask:
         for key in self.vars:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,63}", key):
                 raise UsageError(f"var name {key!r}: use letters, digits and _")
+        for item in self.network:
+            try:
+                parse_endpoint(item)
+            except ValueError as exc:
+                raise UsageError(f"network: {exc}") from None
 
 
 @dataclass

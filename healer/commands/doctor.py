@@ -12,8 +12,9 @@ def main(argv: list[str]) -> int:
         "doctor",
         "Report what healer needs and whether it is there: Python dependencies, git,\n"
         "nats-server, the claude CLI, writable state/results/fleet dirs, the settings\n"
-        "sources, which executor `auto` picks and why, and (with kube.enabled) whether the\n"
-        "cluster answers, as whom, and with which permissions.",
+        "sources, which executor `auto` picks and why, whether the agent sandbox\n"
+        "(bubblewrap) starts here (OFF with agents.sandbox: off), and (with kube.enabled)\n"
+        "whether the cluster answers, as whom, and with which permissions.",
         "exit codes: 0 everything required is fine, 1 something required is missing,\n"
         "2 bad settings",
     )
@@ -46,6 +47,8 @@ def main(argv: list[str]) -> int:
             for c in checks:
                 mark = "[green]ok[/]" if c.ok else ("[red]MISSING[/]" if c.required
                                                     else "[yellow]optional[/]")
+                if c.warning:
+                    mark = f"[yellow]{c.warning}[/]"
                 table.add_row(c.name, mark, c.detail)
             Console().print(table)
             if failed:

@@ -162,6 +162,45 @@ class AgentsSettings:
         "the run's checkout, a private tmp and its result folder, an allow-listed environment "
         "and network. Default on; when the sandbox cannot start, no agent with tools starts "
         "either. `off` LOOSENS ISOLATION: agents run unconfined, with a warning at every start.")
+    sandbox_read_paths: list[str] = setting(
+        [], "Host paths (files or folders, `~` expanded) every sandboxed run may read, at the "
+        "same path: a toolchain outside the system folders (`/opt/go`, `~/.cargo`), a key a "
+        "fleet agent's ssh needs. Default none. LOOSENS ISOLATION: whatever is listed can be "
+        "read by an agent, and sent wherever its network reaches.",
+        items={"type": "string", "minLength": 1})
+    sandbox_write_paths: list[str] = setting(
+        [], "Host paths every sandboxed run may change, besides its own checkout, run folder "
+        "and private tmp: e.g. a folder a `play.actions` command writes to. Default none. "
+        "LOOSENS ISOLATION: an agent can change or plant files there.",
+        items={"type": "string", "minLength": 1})
+    sandbox_hide_paths: list[str] = setting(
+        [], "Host paths hidden inside every sandbox (a folder shows empty, a file as empty), "
+        "on top of the built-in list (`/etc/shadow`, ssh host keys, `/etc/ssl/private` …) and "
+        "healer's own state, results and fleet dirs and settings files: secrets kept under a "
+        "folder the sandbox otherwise shows read-only. Default none. Tightens isolation.",
+        items={"type": "string", "minLength": 1})
+    sandbox_env: list[str] = setting(
+        [], "Names of environment variables a sandboxed run takes from healer's environment, "
+        "besides PATH, locale, terminal, the model API's `ANTHROPIC_*`/`CLAUDE_CODE_*` and "
+        "what healer sets for the run (e.g. `KUBECONFIG` for a play action). Default none; "
+        "healer's own secrets never pass. LOOSENS ISOLATION: a listed value is readable by "
+        "the agent.",
+        items={"type": "string", "pattern": "^[A-Za-z_][A-Za-z0-9_]*$"})
+    sandbox_network: list[str] = setting(
+        [], "`host:port` endpoints (a name, an IPv4 address, `[IPv6]`) every sandboxed run may "
+        "connect to, besides the model API (Claude runs, command executors) and the fleet's "
+        "peers (fleet agents): e.g. a package index or the cluster API a play action calls. "
+        "Default none. `*` shares the host's whole network (no egress control at all). "
+        "LOOSENS ISOLATION: an agent can send what it reads to a listed endpoint.",
+        items={"type": "string", "pattern": r"^(\*|\[[0-9A-Fa-f:.]+\]:[0-9]{1,5}|"
+                                            r"[A-Za-z0-9._-]+:[0-9]{1,5})$"})
+    sandbox_tmp_mb: int = setting(
+        1024, "Size cap in MiB of each private tmpfs of a sandbox (`/tmp`, `HOME`, "
+        "`/dev/shm`), so an agent cannot fill the machine's memory. Default 1024.",
+        minimum=1, maximum=65536)
+    sandbox_bwrap: str = setting(
+        "bwrap", "The bubblewrap binary: a name looked up on PATH or a path. Default `bwrap` "
+        "(Debian's `bubblewrap` package).", minLength=1)
     daily_budget_usd: dict[str, float] = setting(
         {}, "Most US dollars agents may spend per day (UTC), counted from what runs report: per "
         "kind (`code`, `play`, `fleet`) and `all` over every kind. An attempt over a budget "

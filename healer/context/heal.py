@@ -124,13 +124,14 @@ class ContextHealer:
 
     # --- which agent runs --------------------------------------------------------------------
 
-    def available(self) -> bool:
-        """Whether a living-context-healer can run here (the gate's last question)."""
+    def available(self) -> bool | str:
+        """Whether a living-context-healer can run here (the gate's last question): True,
+        or the gate's reason why not (``no_model``, ``no_sandbox``)."""
         if self.executor is not None:
             return True
-        from healer.agents.executors import can_run
+        from healer.agents.executors import availability
 
-        return can_run(self.settings, AGENT)
+        return availability(self.settings, AGENT) or True
 
     async def _dispatch(self, task: Any, env: dict[str, str]) -> Any:
         """One agent run through the dispatcher; its outcome is the result on the bus."""

@@ -126,7 +126,7 @@ class IncidentBook:
 
     def __init__(self, settings: Any, store: Store, *, root: Path | str | None = None,
                  clock: Callable[[], float] = time.time,
-                 model_available: Callable[[], bool] = lambda: True,
+                 model_available: Callable[[], bool | str] = lambda: True,
                  audit: Audit | None = None, sanitizer: Sanitizer | None = None):
         self.settings = settings
         self.store = store

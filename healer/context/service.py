@@ -72,10 +72,10 @@ class ContextService:
         self.healer = ContextHealer(settings, store, self.book, executor=executor, forge=forge,
                                     metrics=metrics, dispatcher=dispatcher, clock=clock)
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._model: tuple[float, bool] = (0.0, False)
+        self._model: tuple[float, bool | str] = (0.0, False)
         self._pruned = 0.0
 
-    def _model_available(self) -> bool:
+    def _model_available(self) -> bool | str:
         at, ok = self._model
         if at == 0.0 or time.monotonic() - at > MODEL_CHECK_TTL_S:
             ok = self.healer.available()

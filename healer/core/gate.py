@@ -12,7 +12,8 @@ In order, each with the reason recorded on the incident when it says no:
    over every kind together (``concurrency_cap``; the incident stays open and is retried);
 7. **circuit breaker, per kind** — when the kind's latest ``breaker_window`` finished
    attempts all failed; one attempt may try again ``breaker_reset_s`` after the last;
-8. **executor available** — something can run the agent (``no_model``).
+8. **executor available** — something can run the agent (``no_model``), in a sandbox that
+   starts here when it runs commands (``no_sandbox``; ``healer doctor`` says why).
 
 Gates 1–3 are the caller's (``precheck``: no store access); 4–8 and the claim are one
 compare-and-set on the admission record (``heal-admission/gate``), so any number of processes
@@ -45,9 +46,10 @@ COOLDOWN = "cooldown"
 CONCURRENCY_CAP = "concurrency_cap"
 CIRCUIT_BREAKER = "circuit_breaker"
 NO_MODEL = "no_model"
+NO_SANDBOX = "no_sandbox"
 REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, ALREADY_INVESTIGATING, COOLDOWN,
-           CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL)
-RETRYABLE = frozenset({COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL})
+           CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL, NO_SANDBOX)
+RETRYABLE = frozenset({COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL, NO_SANDBOX})
 # An outcome that is not an attempt: the agent run waited out a transient model API failure
 # past its time limit (the agent result status ``deferred``). Settled like a released claim.
 DEFERRED = "deferred"
@@ -101,8 +103,9 @@ _OLD_FAILURES = frozenset({"failed", "timeout", "anonymization_failed"})
 
 
 def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
-           available: Callable[[], bool]) -> Decision:
-    """Gates 4–8 over the admission record; pure, so it can run inside compare-and-set."""
+           available: Callable[[], bool | str]) -> Decision:
+    """Gates 4–8 over the admission record; pure, so it can run inside compare-and-set.
+    ``available()`` is True, or False (no model), or the reason why not (``NO_SANDBOX``)."""
     active = adm["active"].get(novelty)
     if active:
         return Decision(ALREADY_INVESTIGATING, "This error is already under investigation",
@@ -130,7 +133,12 @@ def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
         return Decision(CIRCUIT_BREAKER, f"Circuit breaker open: the last "
                         f"{policy.breaker_window} healing attempts all failed. Continue "
                         "normally; a person has to look first.")
-    if not available():
+    verdict = available()
+    if verdict == NO_SANDBOX:
+        return Decision(NO_SANDBOX, "No sandbox can start here to run a healing agent in "
+                        "(see `healer doctor`); the attempt waits and is tried again. Continue "
+                        "normally.")
+    if not verdict or isinstance(verdict, str):
         return Decision(NO_MODEL, "No model available to run a healing agent here. Continue "
                         "normally.")
     return Decision(ACCEPTED, "Healing agent dispatched")
@@ -172,7 +180,7 @@ class AdmissionReader:
 
 
 def admit(store: Store, novelty: str, new_id: Callable[[], str], now: float, policy: Policy,
-          available: Callable[[], bool], reader: AdmissionReader | None = None, *,
+          available: Callable[[], bool | str], reader: AdmissionReader | None = None, *,
           record: Callable[[str], object]) -> Decision:
     """Run gates 4–8 and, if they pass, claim the key and a slot in one atomic write for a
     new attempt (``new_id()`` names it; only called then), then ``record(attempt_id)``.

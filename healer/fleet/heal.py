@@ -289,6 +289,7 @@ class HealLoop:
         task = AgentTask("channel-diagnoser", node.node_id, kind="diagnose",
                          context=self._context(node, None, ep.reason),
                          timeout_s=self.ctx.fleet.agent_timeout_s,
+                         network=self.ctx.view.endpoints(),
                          incident=incident_id(node.node_id, ["diagnose"]))
         try:
             outcome = await self.run_agent(task)
@@ -459,6 +460,7 @@ class HealLoop:
         self._runs[rid] = (r.kind, node.node_id, time.time())
         task = AgentTask(r.agent, node.node_id, kind=r.kind,
                          timeout_s=self.ctx.fleet.agent_timeout_s,
+                         network=self.ctx.view.endpoints(),
                          context=self._context(node, probe, f"{', '.join(r.channels)}: {r.why}"),
                          incident=incident_id(node.node_id, [r.kind]), run_id=rid)
         self.emit("dispatch", ep.peer, agent=r.agent, kind=r.kind, channels=list(r.channels),

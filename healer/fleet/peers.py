@@ -117,6 +117,19 @@ class FleetView:
             raise UsageError(f"unknown peer {name!r} (nodes in {self.path}: {known})")
         return cfg.nodes[name]
 
+    def endpoints(self) -> tuple[str, ...]:
+        """Every ``host:port`` of the fleet's own channels — each node's daemon, SSH, NATS and
+        tunnel port, and this node's NATS server: what a fleet agent's sandbox lets it reach
+        (``AgentTask.network``). Empty without a readable fleet config."""
+        try:
+            nodes = list(self.nodes.values())
+        except (ConfigError, OSError):
+            nodes = []
+        found = [e for node in nodes for e in as_agent_peer(node).endpoints()]
+        host, port = nats_hostport(self.nats_url())
+        found.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+        return tuple(dict.fromkeys(found))
+
     def nats_url(self) -> str:
         """The NATS server this node talks to: configured, its own, the chief's, the default."""
         if self.settings.fleet.nats_url:

@@ -280,7 +280,7 @@ class Repairer:
             return None
         outcome = await self.run_agent(AgentTask(
             "daemon-restarter", node.node_id, kind="daemon",
-            timeout_s=self.ctx.fleet.agent_timeout_s,
+            timeout_s=self.ctx.fleet.agent_timeout_s, network=self.ctx.view.endpoints(),
             context={"fleet": self.ctx, "peer": as_agent_peer(node), "channels": [],
                      "problem": f"repair ladder L4: {problem}"}))
         result = outcome.result or {}

@@ -184,10 +184,25 @@ async def run(settings: Settings, *, once: bool = False, duration: float | None 
             "(stop it, or give this one its own --state-dir)"
         ) from exc
     try:
+        await asyncio.to_thread(warn_about_the_sandbox, settings)
         healer = build(settings)
         return await _run_built(healer, once=once, duration=duration, on_started=on_started)
     finally:
         lock.release()
+
+
+def warn_about_the_sandbox(settings: Settings) -> None:
+    """At every start (``healer loop``, ``healer serve``): a WARNING when agents would run
+    unconfined (``agents.sandbox: off``), or cannot start at all (no sandbox here)."""
+    from healer.agents.sandbox import doctor_check
+
+    ok, detail = doctor_check(settings)
+    if not settings.agents.sandbox:
+        log.warning("agents.sandbox is OFF: healing agents run UNCONFINED — they can read, "
+                    "change and send anything healer's user can. Turn it on unless you run "
+                    "healer inside a sandbox of your own.")
+    elif not ok:
+        log.warning("agent sandbox: %s", detail)
 
 
 async def _run_built(healer: Healer, *, once: bool, duration: float | None,

@@ -9,14 +9,13 @@ human in with everything healer learned.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from typing import Any
 
 from healer.agents.playbooks import PlaybookContext, playbook
 from healer.agents.results import now_iso
-from healer.core import proc
+from healer.agents.sandbox import files_in
 
 ROOT_CAUSES = {
     "tool_mismatch": "The agent started without tools its cto-config declares: the tools "
@@ -77,6 +76,14 @@ def _substitute(argv: list[str], values: dict[str, str]) -> list[str]:
 
 @playbook("remediation-agent")
 async def remediate(ctx: PlaybookContext) -> dict[str, Any]:
+    """Run ``play.actions.<strategy>`` with the values of the agent's session substituted.
+
+    The values come from the watched agent's logs and sessions, so the command runs in the
+    agent sandbox (``ctx.run_command``): an empty working folder, the host read-only (the
+    action's own script readable), no home, the allow-listed environment, and only the
+    network of ``agents.sandbox_network`` — an action that calls a cluster API lists it there
+    (and its credential file in ``agents.sandbox_read_paths``, its variable in
+    ``agents.sandbox_env``)."""
     strategy = ctx.vars.get("strategy", "retry")
     issue_type = ctx.vars.get("issue_type", "other")
     base = {"issue_type": issue_type, "remediation_time": now_iso(), "pr_url": None}
@@ -97,7 +104,8 @@ async def remediate(ctx: PlaybookContext) -> dict[str, Any]:
                 "error": f"refused to substitute unsafe values for: {', '.join(unsafe)}"}
     argv = _substitute(list(template), values)
     timeout = min(ctx.settings.play.action_timeout_s, max(1.0, ctx.remaining()))
-    result = await asyncio.to_thread(proc.run, argv, timeout=timeout)
+    # Only the operator's own files are shown, never a path a substituted value names.
+    result = await ctx.run_command(argv, timeout=timeout, readable=files_in(list(template)))
     action = " ".join(argv)
     if result.ok:
         return {**base, "status": "fixed", "actions_taken": [action],

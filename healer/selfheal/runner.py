@@ -53,7 +53,10 @@ class RunResult:
 
 
 class AgentRunner(Protocol):
-    def available(self) -> bool: ...
+    def available(self) -> bool | str:
+        """True when the agent can run here; else False (no model) or the gate's reason
+        (``no_sandbox``)."""
+        ...
 
     async def run(self, task: HealingTask) -> RunResult: ...
 
@@ -96,10 +99,10 @@ class ExecutorRunner:
 
         return explain_auto(self.settings, self._env())[0]
 
-    def available(self) -> bool:
-        from healer.agents.executors import can_run
+    def available(self) -> bool | str:
+        from healer.agents.executors import availability
 
-        return can_run(self.settings, AGENT, self.env, self.choice)
+        return availability(self.settings, AGENT, self.env, self.choice) or True
 
     async def run(self, task: HealingTask) -> RunResult:
         from healer.agents import dispatcher

@@ -157,7 +157,7 @@ class SelfHealService:
     cwd: Path = field(default_factory=Path.cwd)
     attempts: Attempts = field(init=False)
     sanitizer: Sanitizer = field(init=False)
-    _model: tuple[float, bool] = field(init=False, default=(0.0, False))
+    _model: tuple[float, bool | str] = field(init=False, default=(0.0, False))
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
@@ -273,8 +273,8 @@ class SelfHealService:
                           self.policy, self.model_available, self._admission,
                           record=lambda aid: self.attempts.create(aid, report))
 
-    def model_available(self) -> bool:
-        """Gate 8, cached briefly: can a healing agent run here?"""
+    def model_available(self) -> bool | str:
+        """Gate 8, cached briefly: can a healing agent run here (True), or why not?"""
         at, ok = self._model
         now = time.monotonic()
         if now - at > MODEL_CHECK_TTL_S or at == 0.0:

@@ -8,6 +8,8 @@
 - ``healer.testing.receivers`` / ``fake_github``: webhook receivers and a fake GitHub API
   (issues and PRs; the PR watcher's reads with ETags and rate limits).
 - ``healer.testing.github_webhooks``: signed GitHub webhook deliveries.
+- ``healer.testing.sandbox``: ``RecordingSandbox``, a sandbox that records what each agent run
+  asked for (an executor's ``sandbox=``).
 
 Names are imported lazily so ``python -m healer.testing.scripted_model`` runs cleanly.
 """

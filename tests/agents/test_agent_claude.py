@@ -56,6 +56,17 @@ def valid(path: str) -> dict[str, Any]:
     return data
 
 
+@pytest.fixture
+def prober(tmp_path: Path) -> Path:
+    """An agents folder with ``prober``: Read, Write and a few harmless Bash commands."""
+    agents = tmp_path / "prober-agents"
+    agents.mkdir()
+    (agents / "prober.md").write_text(
+        "---\nname: prober\ndescription: Probes, for a test.\ntools: Read, Write, "
+        "Bash(echo:*), Bash(sleep:*), Bash(printenv:*)\nmodel: haiku\n---\n\nProbe.\n")
+    return agents
+
+
 class TestHealingRun:
     async def test_edits_a_repo_and_its_result_is_applied(
             self, settings: Any, claude_executor: Any, git_repo: Path) -> None:
@@ -90,7 +101,8 @@ class TestHealingRun:
         first = model.turns[0]
         definition = get_definition("healing-agent")
         assert definition.system_prompt.strip() in first.system_text
-        assert set(first.tool_names) - {"DeferredToolPlaceholder"} == set(definition.tools)
+        assert set(first.tool_names) - {"DeferredToolPlaceholder"} == set(
+            definition.tool_names)
         staged = settings.state_path / "agents" / "runs" / outcome.run_id / Path(
             outcome.result_path).name
         assert "incident: `inc-1`" in first.user_text()
@@ -101,12 +113,13 @@ class TestHealingRun:
         """The bundled CLI offers every tool healer's definitions and KNOWN_TOOLS name."""
         wanted = set(KNOWN_TOOLS)
         for d in load_definitions().values():
-            wanted |= set(d.tools)
+            wanted |= set(d.tool_names)
         agents = tmp_path / "agents"
         agents.mkdir()
+        listed = ["Bash(ls:*)" if t == "Bash" else t for t in sorted(wanted)]
         (agents / "all-tools.md").write_text(
             "---\nname: all-tools\ndescription: Every tool, for a test.\ntools: "
-            + ", ".join(sorted(wanted)) + "\nmodel: haiku\n---\n\nYou list tools.\n")
+            + ", ".join(listed) + "\nmodel: haiku\n---\n\nYou list tools.\n")
         with ScriptedModel([write_result("ok")]) as model:
             outcome = await claude_executor(model, agents_dir=agents).run(
                 AgentTask("all-tools", "t1", kind="probe"))
@@ -151,18 +164,17 @@ class TestFailures:
         assert data["failure"]["code"] == "T2"
 
     async def test_timeout_kills_the_cli_and_everything_it_started(
-            self, settings: Any, claude_executor: Any) -> None:
-        """A run past its timeout is killed — the CLI and a detached child it started — and
-        leaves a timeout result."""
-        detach = tool_use("Bash", {"command": "setsid nohup sleep 300 >/dev/null 2>&1 & "
-                                              "echo started"})
+            self, settings: Any, claude_executor: Any, prober: Path) -> None:
+        """A run past its timeout is killed — the sandbox, the CLI and a background child it
+        started — and leaves a timeout result."""
+        detach = tool_use("Bash", {"command": "sleep 300 >/dev/null 2>&1 & echo started"})
         with ScriptedModel([detach, hang()]) as model:
-            outcome = await claude_executor(model).run(AgentTask(
-                "channel-diagnoser", "peer1", vars={"host": "127.0.0.1"}, timeout_s=4))
+            outcome = await claude_executor(model, agents_dir=prober).run(AgentTask(
+                "prober", "peer1", kind="probe", timeout_s=4))
         assert isinstance(outcome.exception, AgentTimeoutError)
         assert valid(outcome.result_path)["status"] == "timeout"
-        pid = int((settings.state_path / "agents" / "runs" / outcome.run_id /
-                   "claude.pid").read_text())
+        pid = int((settings.state_path / "agents" / "pids" / f"{outcome.run_id}.pid"
+                   ).read_text())
         assert not _proctree.alive(pid)
         assert _proctree.marked(outcome.run_id) == set()
         assert "started" in model.turns[1].tool_result_text()  # the detached child did start
@@ -227,19 +239,21 @@ class TestFailures:
 
 class TestIsolation:
     async def test_agent_env_has_no_healer_secrets(
-            self, settings: Any, claude_executor: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-        """healer's own secrets are blanked in the agent's environment; its run id is there,
+            self, settings: Any, claude_executor: Any, monkeypatch: pytest.MonkeyPatch,
+            prober: Path) -> None:
+        """healer's own secrets are not in the agent's environment; its run id is there,
         and its Claude config dir is an isolated one."""
         monkeypatch.setenv("HEALER_TOKEN", "s3cret-api-token")
         monkeypatch.setenv("GITHUB_TOKEN", "ghp_notforagents")
-        show = tool_use("Bash", {"command": 'echo "t=$HEALER_TOKEN g=$GITHUB_TOKEN '
-                                            'r=$HEALER_RUN_ID c=$CLAUDE_CONFIG_DIR"'})
+        show = tool_use("Bash", {"command": "printenv HEALER_RUN_ID CLAUDE_CONFIG_DIR "
+                                            "HEALER_TOKEN GITHUB_TOKEN"})
         with ScriptedModel([show, write_result("ok"), text("done")]) as model:
-            outcome = await claude_executor(model).run(
-                AgentTask("channel-diagnoser", "peer1", vars={"host": "127.0.0.1"}))
+            outcome = await claude_executor(model, agents_dir=prober).run(
+                AgentTask("prober", "peer1", kind="probe"))
         shown = model.turns[1].tool_result_text()
-        assert "t= g= " in shown and f"r={outcome.run_id}" in shown
+        assert outcome.run_id in shown
         assert f"agents/runs/{outcome.run_id}/claude-config" in shown
+        assert "s3cret" not in shown and "ghp_" not in shown
         assert "s3cret" not in json.dumps([r.body for r in model.requests])
 
 
@@ -248,7 +262,9 @@ class TestMcpTools:
             self, settings: Any, claude_executor: Any, tmp_path: Path) -> None:
         """A scripted tool_use of an MCP tool runs that tool on a real MCP server."""
         server = tmp_path / "mcp_server.py"
-        out = tmp_path / "mcp-called.txt"
+        work = tmp_path / "work"  # the run's checkout: the one place it may write
+        work.mkdir()
+        out = work / "mcp-called.txt"
         server.write_text(textwrap.dedent(f"""
             from mcp.server.mcpserver import MCPServer
             app = MCPServer("probe")
@@ -269,7 +285,7 @@ class TestMcpTools:
                   text("done")]
         with ScriptedModel(script) as model:
             outcome = await claude_executor(model, agents_dir=agents).run(AgentTask(
-                "recorder", "t1", kind="probe", mcp_servers={"probe": {
+                "recorder", "t1", kind="probe", cwd=str(work), mcp_servers={"probe": {
                     "type": "stdio", "command": sys.executable, "args": [str(server)]}}))
         assert out.read_text() == "hello"
         assert "recorded hello" in model.turns[1].tool_result_text()

@@ -19,7 +19,7 @@ CLAUDE_ENV = {"CLAUDE_CODE_MAX_RETRIES": "0", "HTTPS_PROXY": "http://127.0.0.1:9
 DIAGNOSER_SCRIPT = """\
 - text: Probing the peer.
   tool: Bash
-  input: {command: "curl -sS -m 3 http://127.0.0.1:9/health; echo exit=$?"}
+  input: {command: "curl -sS -m 3 http://127.0.0.1:9/health"}
 - tool: Write
   input:
     file_path: "${result_path}"
@@ -65,8 +65,9 @@ class TestList:
         rows = {row["name"]: row for row in json.loads(r.out)}
         assert len(rows) >= 10
         assert rows["channel-diagnoser"]["has_playbook"] is True
-        assert rows["healing-agent"]["tools"] == ["Read", "Write", "Edit", "Glob", "Grep",
-                                                  "Bash"]
+        tools = rows["healing-agent"]["tools"]
+        assert tools[:5] == ["Read", "Write", "Edit", "Glob", "Grep"]
+        assert "Bash(git commit:*)" in tools and "Bash" not in tools
 
     def test_table(self, cli: Any) -> None:
         """The plain listing is a table with a header."""

@@ -41,12 +41,34 @@ class TestBundledDefinitions:
             assert len(d.description) > 40
             assert d.tools and d.model in {"sonnet", "opus", "haiku", "inherit"}
             # Claude Code expects the tools as one comma-separated string, not a YAML list.
-            assert re.search(r"^tools: [A-Za-z_, ]+$", path.read_text(), re.M)
+            assert re.search(r"^tools: [A-Za-z0-9_, ()*:.-]+$", path.read_text(), re.M)
 
     def test_tools_are_real_claude_code_tools(self) -> None:
         """No definition names a tool the bundled Claude Code does not have."""
         for d in load_definitions().values():
-            assert set(d.tools) <= KNOWN_TOOLS, d.name
+            assert set(d.tool_names) <= KNOWN_TOOLS, d.name
+
+    def test_no_agent_has_bare_bash(self) -> None:
+        """Every bundled agent that runs commands lists them as Bash(<prefix>:*) patterns."""
+        for d in load_definitions().values():
+            assert "Bash" not in d.tools, d.name
+            assert d.bash_prefixes, d.name
+            assert {t for t in d.tools if t.startswith("Bash")} == {
+                f"Bash({p}:*)" for p in d.bash_prefixes}, d.name
+
+    def test_only_code_agents_may_commit_and_only_fleet_agents_reach_peers(self) -> None:
+        """The patterns follow the prompts: git commit for the agents that fix code, curl and
+        ssh for the fleet's, neither for the other side."""
+        defs = load_definitions()
+        for name in ("healing-agent", "living-context-healer", "remediation-agent"):
+            assert "git commit" in defs[name].bash_prefixes
+            assert "curl" not in defs[name].bash_prefixes and "ssh" not in defs[
+                name].bash_prefixes
+        assert "git commit" not in defs["evaluation-agent"].bash_prefixes
+        for name in ("channel-diagnoser", "daemon-restarter", "tunnel-establisher",
+                     "nats-reconnector", "master-healer"):
+            assert "curl" in defs[name].bash_prefixes
+            assert "git commit" not in defs[name].bash_prefixes
 
     def test_kinds_match_the_result_schema(self) -> None:
         """Each agent's result kind fits the result file name and schema pattern."""
@@ -87,6 +109,26 @@ class TestParsingErrors:
         """A tool Claude Code does not have is an error naming the tools key."""
         err = self._error(GOOD.replace("Read, Write", "Read, Teleport"))
         assert err.key == "tools" and "Teleport" in str(err)
+
+    def test_bash_patterns_are_accepted(self) -> None:
+        """Bash(<command prefix>:*) patterns are kept as written; the session's tool is Bash."""
+        d = parse_definition(GOOD.replace("Read, Write",
+                                          "Read, Bash(git diff:*), Bash(python -m pytest:*)"))
+        assert d.tools == ("Read", "Bash(git diff:*)", "Bash(python -m pytest:*)")
+        assert d.tool_names == ("Read", "Bash")
+        assert d.bash_prefixes == ("git diff", "python -m pytest")
+
+    @pytest.mark.parametrize("entry", [
+        "Bash", "Bash(*)", "Bash(git diff)", "Bash(git *:*)", "Bash(curl x; rm -rf /:*)",
+        "Bash(echo $HOME:*)", "Bash(ls | sh:*)", "Bash(`id`:*)", "Bash(:*)",
+        "Bash(sh:*)", "Bash(timeout:*)", "Bash(env:*)", "Bash(xargs:*)", "Bash(python:*)",
+        "Bash(python3 -c:*)", "Bash(find . -exec:*)", "Read(/etc/passwd)",
+    ])
+    def test_bash_that_would_allow_anything_is_refused(self, entry: str) -> None:
+        """Bare Bash, a pattern with shell syntax or a wildcard inside, or the prefix of a
+        command that runs any other command or code is refused, naming the tools key."""
+        err = self._error(GOOD.replace("Read, Write", f"Read, {entry}"))
+        assert err.key == "tools"
 
     def test_mcp_tools_are_allowed(self) -> None:
         """MCP tools (mcp__server__tool) may be listed."""

@@ -113,7 +113,7 @@ class TestRunner:
         with ScriptedModel([hang()]) as model:
             runner = AgentRunner(settings, executor=claude_executor(model))
             h = runner.submit(AgentTask("channel-diagnoser", "p1", vars={"host": "127.0.0.1"}))
-            pidfile = settings.state_path / "agents" / "runs" / h.run_id / "claude.pid"
+            pidfile = settings.state_path / "agents" / "pids" / f"{h.run_id}.pid"
             await until(lambda: bool(model.requests), timeout=30)
             pid = int(pidfile.read_text())
             assert _proctree.alive(pid)

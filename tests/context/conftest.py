@@ -43,8 +43,11 @@ def make_settings(dirs: Any, project: Path, context_dir: Path) -> Callable[..., 
             f"webhooks.slack_signing_secret={SLACK_SECRET}", "node_id=testnode",
         ]
         if plan is not None:
+            # The scripted agent keeps each prompt beside its plan: a folder its sandbox
+            # may write to.
             overrides += ["executor.default=command", "executor.commands=" + json.dumps(
-                {"living-context-healer": agent_command(plan)})]
+                {"living-context-healer": agent_command(plan)}),
+                "agents.sandbox_write_paths=" + json.dumps([str(plan.parent)])]
         return load_settings(env={}, overrides=[*overrides, *extra])
 
     return make
@@ -64,6 +67,7 @@ def serve_env(dirs: Any, project: Path, context_dir: Path) -> Callable[..., dict
             env["HEALER__EXECUTOR__DEFAULT"] = "command"
             env["HEALER__EXECUTOR__COMMANDS"] = json.dumps(
                 {"living-context-healer": agent_command(plan)})
+            env["HEALER__AGENTS__SANDBOX_WRITE_PATHS"] = json.dumps([str(plan.parent)])
         env.update(extra)
         return env
 

@@ -22,6 +22,7 @@ def _service(tmp_path: Path, calls: Path) -> PlayService:
     settings = load_settings(env={"HEALER_EXECUTOR": "playbook"}, overrides={
         "state_dir": str(tmp_path / "state"), "results_dir": str(tmp_path / "results"),
         "fleet_dir": str(tmp_path / "fleet"),
+        "agents": {"sandbox_write_paths": [str(tmp_path)]},  # where the action notes its calls
         "play": {"limit_first_wait_s": 1.0, "resume_stagger_s": 0,
                  "actions": {"resume": [sys.executable, str(script), "{agent}"]}}})
     return PlayService(settings, FileStore(tmp_path / "state"))

@@ -78,8 +78,8 @@ AGENTS = {
         out = subprocess.run([sys.executable, "-m", "healer", "report", "--json",
                               "--type", "RuntimeError", "--message", "the agent itself broke"],
                              capture_output=True, text=True)
-        with open(os.environ["PROBE_FILE"], "w") as fh:
-            fh.write(out.stdout)
+        with open("probe.json", "w") as fh:  # in its worktree: the one place it may write
+            fh.write(out.stdout or out.stderr)
     ''',
 }
 

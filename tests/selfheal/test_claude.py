@@ -1,7 +1,8 @@
 """The real Claude Code CLI against the scripted model, on both sides of the protocol.
 
 * As the **healing agent**: the dispatcher runs ``healing-agent`` through the claude executor;
-  the model edits the bug in the worktree and commits it with Bash; a PR record follows.
+  the model edits the bug in the worktree and commits it with Bash (``Bash(git add:*)``,
+  ``Bash(git commit:*)``), inside the sandbox; a PR record follows.
 * As the **reporting agent**: a Claude Code session loads the shipped ``.mcp.json``, calls
   ``report_error`` (``mcp__healer__report_error``) and gets the seed's accepted response; the
   healing run behind it ends with a PR record.
@@ -65,8 +66,7 @@ def healing_script() -> list[Any]:
                           "new_string": 'return row.get("user_id")'},
                  text="The lookup assumes every row has user_id; legacy rows do not."),
         tool_use("Bash", {"command": "git add src/app/tools.py && git commit -q -m "
-                                     "'fix: tolerate rows without user_id' && "
-                                     "echo \"marker=$HEALER_HEALING_RUN\"",
+                                     "'fix: tolerate rows without user_id'",
                           "description": "Commit the fix"}),
         result("fixed"),
         text("Committed the fix on the healing branch."),
@@ -95,8 +95,6 @@ class TestHealingAgent:
         assert "KeyError" in first.user_text() and "src/app/tools.py:lookup" in first.user_text()
         assert f"working directory: `{att['worktree']}`" in first.user_text()
         assert Path(att["worktree"], "src/app/tools.py").read_text() == FIXED
-        # The agent's shell carries the recursion marker: its own reports are refused.
-        assert "marker=1" in " ".join(t.tool_result_text() for t in model.turns)
 
 
 class TestReportingAgent:

@@ -94,16 +94,11 @@ class TestOutcomes:
         assert att["status"] == "failed"
         assert "made no commits" in att["reason"]
 
-    async def test_agent_reports_are_not_healed(self, service: Any, repo: Path,
-                                                tmp_path: Path) -> None:
-        """A report made from inside the healing run is refused (no recursion)."""
-        probe = tmp_path / "probe.json"
-        os.environ["PROBE_FILE"] = str(probe)
-        try:
-            await heal(service("recurse"), repo)
-        finally:
-            del os.environ["PROBE_FILE"]
-        inner = json.loads(probe.read_text())
+    async def test_agent_reports_are_not_healed(self, service: Any, repo: Path) -> None:
+        """A report made from inside the healing run (its sandbox) is refused (no
+        recursion)."""
+        att = await heal(service("recurse"), repo)
+        inner = json.loads(Path(att["worktree"], "probe.json").read_text())
         assert inner["accepted"] is False and inner["reason"] == "recursion"
 
 

@@ -34,7 +34,7 @@ from healer.agents.executors.base import (
 )
 from healer.agents.executors.command import CommandExecutor
 from healer.agents.executors.playbook import PlaybookExecutor
-from healer.agents.executors.selection import can_run, select_executor
+from healer.agents.executors.selection import availability, can_run, select_executor
 
 __all__ = [
     "EXECUTORS",
@@ -43,6 +43,7 @@ __all__ = [
     "Executor",
     "PlaybookExecutor",
     "Prepared",
+    "availability",
     "can_run",
     "claude_cli",
     "explain_auto",

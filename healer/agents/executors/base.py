@@ -11,15 +11,16 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 from healer.agents import results
-from healer.agents.context import RunInfo, context_from_vars
+from healer.agents.context import RunInfo, context_from_vars, peer_endpoints
 from healer.agents.definitions import AgentDefinition, get_definition
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
+from healer.agents.sandbox import Sandbox, Wrapped, checkout_paths, parse_endpoint, sandbox_for
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.core.bus.results import read_result
 from healer.core.files import atomic_write_bytes
@@ -27,6 +28,7 @@ from healer.core.slots import Slot, SlotPool
 from healer.errors import (
     AgentResultError,
     AgentTimeoutError,
+    AgentUnavailableError,
     ExecutorError,
     SlotWaitError,
     UsageError,
@@ -76,6 +78,9 @@ class Prepared:
     timeout_s: float
     started: float
     prompts_dir: Path | None = None
+    # Whether the sandbox lets the run change ``run.cwd``: the task named it and is not
+    # read-only (a run without a checkout of its own works in an empty folder of its run).
+    writable_cwd: bool = True
 
     prompt_text: str | None = None
     # Set by an executor while it waits out a transient model API failure (cleared once the
@@ -134,16 +139,22 @@ def _prune(root: Path, keep: int) -> None:
 
 
 class Executor(abc.ABC):
-    """Runs agent tasks; subclasses implement ``_execute``."""
+    """Runs agent tasks; subclasses implement ``_execute``.
+
+    ``sandbox`` is where an executor's commands run (default: the settings' — bubblewrap, or
+    none with ``agents.sandbox: off``); ``confine`` wraps one command of a run in it."""
 
     name: ClassVar[str]
     agent_writes_result: ClassVar[bool] = True  # False: healer writes what _execute returns
+    runs_commands: ClassVar[bool] = True  # False: only healer's own code runs (playbooks)
 
     def __init__(self, settings: Any, *, agents_dir: Path | str | None = None,
-                 prompts_dir: Path | str | None = None):
+                 prompts_dir: Path | str | None = None, sandbox: Sandbox | None = None):
         self.settings = settings
         self.agents_dir = agents_dir
         self.prompts_dir = Path(prompts_dir) if prompts_dir else None
+        self.sandbox: Sandbox = sandbox if sandbox is not None else sandbox_for(
+            settings, secrets=secret_env_names(settings))
 
     # -- the shared run ------------------------------------------------------------------
 
@@ -154,19 +165,26 @@ class Executor(abc.ABC):
         """
         definition = get_definition(task.agent, self.agents_dir)
         kind = task.kind or definition.kind
-        cwd = str(Path(task.cwd or os.getcwd()).resolve())
-        if not Path(cwd).is_dir():
+        run_id = task.run_id or new_run_id()
+        runs_root = self.settings.state_path.resolve() / "agents" / "runs"
+        run_dir = runs_root / run_id
+        own = task.cwd is not None
+        confined = self.runs_commands and self.sandbox.confined
+        if own:
+            cwd = str(Path(task.cwd or ".").resolve())
+        else:  # no checkout: an empty folder of the run's in the sandbox, else where we are
+            cwd = str(run_dir / "work") if confined else str(Path.cwd().resolve())
+        if own and not Path(cwd).is_dir():
             raise UsageError(f"working directory {cwd!r} does not exist")
         timeout = float(task.timeout_s or self.settings.executor.timeout_s)
-        task = dataclasses.replace(task, kind=kind, cwd=cwd, timeout_s=timeout,
-                                   run_id=task.run_id or new_run_id())
+        task = dataclasses.replace(task, kind=kind, cwd=cwd, timeout_s=timeout, run_id=run_id)
         results_dir = self.settings.results_path.resolve()
         path = results.reserve_result_path(results_dir, kind, task.target)
-        runs_root = self.settings.state_path.resolve() / "agents" / "runs"
-        run_dir = runs_root / task.run_id
         if create:
             results_dir.mkdir(parents=True, exist_ok=True)
             run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            if not own:
+                Path(cwd).mkdir(exist_ok=True)
             _prune(runs_root, KEEP_RUN_DIRS)
         staged = run_dir / path.name
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
@@ -177,7 +195,8 @@ class Executor(abc.ABC):
                                        settings=self.settings), **task.context}
         prep = Prepared(task=task, definition=definition, run=run, result_path=path,
                         staged_path=staged, run_dir=run_dir, context=context, timeout_s=timeout,
-                        started=time.monotonic(), prompts_dir=self.prompts_dir)
+                        started=time.monotonic(), prompts_dir=self.prompts_dir,
+                        writable_cwd=not task.read_only)
         if self.agent_writes_result:
             prep.prompt()  # a template that does not render fails here, before the run
         return prep
@@ -244,6 +263,39 @@ class Executor(abc.ABC):
             raise SlotWaitError(f"no free agent slot within {wait:g} s (all "
                                 f"{self.settings.executor.max_concurrent} busy); not run",
                                 agent=prep.run.agent, run_id=prep.run.run_id) from exc
+
+    def confine(self, prep: Prepared, argv: Sequence[str], *, env: Mapping[str, str],
+                readable: Sequence[str] = (), network: Sequence[str] = ()) -> Wrapped:
+        """``argv`` of run ``prep`` wrapped in the executor's sandbox: writable its run folder
+        and (unless read-only) its checkout with the checkout's git dir; reachable
+        ``network``, the task's own endpoints and those of the peers its context names.
+        ``env`` is what healer sets for the run. Raises ``AgentUnavailableError`` where no
+        sandbox can start; an unconfined run (``agents.sandbox: off``) is logged as such."""
+        ids = {"agent": prep.run.agent, "run_id": prep.run.run_id}
+        why = self.sandbox.unavailable()
+        if why:
+            raise AgentUnavailableError(f"no sandbox for the agent: {why}", **ids)
+        if not self.sandbox.confined:
+            log.warning("agent %s run %s runs UNCONFINED (agents.sandbox: off): it can read, "
+                        "write and reach whatever healer can", prep.run.agent, prep.run.run_id)
+        cwd = prep.run.cwd
+        writable, shown = [str(prep.run_dir)], list(readable)
+        if prep.writable_cwd:
+            extra_rw, extra_ro = checkout_paths(cwd)
+            writable += [cwd, *extra_rw]
+            shown += extra_ro
+        else:
+            shown.append(cwd)
+        wanted = [*network, *prep.task.network, *peer_endpoints(prep.context)]
+        endpoints = []
+        for item in dict.fromkeys(wanted):
+            try:
+                endpoints.append(parse_endpoint(item))
+            except ValueError as exc:
+                log.warning("agent %s run %s: endpoint left out: %s", prep.run.agent,
+                            prep.run.run_id, exc)
+        return self.sandbox.wrap(argv, cwd=cwd, env=env, writable=writable, readable=shown,
+                                 network=endpoints)
 
     @abc.abstractmethod
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:

@@ -9,7 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from healer.agents.executors.base import Executor, Prepared, run_env, secret_env_names
+from healer.agents.executors.base import Executor, Prepared, run_env
+from healer.agents.sandbox import files_in, model_endpoints
 from healer.errors import AgentProcessError, AgentUnavailableError
 
 
@@ -21,6 +22,11 @@ class CommandExecutor(Executor):
     environment as ``HEALER_*``. The command runs in its own session; a timeout or a
     cancellation kills it and everything it started. Output goes to ``output.log`` in the
     run's folder.
+
+    It runs in the agent sandbox (``healer.agents.sandbox``) like a Claude run: its checkout
+    and run folder writable, the files its configured argv names readable, the model API
+    (``ANTHROPIC_BASE_URL``'s, else api.anthropic.com:443) and ``agents.sandbox_network``
+    reachable, the allow-listed environment plus what healer sets for the run.
     """
 
     name = "command"
@@ -55,31 +61,33 @@ class CommandExecutor(Executor):
         prompt_file = prep.run_dir / "prompt.md"
         prompt_file.write_text(prep.prompt(), encoding="utf-8")
         argv = self.argv(prep, prompt_file)
-        secrets_ = secret_env_names(self.settings)
-        env = {k: v for k, v in os.environ.items() if k not in secrets_}
-        env.update(self.extra_env)
-        env.update(run_env(prep))
-        env["HEALER_PROMPT_FILE"] = str(prompt_file)
+        env = {**self.extra_env, **run_env(prep), "HEALER_PROMPT_FILE": str(prompt_file)}
+        template = self.commands.get(prep.run.agent) or self.commands.get("*") or []
+        wrapped = self.confine(prep, argv, env=env, readable=files_in(template),
+                               network=[str(e) for e in model_endpoints(
+                                   {**os.environ, **self.extra_env})])
         out_path = prep.run_dir / "output.log"
-        with open(out_path, "wb") as out:
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=prep.run.cwd, env=env, stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-            except OSError as exc:
-                raise AgentUnavailableError(f"cannot start {argv[0]!r}: {exc.strerror or exc}",
-                                            agent=prep.run.agent,
-                                            run_id=prep.run.run_id) from exc
-            try:
-                code = await proc.wait()
-            except asyncio.CancelledError:
-                await kill_tree(proc.pid, prep.run.run_id)
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(proc.wait(), 5)
-                raise
-            finally:
-                # The command is done, but anything it left running in its session goes too.
-                await kill_tree(None, prep.run.run_id, grace_s=1.0)
+        async with wrapped:
+            with open(out_path, "wb") as out:
+                try:
+                    proc = await asyncio.create_subprocess_exec(
+                        *wrapped.argv, cwd=prep.run.cwd, env=wrapped.env,
+                        stdin=asyncio.subprocess.DEVNULL, stdout=out,
+                        stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+                except OSError as exc:
+                    raise AgentUnavailableError(
+                        f"cannot start {wrapped.argv[0]!r}: {exc.strerror or exc}",
+                        agent=prep.run.agent, run_id=prep.run.run_id) from exc
+                try:
+                    code = await proc.wait()
+                except asyncio.CancelledError:
+                    await kill_tree(proc.pid, prep.run.run_id)
+                    with contextlib.suppress(Exception):
+                        await asyncio.wait_for(proc.wait(), 5)
+                    raise
+                finally:
+                    # The command is done; anything it left running in its session goes too.
+                    await kill_tree(None, prep.run.run_id, grace_s=1.0)
         if code != 0:
             tail = out_path.read_bytes()[-4000:].decode(errors="replace")
             raise AgentProcessError(f"{Path(argv[0]).name} exited with code {code}",

@@ -16,6 +16,7 @@ class PlaybookExecutor(Executor):
 
     name = "playbook"
     agent_writes_result = False
+    runs_commands = False  # healer's own code; commands for an agent: ctx.run_command
 
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
         fn = get_playbook(prep.run.agent)
@@ -28,7 +29,8 @@ class PlaybookExecutor(Executor):
         ctx = PlaybookContext(task=prep.task, run=prep.run, context=prep.context,
                               settings=self.settings,
                               log=logging.getLogger(f"healer.playbook.{prep.run.agent}"),
-                              deadline=prep.started + prep.timeout_s)
+                              deadline=prep.started + prep.timeout_s,
+                              sandbox=self.sandbox, run_dir=prep.run_dir)
         produced = await fn(ctx)
         if not isinstance(produced, Mapping) or "status" not in produced:
             raise AgentResultError("the playbook returned no result fields with a status",

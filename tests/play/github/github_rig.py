@@ -49,6 +49,7 @@ class Rig:
         self.settings = load_settings(env={"HEALER_EXECUTOR": "playbook"}, overrides={
             "state_dir": str(tmp_path / "state"), "results_dir": str(tmp_path / "results"),
             "fleet_dir": str(tmp_path / "fleet"),
+            "agents": {"sandbox_write_paths": [str(tmp_path)]},  # the action's call log
             "github": {"token": TOKEN, "api_url": fake.url, **github},
             "play": {"reevaluate_after_s": 0, "max_iterations": 1,
                      "actions": {"fix_code": [*action, "fix_code", "{code}", "{target}",

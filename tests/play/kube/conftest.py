@@ -67,6 +67,7 @@ def kube_settings(tmp: Path, kubeconfig: Path, **kube: Any) -> Any:
     return load_settings(env={"HEALER_EXECUTOR": "playbook"}, overrides={
         "state_dir": str(tmp / "state"), "results_dir": str(tmp / "results"),
         "fleet_dir": str(tmp / "fleet"),
+        "agents": {"sandbox_write_paths": [str(tmp)]},  # where the action notes its calls
         "play": {"reevaluate_after_s": 0.05, "actions": {
             "restart": [*action, "restart", "{play_id}", "{agent}", "{pod}", "{code}"],
             "retry": [*action, "retry", "{play_id}", "{agent}", "{pod}", "{code}"]}},
