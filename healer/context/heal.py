@@ -36,7 +36,7 @@ from healer.context.prompt import context_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
-from healer.core.git import git, git_env
+from healer.core.git import git
 from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.store import Store
@@ -76,7 +76,7 @@ def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> 
     git(tree.path, "add", "-u")
     git(tree.path, "commit", "--quiet", "--no-verify", "-m",
            f"healer: changes the healing agent left uncommitted (iteration {iteration})",
-           env={**git_env(), **env})
+           env={k: v for k, v in env.items() if k.startswith(("GIT_AUTHOR_", "GIT_COMMITTER_"))})
     return True
 
 

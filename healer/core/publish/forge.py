@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 
 from healer import __version__
 from healer.core.files import atomic_create_bytes, atomic_write_bytes, atomic_write_text, dumps
-from healer.core.git import git, git_env
+from healer.core.git import git
 from healer.core.names import safe_name
 from healer.core.publish.sanitizer import Sanitizer
 from healer.errors import HealerError, UsageError
@@ -206,15 +206,15 @@ class GitHubForge:
         return resp.json() if resp.content else None
 
     def _push(self, branch: str) -> None:
-        env = None
+        secret = {}
         url = git(self.local_repo, "remote", "get-url", self.remote, check=False).stdout.strip()
         if url.startswith("https://"):
             # The token reaches git through the environment, never through argv (ps shows argv).
             basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
-            env = {**git_env(), "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                   "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
+            secret = {"http.extraHeader": f"Authorization: Basic {basic}"}
         res = git(self.local_repo, "push", "--quiet", self.remote,
-                  f"refs/heads/{branch}:refs/heads/{branch}", check=False, env=env)
+                  f"refs/heads/{branch}:refs/heads/{branch}", check=False,
+                  secret_config=secret)
         if not res.ok:
             raise ForgeError(f"git push to {self.remote} failed: "
                              f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
