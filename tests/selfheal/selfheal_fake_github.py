@@ -138,7 +138,8 @@ class FakeGitHub:
                  "code": "missing_field" if missing else "invalid"}])
         n = len(self.pulls) + len(self.issues) + 1
         pr = {"id": 5000 + n, "number": n, "state": "open", "title": body["title"],
-              "body": body.get("body"), "draft": False, "merged": False, "merged_at": None,
+              "body": body.get("body"), "draft": bool(body.get("draft")), "merged": False,
+              "merged_at": None,
               "head": {"ref": body["head"]}, "base": {"ref": body["base"]}, "labels": [],
               "html_url": f"{self.url}/{self.owner}/{self.repo}/pull/{n}",
               "url": f"{self.url}/repos/{self.owner}/{self.repo}/pulls/{n}"}
