@@ -8,7 +8,8 @@
               and the previous iteration's rejection in its prompt)
               → the clone's git dir is inspected (tampered: stop, escalate, publish nothing)
               → tracked changes it left uncommitted are committed for it
-              → the commits are verified in a checkout of their own (verify_commit)
+              → the commits are verified in a checkout of their own with the base branch's
+                tests and scenarios (verify_commit, healer.selfheal.checks)
               → passed: git dir inspected again → sanitiser validation → forge draft PR
                 → incident fixed
         └─► every iteration rejected, or the agent says unfixable/escalated
@@ -47,6 +48,7 @@ from healer.core.store import Store
 from healer.core.verify import GIVE_UP, next_step
 from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
+from healer.selfheal import checks
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import worker_identity
 from healer.selfheal.dispatch import pr_title
@@ -100,17 +102,31 @@ def verdict_of(it: Iteration) -> core_verify.Verdict:
 
 def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, settings: Any,
                   failing_file: str) -> Verdict:
-    """Verify ``sha`` in a checkout of its own: the code under test runs there."""
+    """Verify ``sha`` with the base branch's checks, in a checkout of its own.
+
+    The checkout holds the commit's changes to everything but its checks (tests, scenario
+    matrices, the living context: ``healer.selfheal.checks``), which stay as on the base
+    commit — a fix cannot pass by editing what judges it. The invariants, blast radius and
+    anti-patterns see the whole diff, the one the PR carries. The agent's changes to checks
+    that were left out are named in the verdict's warnings (and reasons, when it failed).
+    """
     cx = settings.context
     diff = diff_of(tree.path, tree.base_sha, git_dir=tree.git_dir)
     path = tree.path.parent / f"verify-{label}"
-    wt.clone(tree.path, path, sha)
+    checkout = checks.base_checks_checkout(
+        tree, sha, path, check_dirs=checks.repo_dirs(tree.repo, [cx.dir]))
     try:
-        return verify(layers, path, diff, failing_file=failing_file,
-                      timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
-                      require_scenarios=cx.require_scenarios, env=scenario_env(settings))
+        verdict = verify(layers, path, diff, failing_file=failing_file,
+                         timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
+                         require_scenarios=cx.require_scenarios, env=scenario_env(settings))
     finally:
         wt.remove("", path)
+    note = checkout.note()
+    if note:
+        verdict.warnings.append(note)
+        if not verdict.passed:
+            verdict.reasons.append(note)
+    return verdict
 
 
 class ContextHealer:
