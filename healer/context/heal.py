@@ -48,7 +48,7 @@ from healer.core.store import Store
 from healer.core.verify import GIVE_UP, next_step
 from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
-from healer.selfheal import checks
+from healer.selfheal import checks, gitdir
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import worker_identity
 from healer.selfheal.dispatch import pr_title
@@ -222,7 +222,7 @@ class ContextHealer:
         self.book.attempts.update(aid, branch=tree.branch, base=tree.base,
                                   base_sha=tree.base_sha, worktree=str(tree.path),
                                   repo=str(repo),
-                                  gitdir_seal=tree.seal.digest if tree.seal else "")
+                                  gitdir_seal=tree.seal.as_dict() if tree.seal else {})
         iterations: list[Iteration] = []
         try:
             return await self._iterate(inc, aid, tree, repo, layers, error, iterations)
@@ -280,7 +280,12 @@ class ContextHealer:
             cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
                 **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
                 "previous_failure": previous, "branch": tree.branch})
-        outcome = await self._dispatch(task, env)
+        try:
+            outcome = await self._dispatch(task, env)
+        except Exception:
+            # A tampered git dir says more than whatever else went wrong.
+            await asyncio.to_thread(tree.require_untouched, f"after iteration {n}")
+            raise
         result = outcome.result or {}
         it = Iteration(number=n, agent_status=outcome.status,
                        agent_summary=self.sanitizer.scrub(str(result.get("summary", "")))[:2000],
@@ -381,23 +386,29 @@ class ContextHealer:
     async def _give_up(self, inc: dict[str, Any], aid: str, iterations: list[Iteration],
                        why: str, tree: wt.Worktree | None, *, end: bool = True,
                        tampered: list[str] | None = None) -> HealOutcome:
-        if tree is not None and tampered is None:
-            # The last look before a person is sent to the clone (scenarios ran code there).
-            changes = await asyncio.to_thread(tree.inspect)
+        if tampered is None:
+            # The last look before a person is sent to the clone (scenarios ran code there;
+            # a crash may have left no Worktree at hand: the seal is on the record).
+            changes = await asyncio.to_thread(
+                tree.inspect if tree is not None else lambda: gitdir.check_recorded(
+                    (self.book.attempts.get(aid) or {}).get("gitdir_seal")))
             if changes:
                 tampered, why = changes, str(GitDirTamperedError(changes, where="at the end"))
         found: list[str] = []
-        if tampered and tree is not None:
-            await asyncio.to_thread(tree.quarantine)
+        if tampered:
+            if tree is not None:
+                await asyncio.to_thread(tree.quarantine)
             found = [self.sanitizer.scrub(c)[:300] for c in tampered]
             self.book.audit.write("git_dir_tampered", inc["key"], attempt_id=aid,
-                                  clone=str(tree.path), changes=found)
+                                  changes=found)
         why = self.sanitizer.scrub(why)[:2000]
         esc = outcomes.escalation(inc, aid, iterations, why,
                                   repo=str(tree.repo) if tree else "",
                                   branch=tree.branch if tree else "",
                                   base_sha=tree.base_sha if tree else "",
-                                  clone=str(tree.path) if tree else "", tampered=found)
+                                  clone=str(tree.path) if tree else str(
+                                      (self.book.attempts.get(aid) or {}).get("worktree", "")),
+                                  tampered=found)
         record = await escalate(self.settings, self.store, esc, metrics=self.metrics)
         if end:
             extra = {"tampered": found} if found else {}

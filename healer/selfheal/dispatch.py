@@ -52,6 +52,7 @@ from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
+from healer.selfheal import gitdir
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.runner import (
@@ -163,6 +164,16 @@ class Dispatcher:
             log.exception("healing run %s crashed", attempt_id)
             result = (st.FAILED, {"reason": self._clean(f"{type(exc).__name__}: {exc}")})
         status, fields = result
+        if status != st.PR_OPEN and "tampered" not in fields:
+            # Ends that left the clone unlooked-at (a time limit, a crash): look now, from the
+            # seal on the record, before a person is sent there.
+            changes = await asyncio.to_thread(gitdir.check_recorded, (
+                self.attempts.get(attempt_id) or {}).get("gitdir_seal"))
+            if changes:
+                exc = GitDirTamperedError(changes, where=f"the run ended {status}")
+                status, fields = st.FAILED, {
+                    "reason": self._clean(str(exc)),
+                    "tampered": [self._clean(c)[:300] for c in changes]}
         try:
             final = self.attempts.transition(attempt_id, status, expect=st.INVESTIGATING,
                                              **fields)
@@ -188,7 +199,7 @@ class Dispatcher:
                                        sh.base_branch)
         self.attempts.update(aid, branch=tree.branch, base=tree.base, base_sha=tree.base_sha,
                              worktree=str(tree.path), repo=str(repo),
-                             gitdir_seal=tree.seal.digest if tree.seal else "")
+                             gitdir_seal=tree.seal.as_dict() if tree.seal else {})
         report = {k: att.get(k, "") for k in ("error_type", "error_message", "traceback",
                                                "call_site", "context", "tool_name", "severity")}
         task = HealingTask(
@@ -197,7 +208,11 @@ class Dispatcher:
             result_path=result_path_for(self.settings.results_path.resolve(), fp, self.clock()))
         self._check_prompt(task)
         assert self.runner is not None
-        outcome = await self.runner.run(task)
+        try:
+            outcome = await self.runner.run(task)
+        except Exception:
+            await asyncio.to_thread(self._inspect, tree)  # tampering says more than the error
+            raise
         await asyncio.to_thread(self._inspect, tree)
         if outcome.timed_out:
             return st.TIMEOUT, {"reason": outcome.error or "time limit exceeded"}

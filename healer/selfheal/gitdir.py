@@ -44,6 +44,7 @@ import os
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from healer.errors import GitDirTamperedError
 
@@ -115,6 +116,24 @@ class Seal:
         doc = {"clone_id": list(self.clone_id), "git_dir_id": list(self.git_dir_id),
                "parts": self.parts}
         return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+    def as_dict(self) -> dict[str, Any]:
+        """The seal as the attempt record keeps it (``from_dict`` reads it back)."""
+        return {"clone": self.clone, "clone_id": list(self.clone_id),
+                "git_dir_id": list(self.git_dir_id), "parts": dict(self.parts),
+                "object_format": self.object_format, "digest": self.digest}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Seal | None:
+        """A recorded seal, or None when ``doc`` is not one."""
+        try:
+            seal = cls(str(doc["clone"]), (int(doc["clone_id"][0]), int(doc["clone_id"][1])),
+                       (int(doc["git_dir_id"][0]), int(doc["git_dir_id"][1])),
+                       {str(k): str(v) for k, v in doc["parts"].items()},
+                       str(doc.get("object_format", "sha1")))
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError):
+            return None
+        return seal if doc.get("digest") in (None, seal.digest) else None
 
 
 def seal(clone: Path, *, object_format: str = "sha1") -> Seal:
@@ -226,6 +245,19 @@ def require_untouched(s: Seal, *, where: str = "") -> None:
     changes = inspect(s)
     if changes:
         raise GitDirTamperedError(changes, where=where)
+
+
+def check_recorded(doc: Any) -> list[str]:
+    """``inspect`` from a seal kept on an attempt record (none kept: nothing to say), and the
+    clone quarantined when something changed — for ends that left no ``Worktree`` at hand
+    (a time limit, a crash)."""
+    s = Seal.from_dict(doc) if doc else None
+    if s is None or not os.path.lexists(s.clone):
+        return []
+    changes = inspect(s)
+    if changes:
+        quarantine(s.clone)
+    return changes
 
 
 def quarantine(clone: Path | str) -> Path | None:

@@ -11,7 +11,8 @@ Run by a command executor as ``python -m healer.testing.hostile_git PLAN.json`` 
 3. plants into its own git dir and every other git dir it found: the hooks ``HOOKS``, a
    ``core.fsmonitor`` program, a ``core.sshCommand``, and ``remote.origin.url`` pointing at
    ``plan["evil_remote"]``;
-4. writes its result file (``HEALER_RESULT_FILE``) saying it fixed the bug.
+4. writes its result file (``HEALER_RESULT_FILE``) saying it fixed the bug, and with
+   ``then_sleep_s`` stays until the time limit kills it.
 
 Every planted program, if anything ever runs it, writes ``<markers>/<name>.ran`` holding the
 environment it ran with (a token there is exactly the leak issue 34 describes). It plants
@@ -28,6 +29,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -88,13 +90,15 @@ def snapshot(repo: Path) -> dict[str, str]:
     return out
 
 
-def agent_argv(folder: Path, *, fix: dict[str, str], markers: Path,
-               evil_remote: Path) -> list[str]:
-    """The executor command of a hostile agent (its plan written to ``folder``)."""
+def agent_argv(folder: Path, *, fix: dict[str, str], markers: Path, evil_remote: Path,
+               then_sleep_s: float = 0) -> list[str]:
+    """The executor command of a hostile agent (its plan written to ``folder``);
+    ``then_sleep_s``: after planting, outstay the time limit."""
     folder.mkdir(parents=True, exist_ok=True)
     plan = folder / "hostile-plan.json"
     plan.write_text(json.dumps({"fix": fix, "markers": str(markers),
-                                "evil_remote": str(evil_remote)}), encoding="utf-8")
+                                "evil_remote": str(evil_remote),
+                                "then_sleep_s": then_sleep_s}), encoding="utf-8")
     return [sys.executable, "-m", "healer.testing.hostile_git", str(plan)]
 
 
@@ -144,6 +148,8 @@ def main(argv: list[str]) -> int:
         if os.environ.get("HEALER_INCIDENT"):
             result["incident"] = os.environ["HEALER_INCIDENT"]
         Path(os.environ["HEALER_RESULT_FILE"]).write_text(json.dumps(result), encoding="utf-8")
+    if plan.get("then_sleep_s"):
+        time.sleep(float(plan["then_sleep_s"]))  # and then be killed at the time limit
     return 0
 
 

@@ -35,6 +35,7 @@ from healer.core.publish.forge import (
 from healer.core.store import FileStore
 from healer.errors import GitDirTamperedError, UsageError
 from healer.selfheal import attempts as st
+from healer.selfheal import gitdir
 from healer.selfheal import worktree as wt
 from healer.selfheal.dispatch import Dispatcher, reap_worktrees
 from healer.selfheal.service import SelfHealService
@@ -131,6 +132,24 @@ class TestACompromisedAgent:
         hostile.plant(planted / ".git", markers, evil)
         subprocess.run(["git", "-C", str(planted), "status"], capture_output=True, check=True)
         assert "fsmonitor.ran" in hostile.ran(markers)
+
+
+    async def test_tampering_outranks_the_time_limit(
+            self, make_settings: Any, repo: Path, tmp_path: Path) -> None:
+        """An agent that plants and then hangs until it is killed: tampered, not timeout."""
+        markers, evil = tmp_path / "markers", bare(tmp_path / "evil.git")
+        settings = make_settings(None, timeout_s=2)
+        settings.executor.commands = {"healing-agent": hostile.agent_argv(
+            tmp_path / "agent", fix={"file": "src/app/tools.py", "content": FIXED},
+            markers=markers, evil_remote=evil, then_sleep_s=120)}
+        svc = SelfHealService(settings, FileStore(settings.state_path), env={},
+                              launcher=lambda _a: None)
+        out = svc.report({"error_type": "KeyError", "error_message": "'user_id'",
+                          "traceback": TRACEBACK.format(root=repo)})
+        att = await Dispatcher(settings, svc.store).run(out["attempt_id"])
+        assert att["status"] == st.FAILED and "hooks/pre-push added" in att["tampered"]
+        assert hostile.ran(markers) == []
+        assert not (settings.state_path / "forge" / "prs").exists()
 
 
 class TestHealersGitIsInert:
@@ -280,6 +299,18 @@ class TestTheInspection:
         (tree.path / ".git").unlink()
         (tree.path / ".git").symlink_to(repo / ".git")
         assert tree.inspect() == [f".git is now a symlink to {repo / '.git'}"]
+
+    def test_a_recorded_seal_is_enough(self, repo: Path, tmp_path: Path) -> None:
+        """After a crash or a time limit only the attempt record is left: its seal still
+        finds the plant, and the clone is quarantined."""
+        tree = wt.create(repo, tmp_path / "state", "a-1", "f" * 64)
+        assert tree.seal is not None
+        record = json.loads(json.dumps(tree.seal.as_dict()))
+        assert gitdir.check_recorded(record) == []
+        (tree.git_dir / "hooks" / "pre-push").write_text("#!/bin/sh\n")
+        assert gitdir.check_recorded(record) == ["hooks/pre-push added"]
+        assert (tree.path / "git-dir.tampered").is_dir() and not tree.git_dir.exists()
+        assert gitdir.check_recorded({**record, "digest": "0" * 64}) == []  # not a seal
 
     def test_ordinary_git_work_is_not_tampering(self, repo: Path, tmp_path: Path) -> None:
         """Commits, branches, tags, a stash, gc: the seal holds."""
