@@ -236,6 +236,35 @@ class TestThePush:
         assert github.pulls[ref.number]["draft"] is True
         assert [r.body.get("draft") for r in pull_requests(github)] == [True]
 
+    def test_https_carries_the_settings_token_and_nothing_inherited(
+            self, repo: Path, github: FakeGitHub, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """Over http(s) git authenticates with the forge token healer read from its settings
+        (an http.extraHeader in git's environment): no credential helper, askpass, prompt or
+        inherited token takes part, and a wrong token fails instead of asking anyone."""
+        markers = tmp_path / "markers"
+        prog = tmp_path / "askpass"
+        hostile._write_program(prog, markers, "askpass")
+        monkeypatch.setenv("GIT_ASKPASS", str(prog))
+        monkeypatch.setenv("SSH_ASKPASS", str(prog))
+        monkeypatch.setenv("GITHUB_TOKEN", OPERATOR_TOKEN)
+        git(repo, "config", "credential.helper", f"!{prog}")
+        tree = wt.create(repo, tmp_path / "state", "a-1", "f" * 64)
+        head = commit_fix(tree)
+        url = f"{github.url}/acme/app.git"
+        pr = PullRequest(title="fix", body="b", head=tree.branch, base="main", head_sha=head,
+                         base_sha=tree.base_sha, diff="", source=str(tree.path))
+        wrong = GitHubForge(api_url=github.url, repo="acme/app", token=OPERATOR_TOKEN,
+                            local_repo=repo, push_url=url)
+        with pytest.raises(ForgeError, match="git push of healer/"):
+            wrong.open_pr(pr)
+        assert pull_requests(github) == []
+        GitHubForge(api_url=github.url, repo="acme/app", token=TOKEN, local_repo=repo,
+                    push_url=url).open_pr(pr)
+        assert git(github.bare, "rev-parse", f"refs/heads/{tree.branch}").strip() == head
+        accepted = [r for r in github.git_requests if r.path.endswith("git-receive-pack")]
+        assert accepted and hostile.ran(markers) == []
+
     def test_only_healer_branches_are_published(self, repo: Path, github: FakeGitHub,
                                                 tmp_path: Path) -> None:
         """A PR whose head is not under healer/ is refused before any push or request."""
