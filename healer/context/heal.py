@@ -113,6 +113,7 @@ def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, se
     cx = settings.context
     diff = diff_of(tree.path, tree.base_sha, git_dir=tree.git_dir)
     path = tree.path.parent / f"verify-{label}"
+    wt.remove("", path)  # what a crashed run may have left
     checkout = checks.base_checks_checkout(
         tree, sha, path, check_dirs=checks.repo_dirs(tree.repo, [cx.dir]))
     try:

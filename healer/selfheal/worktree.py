@@ -233,7 +233,7 @@ def clone(source: Path, dest: Path, sha: str, *, branch: str = "") -> gitdir.Sea
     """
     if dest.exists() or dest.is_symlink():
         raise UsageError(f"{dest} already exists")
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     fmt = _object_format(source)
     git("/", "clone", "--quiet", "--no-hardlinks", "--dissociate", "--no-checkout",
         "--template=", "--no-tags", str(source), str(dest))
