@@ -20,6 +20,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── AgentTimeoutError        the wall-clock limit was hit; the run was killed
     │   └── SlotWaitError            no agent slot came free in time; the run never started
     ├── NothingToReviewError         a healing branch changes nothing a PR could show
+    ├── GitDirTamperedError          an agent changed the git dir healer made (changes)
     ├── KubeError                    the Kubernetes API failed or refused (status, reason)  exit 3
     │   └── KubeGoneError            410 Gone: a resourceVersion is too old; relist
     └── UnavailableError             a dependency or service is missing             exit 3
@@ -145,6 +146,19 @@ class SlotWaitError(ExecutorError):
 class NothingToReviewError(HealerError):
     """The healing branch has commits, but no change a person could review in a PR (empty,
     net-zero, whitespace-only or marker files only)."""
+
+
+class GitDirTamperedError(HealerError):
+    """A healing run changed what healer made in its clone's git dir (hooks, config, ``.git``
+    itself, alternates, symlinks): an attack. ``changes`` says what, one finding each."""
+
+    def __init__(self, changes: list[str], *, where: str = ""):
+        self.changes = list(changes)
+        self.where = where
+        shown = "; ".join(self.changes[:5]) + (
+            f"; and {len(self.changes) - 5} more" if len(self.changes) > 5 else "")
+        super().__init__(f"the healing agent tampered with the git dir healer made"
+                         f"{f' ({where})' if where else ''}: {shown}")
 
 
 class GitHubError(HealerError):

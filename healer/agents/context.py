@@ -266,7 +266,7 @@ def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
             traceback=vars.get("traceback", ""), call_site=vars.get("call_site", ""),
             context=vars.get("context", ""), tool_name=vars.get("tool_name", ""),
             severity=vars.get("severity", ""))
-        ctx["branch"] = vars.get("branch", f"healing/{target[:12]}")
+        ctx["branch"] = vars.get("branch", f"healer/{target[:12]}")
     elif agent == "living-context-healer":
         error = {k: vars.get(k, "") for k in ("message", "file", "line", "stackTrace",
                                               "severity", "source", "environment")}

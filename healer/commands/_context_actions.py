@@ -219,17 +219,16 @@ def verify(settings: Any, args: Any) -> int:
         base = args.base or "HEAD"
         with tempfile.TemporaryDirectory(prefix="healer-verify-") as tmp:
             path = Path(tmp) / "checkout"
-            git(repo, "worktree", "add", "--quiet", "--detach", str(path), base)
-            try:
-                patch_file = Path(tmp) / "fix.diff"
-                patch_file.write_text(patch, encoding="utf-8")
-                res = git(path, "apply", "--whitespace=nowarn", str(patch_file), check=False)
-                if not res.ok:
-                    raise UsageError(f"the diff does not apply to {base}: "
-                                     f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
-                verdict = run_verify(layers, path, parse_patch(patch), **kw)
-            finally:
-                wt.remove(repo, path)
+            sha = git(repo, "rev-parse", "--verify", f"{base}^{{commit}}").stdout.strip()
+            wt.clone(repo, path, sha)  # a checkout of its own: the code under test runs there
+            patch_file = Path(tmp) / "fix.diff"
+            patch_file.write_text(patch, encoding="utf-8")
+            res = git(path, "apply", "--whitespace=nowarn", str(patch_file), check=False,
+                      git_dir=path / ".git")
+            if not res.ok:
+                raise UsageError(f"the diff does not apply to {base}: "
+                                 f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
+            verdict = run_verify(layers, path, parse_patch(patch), **kw)
     else:
         base_ref = args.base or wt.base_branch(repo, settings.selfheal.base_branch)
         base = git(repo, "merge-base", base_ref, "HEAD").stdout.strip()

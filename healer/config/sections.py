@@ -216,7 +216,13 @@ class ForgeSettings:
     github_repo: str = setting("", "`owner/name` on GitHub for the `github` forge.")
     token_env: str = setting("GITHUB_TOKEN", "Environment variable holding the forge token.")
     api_url: str = setting("https://api.github.com", "GitHub API base URL.")
-    remote: str = setting("origin", "Git remote the `github` forge pushes healing branches to.")
+    push_url: str = setting(
+        "", "Where the `github` forge pushes healing branches (`healer/…`, one explicit "
+        "refspec each): an `https` URL (the token from `token_env` goes along as an HTTP "
+        "header, never on a command line), an `http` URL on loopback, or a local path. Empty: "
+        "`https://github.com/<github_repo>.git` (or the `api_url` host for GitHub Enterprise). "
+        "Never read from the repository's own config, whose remotes an agent could change; "
+        "ssh URLs are refused (their keys would come from the machine, not from the settings).")
 
 
 @dataclass

@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from healer.core import proc
+from healer.core.git import git
 from healer.errors import UsageError
 
 GIT_TIMEOUT_S = 60.0
@@ -88,13 +88,17 @@ def parse_patch(text: str) -> Diff:
     return diff
 
 
-def diff_of(worktree: Path | str, base: str, *, committed: bool = True) -> Diff:
-    """The change in ``worktree`` against ``base``: ``base..HEAD`` or the working tree."""
-    args = ["git", "-C", str(worktree), "-c", "core.quotePath=false", "diff", "--no-color",
-            "--no-ext-diff", "--find-renames", "-U0", base]
+def diff_of(worktree: Path | str, base: str, *, committed: bool = True,
+            git_dir: Path | str | None = None) -> Diff:
+    """The change in ``worktree`` against ``base``: ``base..HEAD`` or the working tree.
+
+    ``git_dir``: the checkout's git dir, named instead of discovered (a healing clone's).
+    """
+    args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "--find-renames", "-U0",
+            base]
     if committed:
         args.append("HEAD")
-    res = proc.run(args, timeout=GIT_TIMEOUT_S)
+    res = git(worktree, *args, check=False, timeout=GIT_TIMEOUT_S, git_dir=git_dir)
     if not res.ok:
         raise UsageError(f"git diff against {base!r} failed in {worktree}: "
                          f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")

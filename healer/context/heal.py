@@ -1,20 +1,25 @@
-"""The heal loop: agent in a worktree → scenario runner → PR, or an escalation after N tries.
+"""The heal loop: agent in a clone → scenario runner → PR, or an escalation after N tries.
 
 ::
 
-    admitted incident ─► worktree healing/<fp12>-<id> from the base branch
+    admitted incident ─► clone healer/<fp12>-<id> from the base branch (healer.selfheal.worktree)
         └─► iteration i (1 … context.max_iterations):
-              living-context-healer (executor runtime, cwd = the worktree, the living context
+              living-context-healer (executor runtime, cwd = the clone, the living context
               and the previous iteration's rejection in its prompt)
+              → the clone's git dir is inspected (tampered: stop, escalate, publish nothing)
               → tracked changes it left uncommitted are committed for it
-              → the commits are verified in a clean detached checkout (scenarios.verify)
-              → passed: sanitiser validation → forge PR → incident fixed
+              → the commits are verified in a checkout of their own with the base branch's
+                tests and scenarios (verify_commit, healer.selfheal.checks)
+              → passed: git dir inspected again → sanitiser validation → forge draft PR
+                → incident fixed
         └─► every iteration rejected, or the agent says unfixable/escalated
               → escalation (seed file, forge issue, Discord) → incident escalated
 
 Either way the attempt (``heal-attempts``, shared with report_error) ends, incident memory gains
-an entry, and every step is in the audit trail. The worktree is kept for the reviewer (the
-selfheal reaper removes it after ``selfheal.worktree_ttl_s``).
+an entry, and every step is in the audit trail. A tampered git dir ends the attempt ``failed``
+with ``tampered`` (the findings) on the record and a ``git_dir_tampered`` audit event; the
+clone's git dir is quarantined. The clone is kept for the reviewer (the selfheal reaper removes
+it after ``selfheal.worktree_ttl_s``).
 """
 
 from __future__ import annotations
@@ -36,13 +41,14 @@ from healer.context.prompt import context_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
-from healer.core.git import git, git_env
+from healer.core.git import git
 from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.store import Store
 from healer.core.verify import GIVE_UP, next_step
-from healer.errors import HealerError
+from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
+from healer.selfheal import checks, gitdir
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import worker_identity
 from healer.selfheal.dispatch import pr_title
@@ -69,14 +75,17 @@ class HealOutcome:
                 "reason": self.reason, "seed_file": self.seed_file}
 
 
-def commit_leftovers(tree: wt.Worktree, iteration: int, env: dict[str, str]) -> bool:
-    """Commit tracked changes the agent left uncommitted; untracked files are not the fix."""
-    if not git(tree.path, "status", "--porcelain", "--untracked-files=no").stdout.strip():
+def commit_leftovers(tree: wt.Worktree, iteration: int) -> bool:
+    """Commit tracked changes the agent left uncommitted; untracked files are not the fix.
+    (After ``tree.require_untouched()``: these are work-tree commands.)"""
+    gd = tree.git_dir
+    if not git(tree.path, "status", "--porcelain", "--untracked-files=no",
+               "--ignore-submodules=all", git_dir=gd).stdout.strip():
         return False
-    git(tree.path, "add", "-u")
+    git(tree.path, "add", "-u", git_dir=gd)
     git(tree.path, "commit", "--quiet", "--no-verify", "-m",
-           f"healer: changes the healing agent left uncommitted (iteration {iteration})",
-           env={**git_env(), **env})
+        f"healer: changes the healing agent left uncommitted (iteration {iteration})",
+        env=wt.git_identity(tree.path), git_dir=gd)
     return True
 
 
@@ -93,17 +102,32 @@ def verdict_of(it: Iteration) -> core_verify.Verdict:
 
 def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, settings: Any,
                   failing_file: str) -> Verdict:
-    """Verify ``sha`` in a clean detached checkout: what is verified is what is published."""
+    """Verify ``sha`` with the base branch's checks, in a checkout of its own.
+
+    The checkout holds the commit's changes to everything but its checks (tests, scenario
+    matrices, the living context: ``healer.selfheal.checks``), which stay as on the base
+    commit — a fix cannot pass by editing what judges it. The invariants, blast radius and
+    anti-patterns see the whole diff, the one the PR carries. The agent's changes to checks
+    that were left out are named in the verdict's warnings (and reasons, when it failed).
+    """
     cx = settings.context
-    diff = diff_of(tree.path, tree.base_sha)
+    diff = diff_of(tree.path, tree.base_sha, git_dir=tree.git_dir)
     path = tree.path.parent / f"verify-{label}"
-    git(tree.repo, "worktree", "add", "--quiet", "--detach", str(path), sha)
+    wt.remove("", path)  # what a crashed run may have left
+    checkout = checks.base_checks_checkout(
+        tree, sha, path, check_dirs=checks.repo_dirs(tree.repo, [cx.dir]))
     try:
-        return verify(layers, path, diff, failing_file=failing_file,
-                      timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
-                      require_scenarios=cx.require_scenarios, env=scenario_env(settings))
+        verdict = verify(layers, path, diff, failing_file=failing_file,
+                         timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
+                         require_scenarios=cx.require_scenarios, env=scenario_env(settings))
     finally:
-        wt.remove(tree.repo, path)
+        wt.remove("", path)
+    note = checkout.note()
+    if note:
+        verdict.warnings.append(note)
+        if not verdict.passed:
+            verdict.reasons.append(note)
+    return verdict
 
 
 class ContextHealer:
@@ -199,12 +223,23 @@ class ContextHealer:
                                        inc["fingerprint"], sh.base_branch)
         self.book.attempts.update(aid, branch=tree.branch, base=tree.base,
                                   base_sha=tree.base_sha, worktree=str(tree.path),
-                                  repo=str(repo))
-        env = {**await asyncio.to_thread(wt.git_identity, tree.path), "HEALER_HEALING_RUN": "1",
+                                  repo=str(repo),
+                                  gitdir_seal=tree.seal.as_dict() if tree.seal else {})
+        iterations: list[Iteration] = []
+        try:
+            return await self._iterate(inc, aid, tree, repo, layers, error, iterations)
+        except GitDirTamperedError as exc:
+            return await self._give_up(inc, aid, iterations, str(exc), tree,
+                                       tampered=exc.changes)
+
+    async def _iterate(self, inc: dict[str, Any], aid: str, tree: wt.Worktree, repo: Path,
+                       layers: Layers, error: NormalizedError, iterations: list[Iteration]
+                       ) -> HealOutcome:
+        cx = self.settings.context
+        env = {**wt.git_identity(tree.path), "HEALER_HEALING_RUN": "1",
                "HEALER_ATTEMPT_ID": aid}
         fc = layers.for_file(error.file)
         base_vars = context_vars(error, fc, max_blast_radius=cx.max_blast_radius)
-        iterations: list[Iteration] = []
         previous = ""
         for n in range(1, cx.max_iterations + 1):
             if self.book.ledger.should_stop(self.book._id(inc["key"])):
@@ -247,16 +282,23 @@ class ContextHealer:
             cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
                 **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
                 "previous_failure": previous, "branch": tree.branch})
-        outcome = await self._dispatch(task, env)
+        try:
+            outcome = await self._dispatch(task, env)
+        except Exception:
+            # A tampered git dir says more than whatever else went wrong.
+            await asyncio.to_thread(tree.require_untouched, f"after iteration {n}")
+            raise
         result = outcome.result or {}
         it = Iteration(number=n, agent_status=outcome.status,
                        agent_summary=self.sanitizer.scrub(str(result.get("summary", "")))[:2000],
                        agent_error=self.sanitizer.scrub(outcome.error or "")[:2000])
         self.book.audit.write("agent_finished", key, attempt_id=aid, iteration=n,
                               status=outcome.status, run_id=outcome.run_id, error=it.agent_error)
+        # Before any other git command of healer's in the clone (GitDirTamperedError ends it).
+        await asyncio.to_thread(tree.require_untouched, f"after iteration {n}")
         if it.agent_status in STOP_STATUSES:
             return it
-        await asyncio.to_thread(commit_leftovers, tree, n, env)
+        await asyncio.to_thread(commit_leftovers, tree, n)
         commits = await asyncio.to_thread(tree.commits)
         it.commits = len(commits)
         if not commits:
@@ -300,6 +342,8 @@ class ContextHealer:
     async def _publish(self, inc: dict[str, Any], aid: str, tree: wt.Worktree, repo: Path,
                        iterations: list[Iteration]) -> HealOutcome:
         it = iterations[-1]
+        # The scenarios ran the agent's code: look again before healer reads the branch.
+        await asyncio.to_thread(tree.require_untouched, "before publishing")
         commits, diff, diffstat, head = await asyncio.to_thread(
             lambda: (tree.commits(), tree.diff(), tree.diffstat(), tree.head()))
         err = inc["error"]
@@ -316,8 +360,9 @@ class ContextHealer:
             ref = await asyncio.to_thread(forge.open_pr, PullRequest(
                 title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
                 base_sha=tree.base_sha, diff=diff, labels=outcomes.LABELS,
-                meta={"attempt_id": aid, "fingerprint": inc["fingerprint"],
-                      "incident": inc["key"]}))
+                source=str(tree.path), meta={"attempt_id": aid,
+                                             "fingerprint": inc["fingerprint"],
+                                             "incident": inc["key"]}))
         except AnonymizationError as exc:
             self._end(aid, st.ANONYMIZATION_FAILED, reason=f"{exc.what} contained personal data "
                       "or secrets; nothing was published",
@@ -341,16 +386,36 @@ class ContextHealer:
         return HealOutcome(inc["key"], aid, "fixed", iterations, pr_url=ref.url)
 
     async def _give_up(self, inc: dict[str, Any], aid: str, iterations: list[Iteration],
-                       why: str, tree: wt.Worktree | None, *, end: bool = True) -> HealOutcome:
+                       why: str, tree: wt.Worktree | None, *, end: bool = True,
+                       tampered: list[str] | None = None) -> HealOutcome:
+        if tampered is None:
+            # The last look before a person is sent to the clone (scenarios ran code there;
+            # a crash may have left no Worktree at hand: the seal is on the record).
+            changes = await asyncio.to_thread(
+                tree.inspect if tree is not None else lambda: gitdir.check_recorded(
+                    (self.book.attempts.get(aid) or {}).get("gitdir_seal")))
+            if changes:
+                tampered, why = changes, str(GitDirTamperedError(changes, where="at the end"))
+        found: list[str] = []
+        if tampered:
+            if tree is not None:
+                await asyncio.to_thread(tree.quarantine)
+            found = [self.sanitizer.scrub(c)[:300] for c in tampered]
+            self.book.audit.write("git_dir_tampered", inc["key"], attempt_id=aid,
+                                  changes=found)
         why = self.sanitizer.scrub(why)[:2000]
         esc = outcomes.escalation(inc, aid, iterations, why,
                                   repo=str(tree.repo) if tree else "",
                                   branch=tree.branch if tree else "",
-                                  base_sha=tree.base_sha if tree else "")
+                                  base_sha=tree.base_sha if tree else "",
+                                  clone=str(tree.path) if tree else str(
+                                      (self.book.attempts.get(aid) or {}).get("worktree", "")),
+                                  tampered=found)
         record = await escalate(self.settings, self.store, esc, metrics=self.metrics)
         if end:
+            extra = {"tampered": found} if found else {}
             self._end(aid, st.FAILED, reason=f"escalated: {why}"[:2000],
-                      iterations=len(iterations))
+                      iterations=len(iterations), **extra)
         seed = str(record.seed_file or "")
         self._settle(inc["key"], ESCALATED, "escalated", escalation={
             "reason": why, "seed_file": seed, "issue_url": record.issue.url if record.issue

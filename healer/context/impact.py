@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.context.layers import risk_for
-from healer.core import proc
+from healer.core.git import git
 
 SKIP_DIRS = frozenset({".git", ".hg", ".venv", "venv", "env", "node_modules", "__pycache__",
                        "build", "dist", ".tox", ".nox", ".mypy_cache", ".pytest_cache",
@@ -56,8 +56,8 @@ class ImportGraph:
 
 def python_files(root: Path) -> list[str]:
     """Repo-relative ``.py`` files: tracked ones in a git repository, else a filtered walk."""
-    res = proc.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
-                    "--exclude-standard", "--", "*.py"], timeout=60)
+    res = git(root, "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--",
+              "*.py", check=False, timeout=60)
     if res.ok:
         found = [p for p in res.stdout.split("\0") if p.endswith(".py")]
         return sorted({p for p in found if not SKIP_DIRS.intersection(p.split("/")[:-1])

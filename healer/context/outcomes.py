@@ -9,6 +9,7 @@ from typing import Any
 
 from healer.core.escalation import Attempt as EscAttempt
 from healer.core.escalation import Escalation
+from healer.selfheal.gitdir import TAMPERED_STEPS, tampered_commands
 
 LABELS = ("self-healing", "automated", "living-context")
 _ESC_SEVERITY = {"critical": "critical", "high": "high", "medium": "warning", "low": "info",
@@ -62,10 +63,10 @@ def pr_body(inc: Mapping[str, Any], attempt_id: str, it: Iteration, verdict_md: 
         "## Automated fix proposed by healer (living context)",
         "",
         f"A {inc['source']} alert reported an error in `{where or 'an unknown file'}`. A healing "
-        f"agent fixed it in an isolated worktree with the project's living context (scenarios, "
-        f"invariants, impact map, incident memory), and healer verified the result in a clean "
-        f"checkout on iteration {it.number}. It was written by an automated agent: review it "
-        "like any other contribution.",
+        f"agent fixed it in an isolated clone with the project's living context (scenarios, "
+        f"invariants, impact map, incident memory), and healer verified the result with the "
+        f"base branch's tests and scenarios on iteration {it.number}. It was written by an "
+        "automated agent: review it like any other contribution.",
         "",
         f"- incident: `{inc['key']}`",
         f"- fingerprint: `{inc['fingerprint']}`",
@@ -90,7 +91,8 @@ def pr_body(inc: Mapping[str, Any], attempt_id: str, it: Iteration, verdict_md: 
 
 
 def escalation(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iteration], why: str,
-               *, repo: str, branch: str, base_sha: str) -> Escalation:
+               *, repo: str, branch: str, base_sha: str, clone: str = "",
+               tampered: list[str] | None = None) -> Escalation:
     err = inc["error"]
     where = err.get("file", "") + (f":{err['line']}" if err.get("line") else "")
     attempts = [EscAttempt(number=it.number, action="living-context-healer, then the scenario "
@@ -99,14 +101,20 @@ def escalation(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iterati
                            [:1500]) for it in iterations]
     steps = ["Read the verifier's reasons under \"What healer tried\": they say what each fix "
              "broke or lacked.",
-             "Look at what the agent tried on its branch (kept for you) and fix it by hand, or "
-             "adjust the living context if a scenario, invariant or limit is wrong.",
+             "Look at what the agent tried on its branch (kept for you in its clone) and fix it "
+             "by hand, or adjust the living context if a scenario, invariant or limit is wrong.",
              "When it is fixed, resolve the alert at its source; healer closes the incident."]
     commands = [f"healer context render --incident {inc['key']}",
                 f"healer context incidents {inc['key']}"]
-    if branch:
-        commands.append(f"git -C {repo} log --oneline {base_sha[:12]}..{branch}")
-        commands.append(f"git -C {repo} diff {base_sha[:12]} {branch}")
+    happened = ""
+    if tampered:
+        steps = [*TAMPERED_STEPS, steps[-1]]
+        commands += tampered_commands(clone)
+        happened = "\n\nWhat the agent changed in its git dir:\n" + "\n".join(
+            f"- {c}" for c in tampered)
+    elif branch and clone:
+        commands.append(f"git -C {clone} log --oneline {base_sha[:12]}..{branch}")
+        commands.append(f"git -C {clone} diff {base_sha[:12]} {branch}")
     evidence = [f"error: {err.get('message', '')[:500]}"]
     if err.get("stackTrace"):
         evidence += err["stackTrace"].splitlines()[-12:]
@@ -115,7 +123,8 @@ def escalation(inc: Mapping[str, Any], attempt_id: str, iterations: list[Iterati
         target=inc["key"], severity=_ESC_SEVERITY.get(err.get("severity", "high"), "high"),
         what_happened=(f"A {inc['source']} alert reported `{err.get('message', '')[:300]}` in "
                        f"`{where or 'an unknown file'}` (incident `{inc['key']}`, attempt "
-                       f"`{attempt_id}`). healer could not produce a verified fix: {why}"),
+                       f"`{attempt_id}`). healer could not produce a verified fix: {why}"
+                       f"{happened}"),
         attempts=attempts, next_steps=steps, commands=commands, evidence=evidence,
         incident=inc["key"], kind="escalation", labels=["heal", "escalation", "living-context"],
         dedup_key=f"ctx.{inc['key']}", own=(attempt_id, str(inc.get("fingerprint", "")), branch))

@@ -385,13 +385,13 @@ exit 0
         _wait(lambda: _listening(n.nats_host, n.nats_port), 10, f"nats-server of {n.node_id}")
 
     def _git_init(self) -> None:
-        env = {**self.env(), "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}
-        for argv in (["git", "init", "-q", "-b", "main"],
-                     ["git", "config", "user.email", "fleet@example.invalid"],
-                     ["git", "config", "user.name", "fleet"],
-                     ["git", "commit", "-q", "--allow-empty", "-m", "fleet messages"]):
-            subprocess.run(argv, cwd=self.fleet_dir, check=True, env=env, timeout=30,
-                           stdout=subprocess.DEVNULL)
+        from healer.core.git import git
+
+        for args in (["init", "-q", "-b", "main"],
+                     ["config", "user.email", "fleet@example.invalid"],
+                     ["config", "user.name", "fleet"],
+                     ["commit", "-q", "--allow-empty", "-m", "fleet messages"]):
+            git(self.fleet_dir, *args, timeout=30)
 
     # -- looking -----------------------------------------------------------------------------
 

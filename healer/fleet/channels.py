@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from healer.agents.probes import probe_banner, probe_seed, reason
 from healer.config import NodeEntry, Settings
 from healer.core import seeds
-from healer.core.proc import run_async
+from healer.core.git import git_async
 from healer.fleet import messages
 from healer.fleet.context import FleetContext
 from healer.fleet.natslink import LinkDown, subject
@@ -327,7 +327,11 @@ class WolChannel(Channel):
 
 
 class GitChannel(Channel):
-    """P7: a seed file committed (and pushed, if configured) in the fleet dir's repository."""
+    """P7: a seed file committed (and pushed, if configured) in the fleet dir's repository.
+
+    git runs inert (``healer.core.git``): no hooks, no fsmonitor, no inherited credentials;
+    a push goes only over ``file`` or ``http(s)`` without credentials of healer's.
+    """
 
     name, level = "git", "P7"
     carries_repairs = False
@@ -337,8 +341,8 @@ class GitChannel(Channel):
 
     async def probe(self, ctx: FleetContext, node: NodeEntry, timeout: float) -> Outcome:
         start = time.monotonic()
-        res = await run_async(["git", "-C", str(ctx.fleet_dir), "status", "--porcelain",
-                               "--untracked-files=no"], timeout=timeout)
+        res = await git_async(ctx.fleet_dir, "status", "--porcelain", "--untracked-files=no",
+                              timeout=timeout)
         if res.ok:
             return Outcome(True, "git repository ok", _ms(start), "ok")
         return Outcome(False, "timed out" if res.timed_out else res.stderr.strip()[-300:],
@@ -351,19 +355,19 @@ class GitChannel(Channel):
             path = await asyncio.to_thread(seeds.write, ctx.fleet_dir, messages.to_seed(msg))
         except Exception as exc:
             return Outcome(False, reason(exc), None, "failed")
-        repo = ["git", "-C", str(ctx.fleet_dir)]
-        steps = [[*repo, "add", "--", str(path)],
-                 [*repo, "-c", "user.name=healer", "-c", "user.email=healer@localhost",
+        steps = [["add", "--", str(path)],
+                 ["-c", "user.name=healer", "-c", "user.email=healer@localhost",
                   "commit", "-q", "-m", f"fleet: {msg['type']} to {node.node_id}", "--",
                   str(path)]]
         if ctx.fleet.git_push:
-            steps.append([*repo, "push", "-q"])
-        for argv in steps:
+            steps.append(["push", "-q"])
+        for args in steps:
             left = timeout - (time.monotonic() - start)
-            res = await run_async(argv, timeout=max(0.1, left))
+            res = await git_async(ctx.fleet_dir, *args, timeout=max(0.1, left))
             if not res.ok:
-                return Outcome(False, f"{argv[3]}: " + ("timed out" if res.timed_out else
-                                                        res.stderr.strip()[-300:]), None,
+                verb = next(a for a in args if not a.startswith(("-", "user.")))
+                return Outcome(False, f"{verb}: " + ("timed out" if res.timed_out else
+                                                     res.stderr.strip()[-300:]), None,
                                "failed")
         return Outcome(True, f"committed {path.name}", _ms(start), "delivered")
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.config import NodeEntry, Settings
-from healer.core.proc import run_async
+from healer.core.git import git_async
 from healer.fleet.natslink import NatsLink
 from healer.fleet.peers import FleetView, Heartbeats
 
@@ -89,8 +89,8 @@ class FleetContext:
         async with self._git_lock:  # one check for a whole fan-out, not one per peer
             now = time.monotonic()
             if self._git is None or now - self._git[0] > 60:
-                res = await run_async(["git", "-C", str(self.fleet_dir), "rev-parse",
-                                       "--is-inside-work-tree"], timeout=self.timeout("git"))
+                res = await git_async(self.fleet_dir, "rev-parse", "--is-inside-work-tree",
+                                      timeout=self.timeout("git"))
                 self._git = (now, res.ok and res.stdout.strip() == "true")
             return self._git[1]
 

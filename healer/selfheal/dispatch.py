@@ -1,12 +1,18 @@
-"""The healing run of one accepted report: worktree → agent → PR record (or why not).
+"""The healing run of one accepted report: clone → agent → PR record (or why not).
 
 ``Dispatcher.run(attempt_id)`` moves an attempt from ``dispatch_pending`` to
-``investigating``, makes a worktree of the repository being healed on a new branch, runs the
-``healing-agent`` there (``HEALER_HEALING_RUN=1``, ``selfheal.timeout_s``), then decides:
+``investigating``, makes a clone of the repository being healed on a new ``healer/…`` branch
+(``healer.selfheal.worktree``), runs the ``healing-agent`` there (``HEALER_HEALING_RUN=1``,
+``selfheal.timeout_s``), inspects the clone's git dir before healer runs any git command there
+again, then decides:
 
 =========================================  ==========================================
-what the worktree shows                    status
+what the clone shows                       status
 =========================================  ==========================================
+hooks, config, ``.git`` itself, alternates ``failed`` with ``tampered`` (the findings)
+or symlinks in the git dir changed         and a reason saying the git dir was
+                                           tampered with; the git dir is quarantined,
+                                           nothing is published
 the run hit the time limit                 ``timeout``
 an ``UNFIXABLE`` file                      ``unfixable`` (its text kept, sanitised)
 commits, and the PR text and diff are      ``pr_open`` (PR title
@@ -44,8 +50,9 @@ from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
-from healer.errors import HealerError
+from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
+from healer.selfheal import gitdir
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.runner import (
@@ -83,7 +90,7 @@ def pr_body(att: dict[str, Any], commits: list[tuple[str, str]], diffstat: str) 
         "## Automated fix proposed by healer",
         "",
         f"An agent reported `{att['error_type']}` in `{att['call_site']}`. A healing agent "
-        "investigated it in an isolated worktree and committed the change below. It was "
+        "investigated it in an isolated clone and committed the change below. It was "
         "written by an automated agent: review it like any other contribution.",
         "",
         f"- fingerprint: `{att['fingerprint']}`",
@@ -143,6 +150,9 @@ class Dispatcher:
                                             timeout=sh.timeout_s + RUN_GRACE_S)
         except TimeoutError:
             result = (st.TIMEOUT, {"reason": f"time limit of {sh.timeout_s:g} s exceeded"})
+        except GitDirTamperedError as exc:
+            result = (st.FAILED, {"reason": self._clean(str(exc)),
+                                  "tampered": [self._clean(c)[:300] for c in exc.changes]})
         except AnonymizationError as exc:
             result = (st.ANONYMIZATION_FAILED, {
                 "reason": f"{exc.what} still contained personal data or secrets; nothing was "
@@ -154,6 +164,16 @@ class Dispatcher:
             log.exception("healing run %s crashed", attempt_id)
             result = (st.FAILED, {"reason": self._clean(f"{type(exc).__name__}: {exc}")})
         status, fields = result
+        if status != st.PR_OPEN and "tampered" not in fields:
+            # Ends that left the clone unlooked-at (a time limit, a crash): look now, from the
+            # seal on the record, before a person is sent there.
+            changes = await asyncio.to_thread(gitdir.check_recorded, (
+                self.attempts.get(attempt_id) or {}).get("gitdir_seal"))
+            if changes:
+                exc = GitDirTamperedError(changes, where=f"the run ended {status}")
+                status, fields = st.FAILED, {
+                    "reason": self._clean(str(exc)),
+                    "tampered": [self._clean(c)[:300] for c in changes]}
         try:
             final = self.attempts.transition(attempt_id, status, expect=st.INVESTIGATING,
                                              **fields)
@@ -178,7 +198,8 @@ class Dispatcher:
         tree = await asyncio.to_thread(wt.create, repo, self.settings.state_path, aid, fp,
                                        sh.base_branch)
         self.attempts.update(aid, branch=tree.branch, base=tree.base, base_sha=tree.base_sha,
-                             worktree=str(tree.path), repo=str(repo))
+                             worktree=str(tree.path), repo=str(repo),
+                             gitdir_seal=tree.seal.as_dict() if tree.seal else {})
         report = {k: att.get(k, "") for k in ("error_type", "error_message", "traceback",
                                                "call_site", "context", "tool_name", "severity")}
         task = HealingTask(
@@ -187,7 +208,12 @@ class Dispatcher:
             result_path=result_path_for(self.settings.results_path.resolve(), fp, self.clock()))
         self._check_prompt(task)
         assert self.runner is not None
-        outcome = await self.runner.run(task)
+        try:
+            outcome = await self.runner.run(task)
+        except Exception:
+            await asyncio.to_thread(self._inspect, tree)  # tampering says more than the error
+            raise
+        await asyncio.to_thread(self._inspect, tree)
         if outcome.timed_out:
             return st.TIMEOUT, {"reason": outcome.error or "time limit exceeded"}
 
@@ -210,6 +236,15 @@ class Dispatcher:
                                            diffstat, head)
         except wt.NothingToReviewError as exc:
             return st.FAILED, {"reason": self._why(str(exc), outcome)}
+
+    @staticmethod
+    def _inspect(tree: wt.Worktree) -> None:
+        """The clone's git dir as healer made it, or the attempt ends here (quarantined)."""
+        try:
+            tree.require_untouched("after the agent run")
+        except GitDirTamperedError:
+            tree.quarantine()
+            raise
 
     def _why(self, why: str, outcome: RunResult) -> str:
         """A failure reason, with the agent run's own error (a rate limit …) when it had one."""
@@ -243,14 +278,14 @@ class Dispatcher:
         forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
         ref = forge.open_pr(PullRequest(
             title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
-            base_sha=tree.base_sha, diff=diff, labels=LABELS,
+            base_sha=tree.base_sha, diff=diff, labels=LABELS, source=str(tree.path),
             meta={"attempt_id": att["attempt_id"], "fingerprint": att["fingerprint"]}))
         return st.PR_OPEN, {"pr_number": ref.number, "pr_url": ref.url, "head_sha": head,
                             "commits": len(commits), "pr_title": title}
 
 
 def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> list[str]:
-    """Remove worktrees ``selfheal.worktree_ttl_s`` after their attempt ended.
+    """Remove healing clones ``selfheal.worktree_ttl_s`` after their attempt ended.
 
     The branch goes too, unless a PR uses it, and so does the worker's log. Returns the attempt
     ids reaped. The loop calls this periodically.
@@ -266,7 +301,7 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
         if now - ended < ttl:
             continue
         keep_branch = att["status"] in (st.PR_OPEN, st.PR_MERGED)
-        wt.remove(att.get("repo") or att["worktree"], att["worktree"],
+        wt.remove(att.get("repo") or "", att["worktree"],
                   branch=att.get("branch", ""), delete_branch=not keep_branch)
         (settings.state_path / "selfheal" / "logs" / f"{att['attempt_id']}.log").unlink(
             missing_ok=True)

@@ -38,6 +38,7 @@ from healer.core.publish.forge_issues import dedup_key
 from healer.core.store import Store
 from healer.selfheal import attempts as st
 from healer.selfheal.attempts import Attempts
+from healer.selfheal.gitdir import TAMPERED_STEPS, tampered_commands
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,9 @@ _HEADLINE = {
     st.TIMEOUT: "healing timed out",
     st.ANONYMIZATION_FAILED: "fix blocked: it contained secrets or personal data",
 }
+
+
+TAMPERED_HEADLINE = "stopped: the healing agent tampered with its git dir"
 
 
 def _iso(ts: Any) -> str:
@@ -82,11 +86,15 @@ def build(settings: Any, att: dict[str, Any], history: list[dict[str, Any]]) -> 
     where = f", branch `{att['branch']}`" if att.get("branch") else ""
     tool = f", tool `{att['tool_name']}`" if att.get("tool_name") else ""
     what = [f"An agent reported `{etype}` in `{site}` (severity {att.get('severity', '?')}"
-            f"{tool}). healer sent a healing agent to fix it in an isolated git worktree "
+            f"{tool}). healer sent a healing agent to fix it in an isolated git clone "
             f"(attempt `{aid}`{where}). The attempt ended **{status}**"
             + (f": {reason}." if reason else ".")]
     agent = (att.get("agent_result") or {}).get("summary") or ""
-    if status == st.UNFIXABLE:
+    if att.get("tampered"):
+        what += ["", "What the agent changed in the git dir healer made for it (each is an "
+                 "attack on whoever runs git there next):", "",
+                 *[f"- {c}" for c in att["tampered"]]]
+    elif status == st.UNFIXABLE:
         what += ["", "The healing agent wrote an UNFIXABLE note: it found this is not a bug it "
                  "can fix in the code. Its explanation (sanitised):", "",
                  *_fence(att.get("unfixable_reason") or "(empty)")]
@@ -107,8 +115,9 @@ def build(settings: Any, att: dict[str, Any], history: list[dict[str, Any]]) -> 
                      detail=_one_line(a.get("unfixable_reason") or a.get("reason")
                                       or a.get("pr_url") or ""))
              for i, a in enumerate(earlier or [att], 1)]
+    headline = TAMPERED_HEADLINE if att.get("tampered") else _HEADLINE.get(status, status)
     return Escalation(
-        title=f"Self-healing: {etype} in {site} — {_HEADLINE.get(status, status)} [{fp[:12]}]",
+        title=f"Self-healing: {etype} in {site} — {headline} [{fp[:12]}]",
         target=site, severity=_SEVERITY.get(str(att.get("severity")), "warning"),
         what_happened="\n".join(what), attempts=tries, next_steps=_steps(settings, att),
         commands=_commands(settings, att), evidence=_evidence(att), incident=fp,
@@ -119,6 +128,8 @@ def build(settings: Any, att: dict[str, Any], history: list[dict[str, Any]]) -> 
 def _steps(settings: Any, att: dict[str, Any]) -> list[str]:
     status = att["status"]
     cooldown = f"{settings.selfheal.cooldown_s:g} s"
+    if att.get("tampered"):
+        return list(TAMPERED_STEPS)
     if status == st.UNFIXABLE:
         steps = ["Read the agent's explanation above and deal with the cause it names "
                  "(configuration, data, a missing migration, an outside service …): healer "
@@ -154,8 +165,12 @@ def _commands(settings: Any, att: dict[str, Any]) -> list[str]:
     if log_file.is_file():
         out += ["# the healing worker's log", f"cat {log_file}"]
     tree, base = att.get("worktree"), att.get("base_sha") or att.get("base") or ""
+    if att.get("tampered"):
+        if tree and not att.get("worktree_removed_at"):
+            out += tampered_commands(tree)
+        return out
     if tree and not att.get("worktree_removed_at"):
-        out += ["# what the agent left in its worktree (removed after selfheal.worktree_ttl_s)",
+        out += ["# what the agent left in its clone (removed after selfheal.worktree_ttl_s)",
                 f"git -C {tree} status --short",
                 f"git -C {tree} log --oneline {base}..HEAD" if base else
                 f"git -C {tree} log --oneline -5"]

@@ -3,12 +3,17 @@
 Enough of it for the github forge: create a pull request (the head branch must exist in the
 bare repository that stands in for GitHub's git side, as on GitHub), add labels, read a pull
 request's state, create an issue. Requests are recorded; ``merge(n)`` / ``close(n)`` act as a
-maintainer would. Bad credentials → 401, an unknown head → 422 "Validation Failed".
+maintainer would. Bad credentials → 401, an unknown head → 422 "Validation Failed". The git
+side also answers over smart HTTP at ``/<owner>/<repo>.git`` (``git http-backend`` on the bare
+repository) for HTTP Basic ``x-access-token:<token>`` only, as github.com does; those requests
+are in ``git_requests``.
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import subprocess
 import threading
@@ -38,6 +43,7 @@ class FakeGitHub:
     pulls: dict[int, dict[str, Any]] = field(default_factory=dict)
     issues: dict[int, dict[str, Any]] = field(default_factory=dict)
     fail_next: tuple[int, str] | None = None
+    git_requests: list[Request] = field(default_factory=list)
     _server: ThreadingHTTPServer | None = None
 
     @property
@@ -52,9 +58,29 @@ class FakeGitHub:
             def log_message(self, *a: Any) -> None:
                 pass
 
-            def _handle(self) -> None:
+            def _read(self) -> bytes:
+                if self.headers.get("transfer-encoding", "").lower() == "chunked":
+                    out = b""
+                    while size := int(self.rfile.readline().strip() or b"0", 16):
+                        out += self.rfile.read(size)
+                        self.rfile.readline()
+                    self.rfile.readline()
+                    return out
                 length = int(self.headers.get("content-length") or 0)
-                raw = self.rfile.read(length) if length else b""
+                return self.rfile.read(length) if length else b""
+
+            def _handle(self) -> None:
+                raw = self._read()
+                if self.path.startswith(f"/{fake.owner}/{fake.repo}.git/"):
+                    status, headers, data = fake.git_http(self.command, self.path,
+                                                          dict(self.headers), raw)
+                    self.send_response(status)
+                    for key, value in headers:
+                        self.send_header(key, value)
+                    self.send_header("content-length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 body = json.loads(raw) if raw else None
                 fake.requests.append(Request(self.command, self.path, dict(self.headers), body))
                 status, doc = fake.route(self.command, self.path, dict(self.headers), body)
@@ -76,6 +102,37 @@ class FakeGitHub:
         if self._server:
             self._server.shutdown()
             self._server.server_close()
+
+    # --- the git side over smart HTTP (``git http-backend``), as github.com serves it -------
+
+    def git_http(self, method: str, path: str, headers: dict[str, str], body: bytes
+                 ) -> tuple[int, list[tuple[str, str]], bytes]:
+        """``/<owner>/<repo>.git/…`` with HTTP Basic ``x-access-token:<token>`` (else 401)."""
+        self.git_requests.append(Request(method, path, headers, None))
+        basic = base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
+        if headers.get("Authorization") != f"Basic {basic}":
+            return 401, [("WWW-Authenticate", 'Basic realm="GitHub"')], b""
+        route, _, query = path.partition("?")
+        env = {"PATH": os.environ.get("PATH", os.defpath), "GIT_PROJECT_ROOT":
+               str(self.bare.parent), "GIT_HTTP_EXPORT_ALL": "1",
+               "PATH_INFO": "/" + self.bare.name + route[len(f"/{self.owner}/{self.repo}.git"):],
+               "REQUEST_METHOD": method, "QUERY_STRING": query, "REMOTE_USER": "x-access-token",
+               "REMOTE_ADDR": "127.0.0.1", "CONTENT_TYPE": headers.get("Content-Type", ""),
+               "CONTENT_LENGTH": str(len(body)), "GIT_CONFIG_NOSYSTEM": "1",
+               "HOME": "/nonexistent", "HTTP_CONTENT_ENCODING":
+                   headers.get("Content-Encoding", ""), "GIT_PROTOCOL":
+                   headers.get("Git-Protocol", "")}
+        out = subprocess.run(["git", "http-backend"], input=body, env=env,
+                             capture_output=True, check=False).stdout
+        head, _, data = out.partition(b"\r\n\r\n")
+        status, pairs = 200, []
+        for line in head.decode("latin-1").split("\r\n"):
+            key, _, value = line.partition(":")
+            if key.lower() == "status":
+                status = int(value.strip().split()[0])
+            elif key:
+                pairs.append((key.strip(), value.strip()))
+        return status, pairs, data
 
     # --- what a maintainer does -------------------------------------------------------------
 
@@ -138,7 +195,8 @@ class FakeGitHub:
                  "code": "missing_field" if missing else "invalid"}])
         n = len(self.pulls) + len(self.issues) + 1
         pr = {"id": 5000 + n, "number": n, "state": "open", "title": body["title"],
-              "body": body.get("body"), "draft": False, "merged": False, "merged_at": None,
+              "body": body.get("body"), "draft": bool(body.get("draft")), "merged": False,
+              "merged_at": None,
               "head": {"ref": body["head"]}, "base": {"ref": body["base"]}, "labels": [],
               "html_url": f"{self.url}/{self.owner}/{self.repo}/pull/{n}",
               "url": f"{self.url}/repos/{self.owner}/{self.repo}/pulls/{n}"}

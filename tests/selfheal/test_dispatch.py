@@ -1,4 +1,4 @@
-"""Healing runs end to end: real git worktrees, a scripted agent process, the local forge."""
+"""Healing runs end to end: real git clones, a scripted agent process, the local forge."""
 
 from __future__ import annotations
 
@@ -51,6 +51,7 @@ class TestOutcomes:
         assert pr["labels"] == ["self-healing", "automated"]
         assert pr["head"] == att["branch"] and pr["base"] == "main"
         assert pr["state"] == "open" and pr["number"] == att["pr_number"] == 1
+        assert pr["draft"] is True and pr["head"].startswith("healer/")
         diff = Path(pr["diff_file"]).read_text()
         assert '-    return row["user_id"]' in diff and '+    return row.get("user_id")' in diff
         assert "fix: tolerate rows without user_id" in pr["body"]
@@ -132,8 +133,8 @@ class TestAfterThePR:
         assert reap_worktrees(svc.settings, svc.store, now=time.time()) == []
         reaped = reap_worktrees(svc.settings, svc.store, now=time.time() + 86400 + 1)
         assert len(reaped) == 2
-        branches = git(repo, "branch", "--list", "healing/*")
-        assert fixed["branch"] in branches and branches.count("healing/") == 1
+        branches = git(repo, "branch", "--list", "healer/*")
+        assert fixed["branch"] in branches and branches.count("healer/") == 1
         assert not Path(fixed["worktree"]).exists()
         assert "heal-" not in git(repo, "worktree", "list")
 

@@ -41,6 +41,7 @@ def gh_service(make_settings: Any, github: FakeGitHub, monkeypatch: pytest.Monke
         settings.forge.github_repo = "acme/app"
         settings.forge.api_url = github.url
         settings.forge.token_env = "TEST_FORGE_TOKEN"
+        settings.forge.push_url = str(github.bare)
         if token is None:
             monkeypatch.delenv("TEST_FORGE_TOKEN", raising=False)
         else:
@@ -68,6 +69,8 @@ class TestPullRequests:
         assert pr["title"].startswith("fix(healing): KeyError in src/app/tools.py:lookup [")
         assert pr["head"]["ref"] == att["branch"] and pr["base"]["ref"] == "main"
         assert [x["name"] for x in pr["labels"]] == ["self-healing", "automated"]
+        assert pr["draft"] is True  # a person marks it ready
+        assert att["branch"].startswith("healer/")
         pushed = git(github.bare, "rev-parse", f"refs/heads/{att['branch']}").strip()
         assert pushed == att["head_sha"]
         for req in github.requests:
@@ -116,7 +119,7 @@ class TestPullRequests:
         att = await heal(gh_service("leak"), repo)
         assert att["status"] == "anonymization_failed"
         assert github.requests == []
-        assert git(github.bare, "branch", "--list", "healing/*").strip() == ""
+        assert git(github.bare, "branch", "--list", "healer/*").strip() == ""
 
 
 class TestIssues:

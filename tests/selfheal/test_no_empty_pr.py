@@ -1,6 +1,6 @@
 """No PR from a healing branch that changes nothing to review.
 
-Real git throughout: a scripted healing agent commits in a real worktree, the dispatcher runs
+Real git throughout: a scripted healing agent commits in a real clone, the dispatcher runs
 to the end, and the github forge talks to a fake GitHub on 127.0.0.1 that records every
 request — so "no PR" means the forge was never asked for one (and the branch never pushed).
 """
@@ -104,6 +104,7 @@ def heal(make_settings: Any, github: FakeGitHub, repo: Path, tmp_path: Path,
         settings.forge.github_repo = "acme/app"
         settings.forge.api_url = github.url
         settings.forge.token_env = "TEST_FORGE_TOKEN"
+        settings.forge.push_url = str(github.bare)
         svc = SelfHealService(settings, FileStore(settings.state_path), env={},
                               launcher=lambda _a: None)
         out = svc.report({"error_type": "KeyError", "error_message": "'user_id'",
@@ -156,7 +157,8 @@ class TestNoPrWithoutAChange:
 
     async def test_add_then_revert(self, heal: Any, github: FakeGitHub, repo: Path) -> None:
         att = await heal("revert")
-        assert len(git(repo, "rev-list", f"main..{att['branch']}").split()) == 2
+        clone = Path(att["worktree"])  # the agent's commits live in its clone
+        assert len(git(clone, "rev-list", f"main..{att['branch']}").split()) == 2
         assert_no_pr(att, github)
         assert "its commits change no file" in att["reason"]
 

@@ -1,14 +1,20 @@
 """Forges: where fix PRs (and issues) are published — locally, or on GitHub.
 
-* ``LocalForge`` (``forge.kind: local``, the default): the branch stays in the repository and
-  a PR record ``<state>/forge/prs/<n>.json`` with the diff beside it (``<n>.diff``); issues are
+* ``LocalForge`` (``forge.kind: local``, the default): the branch is fetched from the healing
+  clone (``PullRequest.source``) into the repository, and a PR record
+  ``<state>/forge/prs/<n>.json`` with the diff beside it (``<n>.diff``) is written; issues are
   Markdown files under ``<state>/forge/issues/``. A PR counts as merged once its head commit is
   reachable from the base branch; setting ``"state": "closed"`` in the record closes it.
-* ``GitHubForge`` (``forge.kind: github``): pushes the branch to ``forge.remote`` and uses the
-  REST API (``POST /repos/{o}/{r}/pulls``, ``POST …/issues/{n}/labels``, ``GET …/pulls/{n}``,
-  ``POST …/issues``) with the token from ``forge.token_env``.
+* ``GitHubForge`` (``forge.kind: github``): pushes the head commit from the healing clone to
+  ``forge.push_url`` (from the settings, never from a repository's config; default
+  ``https://github.com/<forge.github_repo>.git``) with an explicit refspec, and uses the REST
+  API (``POST /repos/{o}/{r}/pulls`` as a **draft**, ``POST …/issues/{n}/labels``,
+  ``GET …/pulls/{n}``, ``POST …/issues``) with the token from ``forge.token_env``. git gets the
+  token as an ``http.extraHeader`` through its environment (``healer.core.git``), only for
+  ``https`` (or ``http`` to loopback).
 
-Both re-run the validator on everything they publish — the last line of defence — and raise
+Both publish only branches under ``BRANCH_PREFIX`` (``healer/…``), open PRs as drafts, and
+re-run the validator on everything they publish — the last line of defence — raising
 ``AnonymizationError`` instead of publishing.
 """
 
@@ -18,13 +24,14 @@ import base64
 import json
 import time
 from dataclasses import dataclass, field
+from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from healer import __version__
 from healer.core.files import atomic_create_bytes, atomic_write_bytes, atomic_write_text, dumps
-from healer.core.git import git, git_env
+from healer.core.git import BRANCH_PREFIX, git
 from healer.core.names import safe_name
 from healer.core.publish.sanitizer import Sanitizer
 from healer.errors import HealerError, UsageError
@@ -54,6 +61,14 @@ class PullRequest:
     diff: str
     labels: tuple[str, ...] = ("self-healing", "automated")
     meta: dict[str, Any] = field(default_factory=dict)
+    source: str = ""  # the healing clone that holds ``head`` (inspected before this)
+
+
+def _require_own_branch(pr: PullRequest) -> None:
+    """healer publishes only its own branches (``healer/…``), never ``main`` or a user's."""
+    if not pr.head.startswith(BRANCH_PREFIX) or ".." in pr.head or pr.head.endswith("/"):
+        raise ForgeError(f"refusing to publish {pr.head!r}: healer pushes only branches under "
+                         f"{BRANCH_PREFIX}")
 
 
 @dataclass(frozen=True)
@@ -105,13 +120,26 @@ class LocalForge:
                 return n, path
             n += 1
 
+    def _fetch(self, pr: PullRequest) -> None:
+        """The branch from the healing clone into the repository (objects checked by fsck)."""
+        ref = f"refs/heads/{pr.head}"
+        res = git(self.repo, "-c", "fetch.fsckObjects=true", "fetch", "--quiet", "--no-tags",
+                  "--no-write-fetch-head", pr.source, f"+{ref}:{ref}", check=False)
+        got = git(self.repo, "rev-parse", "--verify", "--quiet", ref, check=False)
+        if not res.ok or got.stdout.strip() != pr.head_sha:
+            raise ForgeError(f"could not take {pr.head} from the healing clone: "
+                             f"{(res.stderr.strip().splitlines() or ['it moved'])[-1]}")
+
     def open_pr(self, pr: PullRequest) -> PrRef:
         _check(self.sanitizer, _own(pr), pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
+        _require_own_branch(pr)
+        if pr.source:
+            self._fetch(pr)
         folder = self.root / "prs"
         record: dict[str, Any] = {
             "title": pr.title, "body": pr.body, "head": pr.head, "base": pr.base,
             "head_sha": pr.head_sha, "base_sha": pr.base_sha, "labels": list(pr.labels),
-            "state": OPEN, "created_at": time.time(), **pr.meta,
+            "state": OPEN, "draft": True, "created_at": time.time(), **pr.meta,
         }
         # Claim the number first (create-only), then fill in the record and the diff.
         n, path = self._next(folder, ".json", dumps({**record, "state": "creating"}))
@@ -164,7 +192,7 @@ class GitHubForge:
     """The GitHub REST API (v2022-11-28) plus ``git push`` of the healing branch."""
 
     def __init__(self, *, api_url: str, repo: str, token: str, local_repo: Path | str,
-                 remote: str = "origin", sanitizer: Sanitizer | None = None,
+                 push_url: str = "", sanitizer: Sanitizer | None = None,
                  timeout: float = HTTP_TIMEOUT_S):
         owner, _, name = repo.partition("/")
         safe_name(owner, "GitHub owner")
@@ -176,7 +204,7 @@ class GitHubForge:
         self.api_url = api_url.rstrip("/")
         self.repo = f"{owner}/{name}"
         self.local_repo = Path(local_repo)
-        self.remote = safe_name(remote, "git remote")
+        self.push_url = check_push_url(push_url or default_push_url(api_url, self.repo))
         self.sanitizer = sanitizer or Sanitizer()
         self._token = token
         self._timeout = timeout
@@ -205,26 +233,28 @@ class GitHubForge:
                              status=resp.status_code)
         return resp.json() if resp.content else None
 
-    def _push(self, branch: str) -> None:
-        env = None
-        url = git(self.local_repo, "remote", "get-url", self.remote, check=False).stdout.strip()
-        if url.startswith("https://"):
+    def _push(self, pr: PullRequest) -> None:
+        """Push exactly ``head_sha`` to ``refs/heads/<head>`` at the settings' push URL."""
+        source = Path(pr.source) if pr.source else self.local_repo
+        secret = {}
+        if sends_token(self.push_url):
             # The token reaches git through the environment, never through argv (ps shows argv).
             basic = base64.b64encode(f"x-access-token:{self._token}".encode()).decode()
-            env = {**git_env(), "GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "http.extraHeader",
-                   "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
-        res = git(self.local_repo, "push", "--quiet", self.remote,
-                  f"refs/heads/{branch}:refs/heads/{branch}", check=False, env=env)
+            secret = {"http.extraHeader": f"Authorization: Basic {basic}"}
+        res = git(source, "push", "--quiet", "--no-verify", self.push_url,
+                  f"{pr.head_sha}:refs/heads/{pr.head}", check=False, secret_config=secret,
+                  git_dir=source / ".git" if pr.source else None)
         if not res.ok:
-            raise ForgeError(f"git push to {self.remote} failed: "
+            raise ForgeError(f"git push of {pr.head} failed: "
                              f"{(res.stderr.strip().splitlines() or ['?'])[-1]}")
 
     def open_pr(self, pr: PullRequest) -> PrRef:
         _check(self.sanitizer, _own(pr), pr_title=pr.title, pr_body=pr.body, diff=pr.diff)
-        self._push(pr.head)
+        _require_own_branch(pr)
+        self._push(pr)
         created = self._request("POST", "/pulls", {
             "title": pr.title, "head": pr.head, "base": pr.base, "body": pr.body,
-            "maintainer_can_modify": True,
+            "draft": True, "maintainer_can_modify": True,
         })
         number = int(created["number"])
         if pr.labels:
@@ -249,6 +279,45 @@ class GitHubForge:
         self._request("POST", f"/issues/{int(number)}/comments", {"body": body})
 
 
+def default_push_url(api_url: str, repo: str) -> str:
+    """Where ``owner/name`` is pushed when ``forge.push_url`` is empty: github.com for the
+    public API, else the API's host (GitHub Enterprise: ``https://HOST/api/v3`` →
+    ``https://HOST/owner/name.git``)."""
+    parts = urlsplit(api_url)
+    if parts.hostname == "api.github.com":
+        return f"https://github.com/{repo}.git"
+    path = parts.path.rstrip("/")
+    path = path[:-len("/api/v3")] if path.endswith("/api/v3") else path
+    return f"{parts.scheme}://{parts.netloc}{path}/{repo}.git"
+
+
+def _loopback(host: str | None) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ip_address(host or "").is_loopback
+    except ValueError:
+        return False
+
+
+def check_push_url(url: str) -> str:
+    """``url`` if healer may push to it: ``https``, ``http`` to loopback, or a local path /
+    ``file://`` URL. ssh and other transports are refused: their credentials would come
+    from the machine (keys, an agent), not from healer's settings."""
+    parts = urlsplit(url)
+    if url.startswith("/") or parts.scheme == "file" or parts.scheme == "https" or (
+            parts.scheme == "http" and _loopback(parts.hostname)):
+        return url
+    raise UsageError(f"forge.push_url {url!r} is not an https URL, an http URL on loopback or "
+                     "a local path (healer pushes with the token from forge.token_env only)")
+
+
+def sends_token(url: str) -> bool:
+    """Whether a push to ``url`` carries the forge token (https, or http to loopback)."""
+    parts = urlsplit(url)
+    return parts.scheme == "https" or (parts.scheme == "http" and _loopback(parts.hostname))
+
+
 def open_forge(settings: Any, repo: Path | str, sanitizer: Sanitizer | None = None,
                env: dict[str, str] | None = None) -> Forge:
     """The forge the settings ask for, publishing fixes of ``repo``."""
@@ -260,5 +329,5 @@ def open_forge(settings: Any, repo: Path | str, sanitizer: Sanitizer | None = No
             raise UsageError("forge.kind is github but forge.github_repo is empty")
         token = (env if env is not None else os.environ).get(f.token_env, "")
         return GitHubForge(api_url=f.api_url, repo=f.github_repo, token=token, local_repo=repo,
-                           remote=f.remote, sanitizer=sanitizer)
+                           push_url=f.push_url, sanitizer=sanitizer)
     return LocalForge(settings.state_path / "forge", repo, sanitizer)
