@@ -78,8 +78,10 @@ class Signal:
     ``key`` identifies the incident within its kind (a fingerprint, ``peer-problem``,
     ``play-agent-code``): the intake derives it from what stays the same across repeats,
     never from counts or times. ``trust``: what the intake knows of the sender
-    (``healer.core.trust``; anonymous unless it authenticated it). ``reporters``: who it hit
-    (``u:<user hash>``, ``r:<release>``), counted for approval eligibility."""
+    (``healer.core.trust``). Left empty, a code signal is anonymous (its intake must say it
+    authenticated the sender) and a play or fleet signal trusted (they come from healer's own
+    watchers, probes and log detection, and never start a code agent). ``reporters``: who it
+    hit (``u:<user hash>``, ``r:<release>``), counted for approval eligibility."""
 
     kind: str
     key: str
@@ -89,7 +91,7 @@ class Signal:
     summary: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
     count: int = 1
-    trust: str = ANONYMOUS
+    trust: str = ""
     reporters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
@@ -101,6 +103,8 @@ class Signal:
             raise UsageError(f"status must be firing or resolved, got {self.status!r}")
         if self.severity not in SEVERITIES:
             raise UsageError(f"severity must be one of {', '.join(SEVERITIES)}")
+        if not self.trust:
+            object.__setattr__(self, "trust", ANONYMOUS if self.kind == "code" else TRUSTED)
         if self.trust not in LEVELS:
             raise UsageError(f"trust must be one of {', '.join(LEVELS)}")
 

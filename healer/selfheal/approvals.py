@@ -92,7 +92,6 @@ def approve(settings: Any, store: Store, ref: str, *, by: str, via: str, comment
     verdict = approval.Verdict(stage, True, by, via, clock(), comment)
     ledger = Ledger(store, clock=clock, audit=Audit(settings.state_path, clock))
     data = ledger.judge(iid, verdict, gates.approval_policy(settings))
-    out = Outcome(iid, stage, approval.APPROVED, by, via)
     if stage == approval.PUBLISH:
         aid = str(approval.records(data)[approval.PUBLISH].get("attempt_id") or "")
         try:
@@ -107,7 +106,7 @@ def approve(settings: Any, store: Store, ref: str, *, by: str, via: str, comment
         decision = _start_context(settings, store, str(data["key"]), context)
     else:
         decision = _start_report(settings, store, iid, selfheal)
-    return Outcome(out.incident, stage, out.verdict, by, via, decision=decision.reason,
+    return Outcome(iid, stage, approval.APPROVED, by, via, decision=decision.reason,
                    message=decision.message, attempt_id=decision.attempt_id)
 
 

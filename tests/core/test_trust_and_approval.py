@@ -203,3 +203,12 @@ class TestBreakerLanes:
         assert gate.decide(adm, "junk9", 11.0, anonymous, lambda: True).reason == \
             gate.CIRCUIT_BREAKER
         assert gate.decide(adm, "real", 11.0, policy, lambda: True).accepted
+
+
+def test_only_code_signals_are_anonymous_unless_their_intake_says_otherwise() -> None:
+    """Play and fleet signals come from healer's own watchers and probes: trusted, so they
+    never count against code.max_open_anonymous."""
+    assert Signal(kind="code", key="k", source="s").trust == trust.ANONYMOUS
+    assert Signal(kind="play", key="k", source="play").trust == trust.TRUSTED
+    assert Signal(kind="fleet", key="k", source="heartbeat").trust == trust.TRUSTED
+    assert Signal(kind="fleet", key="k", source="x", trust="anonymous").trust == "anonymous"
