@@ -160,7 +160,10 @@ def main() -> int:
         env = healer_env(root / "state", root / "results", root / "fleet",
                          HEALER_EXECUTOR="playbook", HEALER__CONTEXT__ENABLED="false",
                          HEALER_SENTRY_KEY=KEY, HEALER__LOG__LEVEL="warning",
-                         HEALER__INGEST__QUEUE_SIZE="100000")
+                         HEALER__INGEST__QUEUE_SIZE="100000",
+                         # The raw throughput of one key: its default rate limit (429 past
+                         # ingest.rate_per_s) would measure the limit instead.
+                         HEALER__INGEST__RATE_PER_S="0")
         server = ServeProcess(env)
         try:
             # Warm up (imports, first incident), then measure.

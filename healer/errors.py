@@ -6,7 +6,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     HealerError                      base of everything healer raises on purpose
     ├── UsageError                   a user mistake: bad flag, bad input file      exit 2
     │   ├── ConfigError              a settings file or value is wrong (file, key, expected)
-    │   └── UnsafeNameError          a name that would become a path/host/argv is refused
+    │   ├── UnsafeNameError          a name that would become a path/host/argv is refused
+    │   └── ApprovalError            nothing of the incident waits for that verdict (incident)
     ├── StoreError                   the state store could not do what was asked
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
@@ -70,6 +71,16 @@ class UnsafeNameError(UsageError, ValueError):
         self.what = what
         self.reason = reason
         super().__init__(f"unsafe {what} {name!r}: {reason}")
+
+
+class ApprovalError(UsageError):
+    """A person's approval or denial that cannot apply: nothing of ``incident`` waits for a
+    verdict of that stage, or it is not yet eligible (``reason`` says which)."""
+
+    def __init__(self, incident: str, reason: str):
+        self.incident = incident
+        self.reason = reason
+        super().__init__(f"incident {incident}: {reason}")
 
 
 class StoreError(HealerError):

@@ -49,7 +49,7 @@ class AttemptView(TypedDict):
     attempt_id: str
     fingerprint: str
     status: Literal["investigating", "pr_open", "pr_merged", "failed", "unfixable", "timeout",
-                    "anonymization_failed"]
+                    "anonymization_failed", "awaiting_approval"]
     error_type: NotRequired[str]
     call_site: NotRequired[str]
     severity: NotRequired[str]
@@ -64,6 +64,8 @@ class AttemptView(TypedDict):
     unfixable_reason: NotRequired[str]
     findings: NotRequired[list[str]]
     escalation: NotRequired[str]  # the seed file in .fleet-messages/human/, once escalated
+    held: NotRequired[dict[str, Any]]  # awaiting_approval: why the fix waits for a person
+    approved_by: NotRequired[dict[str, Any]]  # who let a held fix be published
 
 
 class HealingStatus(TypedDict):
@@ -116,7 +118,7 @@ def build_server(service: SelfHealService) -> Any:
                 "error_type": error_type, "error_message": error_message,
                 "traceback": traceback, "call_site": call_site, "context": context,
                 "tool_name": tool_name, "severity_hint": severity_hint,
-            })
+            }, trust="trusted")  # stdio: the local session that started this server
         except UsageError as exc:
             raise ToolError(str(exc)) from exc
         return ReportResult(**result)  # type: ignore[typeddict-item]
@@ -130,7 +132,8 @@ def build_server(service: SelfHealService) -> Any:
             = 20,
     ) -> HealingStatus:
         """The healing attempts of one fingerprint, or the latest ones: investigating, pr_open,
-        pr_merged, failed, unfixable, timeout or anonymization_failed."""
+        pr_merged, failed, unfixable, timeout, anonymization_failed or awaiting_approval (a
+        finished fix a person must approve before its PR is opened)."""
         try:
             return service.status(fingerprint, limit)  # type: ignore[return-value]
         except UsageError as exc:

@@ -76,7 +76,15 @@ def _incidents(store: Store) -> dict[str, Any]:
     active = [public_view(i) for i in book.active()[:ACTIVE_SHOWN]]
     escalated = [public_view(i) for i in book.list(status="escalated", limit=ACTIVE_SHOWN).items]
     return {"by_kind": {k: v for k, v in by_kind.items() if v}, "active": active,
-            "escalated": escalated, "decisions": stats.get("decisions", {})}
+            "escalated": escalated, "decisions": stats.get("decisions", {}),
+            "dropped": stats.get("dropped", {})}
+
+
+def _approvals(settings: Settings, store: Store) -> dict[str, Any]:
+    """What waits for a person's approval (code agents to start, held fixes to publish)."""
+    from healer.selfheal.approvals import waiting
+
+    return waiting(settings, store)
 
 
 def _gate(store: Store) -> dict[str, Any]:
@@ -173,6 +181,7 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
         "selfheal": _selfheal(store),
         "fleet": _fleet(store),
         "github": _github(store),
+        "approvals": _approvals(settings, store),
         "needs_a_person": _human(settings),
     }
 
@@ -218,7 +227,8 @@ def render(data: dict[str, Any]) -> str:
             for kind, row in sorted(inc["by_kind"].items())))
     for i in inc["active"]:
         doing = i.get("doing") or (i.get("gate") or {}).get("message", "")
-        lines.append(f"  - {i['id']} [{i['status']}] {i.get('summary', '')[:80]} "
+        state = i["status"] + (", anonymous" if i.get("trust") == "anonymous" else "")
+        lines.append(f"  - {i['id']} [{state}] {i.get('summary', '')[:80]} "
                      f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
                      + (f": {' '.join(doing.split())[:100]}" if doing else ""))
         if i.get("target"):
@@ -254,6 +264,23 @@ def render(data: dict[str, Any]) -> str:
                      f"alert(s){budget}{waits}")
         for a in gh["alerts"][:10]:
             lines.append(f"  - {a['play_id']}: {a['code']} on {a['url']}")
+    dropped = inc.get("dropped") or {}
+    if dropped:
+        lines.append("dropped by flood limits: " + "; ".join(
+            f"{src} " + ", ".join(f"{n} {why}" for why, n in sorted(row.items()))
+            for src, row in sorted(dropped.items())))
+    appr = data.get("approvals") or {}
+    waits = appr.get("waiting") or []
+    if waits or appr.get("not_yet_eligible"):
+        lines.append(f"waiting for a person's approval: {len(waits)}"
+                     + (f" ({appr['not_yet_eligible']} more below the eligibility threshold)"
+                        if appr.get("not_yet_eligible") else ""))
+        for w in waits[:10]:
+            what = "publish the held fix" if w["stage"] == "publish" else "start a code agent"
+            lines.append(f"  - {w['id']} [{w['trust']}]: {what} — {w['summary'][:70]} "
+                         f"(healer approve {w['id']} / healer deny {w['id']})")
+            for r in (w.get("reasons") or [])[:3]:
+                lines.append(f"      held: {r[:120]}")
     human = data["needs_a_person"]
     lines.append(f"needs a person: {len(human)} escalation file(s)"
                  + (" in " + str(os.path.dirname(human[0]["file"])) if human else ""))

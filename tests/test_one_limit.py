@@ -57,6 +57,9 @@ def runs(probe: Path) -> list[dict[str, object]]:
         return []
 
 
+TOKEN = "one-limit-token-0123456789"
+
+
 def test_three_kinds_four_incidents_each_never_more_than_two_agents(tmp_path: Path) -> None:
     probe = tmp_path / "probe"
     probe.mkdir()
@@ -73,7 +76,7 @@ def test_three_kinds_four_incidents_each_never_more_than_two_agents(tmp_path: Pa
     env = healer_env(
         tmp_path / "state", tmp_path / "results", tmp_path / "fleet",
         HEALER_FLEET_CONFIG=str(fleet_config), HEALER__API__ENABLED="true",
-        HEALER_PORT=str(port), HEALER_EXECUTOR="command",
+        HEALER_PORT=str(port), HEALER_EXECUTOR="command", HEALER_TOKEN=TOKEN,
         HEALER__EXECUTOR__COMMANDS=json.dumps(
             {"*": [sys.executable, str(script), str(probe), "{result_file}"]}),
         HEALER__EXECUTOR__MAX_CONCURRENT="2",
@@ -91,7 +94,9 @@ def test_three_kinds_four_incidents_each_never_more_than_two_agents(tmp_path: Pa
                  ["-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "x"]):
         subprocess.run(["git", *argv], cwd=repo, check=True)
     with LoopProcess(env, cwd=repo) as loop:
-        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+        # With the token the reports are trusted: they start agents without a person.
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                           headers={"Authorization": f"Bearer {TOKEN}"})
         for i in range(4):
             play = f"play-limit-{i}"
             r = api.post("/api/v1/session/start", json={

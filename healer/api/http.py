@@ -6,6 +6,7 @@ from the same JSON Schemas that validate its requests.
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -15,6 +16,7 @@ from starlette.routing import Route
 
 from healer.core.schemas import errors as schema_errors
 from healer.core.strict_json import loads_strict
+from healer.core.trust import ANONYMOUS, TRUSTED
 from healer.errors import UnsafeNameError
 
 # Deeper than any request healer defines; a bomb of brackets is refused before it is parsed.
@@ -27,6 +29,27 @@ def json_depth(request: Request) -> int:
     return ctx.settings.api.max_json_depth if ctx is not None else MAX_JSON_DEPTH
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+API_CALLER = "api token"  # who an approval over the API is recorded as (one token, no names)
+
+
+def has_token(request: Request) -> bool:
+    """Whether the request carries ``Authorization: Bearer <api.token>`` (constant-time);
+    never true when no token is configured."""
+    ctx = getattr(request.app.state, "ctx", None)
+    settings = ctx.settings if ctx is not None else getattr(request.app.state, "settings", None)
+    token = settings.api.token if settings is not None else ""
+    if not token:
+        return False
+    scheme, _, value = request.headers.get("authorization", "").strip().partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        value.strip().encode("utf-8", "replace"), token.encode())
+
+
+def caller_trust(request: Request) -> str:
+    """``trusted`` for a token-authenticated call, else ``anonymous`` (no token configured,
+    or none presented: the guard lets the latter through only when none is configured)."""
+    return TRUSTED if has_token(request) else ANONYMOUS
 
 
 class HTTPError(Exception):

@@ -97,6 +97,13 @@ class _SharedState(Collector):
         for reason, n in sorted((stats.get("sources", {}).get("report_error") or {}).items()):
             reports.add_metric([reason], n)
         yield reports
+        dropped = CounterMetricFamily("healer_incidents_dropped",
+                                      "New incidents a flood limit refused to open, by source "
+                                      "and limit (every process)", labels=["source", "reason"])
+        for source, row in sorted(stats.get("dropped", {}).items()):
+            for reason, n in sorted(row.items()):
+                dropped.add_metric([source, reason], n)
+        yield dropped
 
 
 def _per_kind(name: str, doc: str, row: dict[str, Any]) -> CounterMetricFamily:

@@ -18,9 +18,12 @@ examples:
 The message, traceback and context are sanitised before anything is stored; the fingerprint
 ignores ids, times and line numbers, so the same bug reported twice joins one attempt.
 
+A report from this command is trusted (the local operator ran it): it needs no approval
+unless code.approval is `always`.
+
 exit codes: 0 accepted or joined an attempt already investigating, 1 rejected by a gate
-(cooldown, concurrency cap, circuit breaker, no model, severity, disabled, recursion),
-2 bad input.
+(cooldown, concurrency cap, circuit breaker, no model, severity, disabled, recursion,
+awaiting_approval), 2 bad input.
 """
 
 
@@ -61,7 +64,7 @@ def main(argv: list[str]) -> int:
             "traceback": traceback, "call_site": args.call_site or "",
             "context": args.context, "tool_name": args.tool_name,
             "severity_hint": args.severity_hint or "",
-        })
+        }, trust="trusted")  # the local operator's own command
         if args.json:
             print_json(result)
         else:

@@ -19,11 +19,15 @@ examples:
 An attempt that ended without a fix shows the escalation file written for a person
 (.fleet-messages/human/…); --json has it as "escalation".
 
-exit codes: 0 ok, 1 something needs a person (an escalation file waiting, or a listed attempt
-failed, timed out, was unfixable or blocked by anonymization), 2 bad input.
+Incidents only anonymous sources reported are marked "anonymous"; what waits for a person's
+approval (a code agent to start, a held fix to publish) is listed with the `healer approve`
+and `healer deny` commands; what the flood limits dropped is counted.
+
+exit codes: 0 ok, 1 something needs a person (an escalation file or an approval waiting, or a
+listed attempt failed, timed out, was unfixable or blocked by anonymization), 2 bad input.
 """
 
-_NEEDS_PERSON = {"failed", "timeout", "anonymization_failed", "unfixable"}
+_NEEDS_PERSON = {"failed", "timeout", "anonymization_failed", "unfixable", "awaiting_approval"}
 
 
 def _age(ts: float | None) -> str:
@@ -79,7 +83,8 @@ def main(argv: list[str]) -> int:
             from healer.overview import overview, render
 
             data["overview"] = overview(settings, service.store)
-            waiting = bool(data["overview"]["needs_a_person"])
+            waiting = bool(data["overview"]["needs_a_person"]) or bool(
+                data["overview"]["approvals"]["waiting"])
         if args.json:
             print_json(data)
         else:

@@ -160,7 +160,25 @@ class CodeSettings:
         "anonymous", "When a code agent waits for a person's approval before it starts: "
         "`anonymous` (default) for incidents only anonymous sources reported (the Sentry DSN "
         "ingest, the API without a token); `always` for every incident; `never` LOOSENS "
-        "ISOLATION: anonymous input starts code agents by itself.")
+        "ISOLATION: anonymous input starts code agents by itself. Approve with `healer approve "
+        "INCIDENT`, `POST /api/v1/incidents/{id}/approve` or the dashboard.")
+    approval_min_events: int = setting(
+        1, "An incident waiting for approval is put before a person (listed as waiting, "
+        "approvable) once seen this many times from `approval_min_distinct` distinct users or "
+        "releases. Default 1: at once. Meeting it never runs anything without approval.",
+        minimum=1)
+    approval_min_distinct: int = setting(
+        1, "Distinct users or releases (from Sentry events) that must have reported an incident "
+        "before it is put before a person; a source naming neither counts as one. Default 1.",
+        minimum=1, maximum=100)
+    new_incidents_per_hour: int = setting(
+        30, "New incidents each anonymous source (each Sentry DSN key; the API without a token) "
+        "may open per hour; repeats of known incidents are still counted, what is refused is "
+        "counted as dropped (`healer_incidents_dropped`). 0 LOOSENS ISOLATION: no limit.",
+        minimum=0)
+    max_open_anonymous: int = setting(
+        100, "Most incidents from anonymous sources active at once (open, healing, fixed); "
+        "new ones over it are dropped and counted. 0 LOOSENS ISOLATION: no cap.", minimum=0)
 
 
 @dataclass
@@ -336,9 +354,10 @@ class IngestSettings:
     max_event_bytes: int = setting(1 << 20, "Largest single event item; more is 413.",
                                    minimum=1024)
     max_items: int = setting(100, "Most items in one envelope; more is 413.", minimum=1)
-    rate_per_s: float = setting(0.0, "Events per second each key may send (a token bucket); "
-                                "over it is 429 with Retry-After and X-Sentry-Rate-Limits, which "
-                                "the SDKs honour. 0 is unlimited.", minimum=0)
+    rate_per_s: float = setting(5.0, "Events per second each key may send (a token bucket, "
+                                "after `rate_burst`); over it is 429 with Retry-After and "
+                                "X-Sentry-Rate-Limits, which the SDKs honour. 0 LOOSENS "
+                                "ISOLATION: unlimited.", minimum=0)
     rate_burst: int = setting(100, "Events a key may send at once before `rate_per_s` "
                               "applies.", minimum=1)
     queue_size: int = setting(10_000, "Events accepted but not yet filed; when full, 429 (the "

@@ -37,6 +37,7 @@ from healer.context.ingest import Signal, digest_key
 from healer.context.sentry import event_signal
 from healer.core.identity import identify
 from healer.core.strict_json import loads_strict
+from healer.core.trust import ANONYMOUS
 
 EVENT_TYPES = frozenset({"event"})
 MAX_HEADER_LINE = 16 * 1024  # an envelope or item header line
@@ -310,5 +311,6 @@ def signal_of(event: Mapping[str, Any], project: str, root: Path | str | None) -
     sdk = event.get("sdk") if isinstance(event.get("sdk"), Mapping) else {}
     detail = {**sig.detail, "project_id": project, "platform": str(event.get("platform") or "")
               [:40], "sdk": str(sdk.get("name") or "")[:100]}
+    # Whoever holds the DSN key (public: it ships in browser bundles) sent this: anonymous.
     return replace(sig, key=digest_key("sentry", project, *parts), detail=detail,
-                   users=(user_hash(project, user),) if user else ())
+                   users=(user_hash(project, user),) if user else (), trust=ANONYMOUS)

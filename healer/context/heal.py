@@ -12,6 +12,9 @@
                 tests and scenarios (verify_commit, healer.selfheal.checks)
               → passed: git dir inspected again → sanitiser validation → forge draft PR
                 → incident fixed
+                (a diff touching CI, dependencies, healer's configuration or weakening
+                tests waits for a person first: attempt awaiting_approval, no PR until
+                approved — healer.selfheal.publication)
         └─► every iteration rejected, or the agent says unfixable/escalated
               → escalation (seed file, forge issue, Discord) → incident escalated
 
@@ -48,7 +51,7 @@ from healer.core.store import Store
 from healer.core.verify import GIVE_UP, next_step
 from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
-from healer.selfheal import checks, gitdir
+from healer.selfheal import checks, gitdir, publication
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import worker_identity
 from healer.selfheal.dispatch import pr_title
@@ -63,7 +66,8 @@ STOP_STATUSES = ("unfixable", "escalated")
 class HealOutcome:
     incident: str
     attempt_id: str
-    status: str  # fixed | escalated | failed | stopped (resolved at its source)
+    # fixed | escalated | failed | stopped (resolved at its source) | awaiting_approval
+    status: str
     iterations: list[Iteration] = field(default_factory=list)
     pr_url: str = ""
     reason: str = ""
@@ -356,13 +360,17 @@ class ContextHealer:
                 self.sanitizer.ensure_publishable(text, what, own=own)
             # The last step before the forge, on the very commit the PR would carry.
             await asyncio.to_thread(tree.require_reviewable, head)
-            forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
-            ref = await asyncio.to_thread(forge.open_pr, PullRequest(
+            pr = PullRequest(
                 title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
                 base_sha=tree.base_sha, diff=diff, labels=outcomes.LABELS,
                 source=str(tree.path), meta={"attempt_id": aid,
                                              "fingerprint": inc["fingerprint"],
-                                             "incident": inc["key"]}))
+                                             "incident": inc["key"]})
+            hold = publication.check(self.settings, repo, diff)
+            if hold.held:  # a person decides; the forge is not asked
+                return self._hold(inc, aid, tree, iterations, hold, pr, commits)
+            forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
+            ref = await asyncio.to_thread(forge.open_pr, pr)
         except AnonymizationError as exc:
             self._end(aid, st.ANONYMIZATION_FAILED, reason=f"{exc.what} contained personal data "
                       "or secrets; nothing was published",
@@ -384,6 +392,22 @@ class ContextHealer:
                                                   pr_url=ref.url, commits=commits,
                                                   now=self.clock()))
         return HealOutcome(inc["key"], aid, "fixed", iterations, pr_url=ref.url)
+
+    def _hold(self, inc: dict[str, Any], aid: str, tree: wt.Worktree,
+              iterations: list[Iteration], hold: Any, pr: PullRequest,
+              commits: list[tuple[str, str]]) -> HealOutcome:
+        """A verified fix whose diff a person must see first: kept, not published."""
+        reasons = hold.reasons()
+        self._end(aid, st.AWAITING_APPROVAL, head_sha=pr.head_sha, commits=len(commits),
+                  pr_title=pr.title, iterations=len(iterations),
+                  **publication.held_fields(self.settings, aid, hold, pr))
+        fix = {"held": True, "branch": tree.branch, "head_sha": pr.head_sha,
+               "iterations": len(iterations), "at": self.clock(), "attempt_id": aid}
+        self.book.ledger.held(self.book._id(inc["key"]), aid, reasons, fix=fix)
+        self._remember(inc, outcomes.memory_entry(inc, aid, iterations, success=True,
+                                                  commits=commits, now=self.clock()))
+        return HealOutcome(inc["key"], aid, "awaiting_approval", iterations,
+                           reason="; ".join(reasons)[:2000])
 
     async def _give_up(self, inc: dict[str, Any], aid: str, iterations: list[Iteration],
                        why: str, tree: wt.Worktree | None, *, end: bool = True,

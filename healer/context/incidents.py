@@ -5,9 +5,17 @@
     Signal ─► IncidentBook.receive ─► the core ledger, incidents/code-<key> (one per key)
                      │                    open ─► healing ─► fixed ─► (merged, watched) ─► resolved
                      │                      └──────────────► escalated
-                     └─► admit: recursion, enabled, severity, a file to heal, then the one
-                         gate (healer.core.gate: novelty, cooldown, cap, breaker, model)
+                     └─► admit: recursion, enabled, severity, a file to heal, a person's
+                         approval when its trust needs one (healer.core.approval), then the
+                         one gate (healer.core.gate: novelty, cooldown, cap, breaker, model)
                          → a heal-attempts record shared with report_error
+
+* A signal carries its source's trust (the DSN ingest's are anonymous, the signed webhooks'
+  and healer's Loki rules' trusted). A NEW incident from an anonymous source is opened only
+  within the flood limits (``healer.core.trust``: ``code.new_incidents_per_hour`` per origin,
+  ``code.max_open_anonymous``); what they refuse is counted as dropped (receipt ``dropped``).
+  Until a trusted source reports it too, an anonymous incident waits for a person
+  (``awaiting_approval``) and its repeats are only counted.
 
 * A firing signal for a key that is open, healing, escalated or fixed-but-not-merged is a
   duplicate (counted); an open one that is not being healed goes through the gate again (the
@@ -36,8 +44,9 @@ from pathlib import Path
 from typing import Any
 
 from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
-from healer.core import gate
+from healer.core import approval, gate
 from healer.core import incidents as core
+from healer.core import trust as tr
 from healer.core.audit import Audit
 from healer.core.identity import identify
 from healer.core.publish.sanitizer import Sanitizer
@@ -66,7 +75,7 @@ class Receipt:
     """What became of one signal."""
 
     key: str
-    action: str  # opened | duplicate | reopened | regression | resolved | ignored
+    action: str  # opened | duplicate | reopened | regression | resolved | ignored | dropped
     status: str = ""
     heal: bool = False  # admitted: a healing run should start now
     attempt_id: str = ""
@@ -140,6 +149,8 @@ class IncidentBook:
                                                 allowed_hosts=settings.selfheal.allowed_hosts)
         self.attempts = Attempts(store, clock)
         self.policy = gates.policy(settings)
+        self.approvals = gates.approval_policy(settings)
+        self.floods = gates.flood_policy(settings)
         self._admission = gate.AdmissionReader(store)
         migrate(store, self.ledger)
 
@@ -251,8 +262,17 @@ class IncidentBook:
 
         sig = core.Signal(kind="code", key=signal.key, source=signal.source,
                           status=signal.status, severity=severity, summary=summary,
-                          detail=dict(signal.detail), count=max(1, signal.count))
-        if signal.status == FIRING and self.ledger.get(sig.id) is None:
+                          detail=dict(signal.detail), count=max(1, signal.count),
+                          trust=signal.trust, reporters=signal.reporters())
+        new = signal.status == FIRING and self.ledger.get(sig.id) is None
+        if new and signal.trust == tr.ANONYMOUS:
+            why = tr.admit_new(self.store, signal.origin or signal.source, self.floods,
+                               self.clock())
+            if why:  # counted, not stored: the flood stays bounded
+                self.ledger.dropped(signal.origin or signal.source, why)
+                return Receipt(signal.key, "dropped", decision=why,
+                               message=tr.drop_message(why, self.floods))
+        if new:
             fields["regressions"] = []
             if signal.users and "error" in fields:
                 fields["user_hashes"] = list(dict.fromkeys(signal.users))[:MAX_USERS]
@@ -271,8 +291,12 @@ class IncidentBook:
         receipt = Receipt(signal.key, action, status)
         if action in ("opened", "reopened"):
             return self.admit(signal.key, receipt)
-        if action == "duplicate" and status == OPEN and data is not None and (
-                data.get("gate") or {}).get("reason") not in HUMAN_HOLDS:
+        held = ((data or {}).get("gate") or {}).get("reason", "")
+        if held == gate.AWAITING_APPROVAL and not approval.ready(data) and \
+                approval.needed(self.approvals, core.trust_of(data or {})):
+            return receipt  # still waiting for a person: a repeat is only counted
+        if action == "duplicate" and status == OPEN and data is not None and \
+                held not in HUMAN_HOLDS:
             # Still firing and not being healed: the gate may say yes now (cooldown over,
             # a slot free, a model back).
             return self.admit(signal.key, receipt)
@@ -288,6 +312,8 @@ class IncidentBook:
             return base
         err = inc["error"]
 
+        level = core.trust_of(inc)
+
         def record(attempt_id: str) -> None:
             self.attempts.create(attempt_id, {
                 "fingerprint": inc["fingerprint"], "error_type": inc["error_type"],
@@ -295,7 +321,7 @@ class IncidentBook:
                 "error_message": err["message"], "traceback": err.get("stackTrace", ""),
                 "severity": err.get("severity", "high"), "normalised": "",
                 "tool_name": f"living-context:{inc['source']}", "incident": key,
-                "incident_id": self._id(key)})
+                "incident_id": self._id(key), "lane": tr.lane(level)})
 
         decision = self._decide(inc, record)
         self.ledger.decided(self._id(key), decision)
@@ -325,9 +351,14 @@ class IncidentBook:
         if err.get("file") and self.root and not _in_repo(self.root, err["file"]):
             return gate.Decision(NO_FILE, f"the culprit file {err['file']} is not in the "
                                  "repository being healed; recorded only")
+        level = core.trust_of(inc)
+        step = approval.run_step(inc, level, self.approvals)
+        if step is not None:
+            return step
         now = self.clock()
         return gate.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
-                          self.policy, self.model_available, self._admission, record=record)
+                          replace(self.policy, lane=tr.lane(level)), self.model_available,
+                          self._admission, record=record)
 
     def retry_held(self) -> list[Receipt]:
         """Admit again the open incidents the gate held back for a while (the cap, the
@@ -336,7 +367,10 @@ class IncidentBook:
         for inc in self.ledger.active("code"):
             if inc.get("intake") != INTAKE or inc.get("status") != OPEN:
                 continue
-            if (inc.get("gate") or {}).get("reason") in gate.RETRYABLE:
+            held = (inc.get("gate") or {}).get("reason")
+            if held == gate.AWAITING_APPROVAL and not approval.ready(inc):
+                continue  # a person has not approved it (yet)
+            if held in gate.RETRYABLE:
                 out.append(self.admit(inc["key"]))
         return out
 

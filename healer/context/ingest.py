@@ -31,6 +31,7 @@ from typing import Any
 
 from healer.context import paths
 from healer.core.names import is_safe_name
+from healer.core.trust import ANONYMOUS, TRUSTED
 from healer.errors import UsageError
 
 SOURCES = ("sentry", "alertmanager", "loki", "slack", "manual")
@@ -138,7 +139,13 @@ class NormalizedError:
 
 @dataclass(frozen=True)
 class Signal:
-    """One thing a source said: an error ``firing`` (or ``resolved``) under a dedup key."""
+    """One thing a source said: an error ``firing`` (or ``resolved``) under a dedup key.
+
+    ``trust`` (``healer.core.trust``): anonymous unless the sender was authenticated — the
+    parsers of the signed webhooks (``from_alertmanager``, ``from_slack``,
+    ``healer.context.sentry.from_sentry``) and healer's own Loki rules make trusted signals,
+    because only their authenticated routes call them; the DSN ingest's are anonymous, with
+    ``origin`` naming the key they came with (its flood-limit bucket)."""
 
     key: str
     status: str
@@ -147,12 +154,21 @@ class Signal:
     detail: Mapping[str, Any] = field(default_factory=dict)
     count: int = 1  # occurrences this signal stands for (an ingest batch folds repeats)
     users: tuple[str, ...] = ()  # hashes of the users it hit (never the ids)
+    trust: str = ANONYMOUS
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if not is_safe_name(self.key):
             raise UsageError(f"unusable dedup key {self.key!r}")
         if self.status not in (FIRING, RESOLVED):
             raise UsageError(f"status must be firing or resolved, got {self.status!r}")
+        if self.trust not in (TRUSTED, ANONYMOUS):
+            raise UsageError(f"trust must be trusted or anonymous, got {self.trust!r}")
+
+    def reporters(self) -> tuple[str, ...]:
+        """Who reported it, for approval eligibility: its users and its release."""
+        release = str(((self.error.sentry if self.error else None) or {}).get("release") or "")
+        return (*(f"u:{u}" for u in self.users), *((f"r:{release}",) if release else ()))
 
 
 def digest_key(prefix: str, *parts: object) -> str:
@@ -291,7 +307,8 @@ def _am_signal(alert: Mapping[str, Any], body: Mapping[str, Any], group_status: 
         if newer in body:
             detail[newer] = body[newer] if isinstance(body[newer], Mapping) else _cut(
                 body[newer], MAX_FIELD)
-    return Signal(key=key, status=status, source=error.source, error=error, detail=detail)
+    return Signal(key=key, status=status, source=error.source, error=error, detail=detail,
+                  trust=TRUSTED)
 
 
 # --- Slack: a person reports an error by hand --------------------------------------------------
@@ -343,5 +360,5 @@ def from_slack(form: Mapping[str, str], root: Path | str | None = None) -> Signa
         stack_trace=_tail(text if len(lines) > 1 else "", MAX_STACK), severity="high",
         source="slack", error_type=error_type_of(message), function=func)
     return Signal(key=digest_key("slack", error.message, error.file), status=FIRING,
-                  source="slack", error=error,
+                  source="slack", error=error, trust=TRUSTED,
                   detail={"reported_by": _cut(who, 100), "channel": _cut(channel, 100)})

@@ -27,6 +27,7 @@ from healer.context.ingest import (
     locate,
 )
 from healer.context.layers import LOKI_RULES, check, read_yaml
+from healer.core.trust import TRUSTED
 from healer.detect.loki import Entry, LokiSource
 
 MAX_COUNTED = 50_000  # lines counted per evaluation; far above any threshold that matters
@@ -115,7 +116,8 @@ def signal_for(ev: Evaluation, root: Path | str | None = None) -> Signal:
     """The signal an evaluation sends: the rule firing with its latest line, or resolved."""
     key = f"loki-{ev.rule.name}"
     if not ev.firing:
-        return Signal(key=key, status=RESOLVED, source="loki", detail=ev.as_dict())
+        return Signal(key=key, status=RESOLVED, source="loki", detail=ev.as_dict(),
+                      trust=TRUSTED)  # healer's own rules, evaluated by healer
     lines = [_cut(s.line, 2000) for s in ev.samples]
     latest = lines[-1].strip() if lines else ev.rule.name
     file, line, func = locate("\n".join(lines), root)
@@ -130,5 +132,5 @@ def signal_for(ev: Evaluation, root: Path | str | None = None) -> Signal:
         stack_trace="\n".join([head, *lines]), severity=ev.rule.severity, source="loki",
         environment=ev.rule.environment or labels.get("env", "") or labels.get("namespace", ""),
         error_type=error_type_of(latest.split("ERROR", 1)[-1].strip(" :]")), function=func)
-    return Signal(key=key, status=FIRING, source="loki", error=error,
+    return Signal(key=key, status=FIRING, source="loki", error=error, trust=TRUSTED,
                   detail={**ev.as_dict(), "query": ev.rule.query, "labels": dict(labels)})

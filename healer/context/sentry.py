@@ -37,6 +37,7 @@ from healer.context.ingest import (
     error_type_of,
     severity_of,
 )
+from healer.core.trust import TRUSTED
 from healer.errors import UsageError
 
 RESOURCES = ("event_alert", "error", "issue", "metric_alert")
@@ -213,7 +214,7 @@ def event_signal(event: Mapping[str, Any], root: Path | str | None, rule: str = 
         function=str(frame.get("function") or "")[:300] if frame else "",
         sentry={k: v for k, v in sentry.items() if v not in ("", [], {}, None)})
     return Signal(key=_issue_key(issue_id, f"{etype}|{message}|{error.file}"), status=FIRING,
-                  source="sentry", error=error,
+                  source="sentry", error=error, trust=TRUSTED,
                   detail={"event_id": str(event.get("event_id", ""))[:64],
                           "culprit": _cut(event.get("culprit"), 300), "rule": _cut(rule, 300)})
 
@@ -223,7 +224,7 @@ def _issue_signals(issue: Mapping[str, Any], action: str,
     meta = _map(issue.get("metadata"))
     key = _issue_key(issue.get("id"), str(issue.get("title", "")))
     if action == "resolved":
-        return [Signal(key=key, status=RESOLVED, source="sentry",
+        return [Signal(key=key, status=RESOLVED, source="sentry", trust=TRUSTED,
                        detail={"action": action})]
     if action not in ("created", "unresolved"):
         return []
@@ -245,7 +246,7 @@ def _issue_signals(issue: Mapping[str, Any], action: str,
         error_type=etype[:300] or error_type_of(message),
         function=str(meta.get("function") or "")[:300],
         sentry={k: v for k, v in sentry.items() if v not in ("", [], None)})
-    return [Signal(key=key, status=FIRING, source="sentry", error=error,
+    return [Signal(key=key, status=FIRING, source="sentry", error=error, trust=TRUSTED,
                    detail={"action": action, "culprit": _cut(issue.get("culprit"), 300),
                            "short_id": _cut(issue.get("shortId"), 64)})]
 
@@ -254,7 +255,8 @@ def _metric_signals(data: Mapping[str, Any], action: str) -> list[Signal]:
     alert = _map(data.get("metric_alert"))
     key = _issue_key(None, f"metric|{alert.get('id') or data.get('description_title')}")
     if action == "resolved":
-        return [Signal(key=key, status=RESOLVED, source="sentry", detail={"action": action})]
+        return [Signal(key=key, status=RESOLVED, source="sentry", trust=TRUSTED,
+                       detail={"action": action})]
     if action not in ("critical", "warning"):
         return []
     title = str(data.get("description_title") or _map(alert.get("alert_rule")).get("name")
@@ -264,5 +266,5 @@ def _metric_signals(data: Mapping[str, Any], action: str) -> list[Signal]:
         severity="critical" if action == "critical" else "medium", source="sentry",
         sentry={"issue_url": _cut(data.get("web_url") or "", 2000)} if data.get("web_url")
         else {})
-    return [Signal(key=key, status=FIRING, source="sentry", error=error,
+    return [Signal(key=key, status=FIRING, source="sentry", error=error, trust=TRUSTED,
                    detail={"action": action})]

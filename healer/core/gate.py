@@ -5,19 +5,23 @@ In order, each with the reason recorded on the incident when it says no:
 1. **no recursion** — trouble reported by a healing agent is never healed (``recursion``);
 2. **enabled** — the kind is switched on (``disabled``);
 3. **severity** — at or above the kind's threshold (``below_threshold``);
+   **approval** (the code kind) — an incident its trust says needs a person waits for one
+   (``awaiting_approval``, retryable; ``healer.core.approval``), then passes once approved;
 4. **novelty** — one attempt (or open fix) per novelty key; a duplicate joins it
    (``already_investigating`` with that attempt's id);
 5. **cooldown** — the kind's ``cooldown_s`` after the key's last attempt ended;
 6. **concurrency** — the kind's cap on attempts running, and ``executor.max_concurrent``
    over every kind together (``concurrency_cap``; the incident stays open and is retried);
-7. **circuit breaker, per kind** — when the kind's latest ``breaker_window`` finished
-   attempts all failed; one attempt may try again ``breaker_reset_s`` after the last;
+7. **circuit breaker, per kind and lane** — when the latest ``breaker_window`` finished
+   attempts of the kind in the policy's ``lane`` all failed; one attempt may try again
+   ``breaker_reset_s`` after the last. Attempts for anonymous incidents have a lane of their
+   own (``healer.core.trust.lane``), so their failures never stop trusted reports;
 8. **executor available** — something can run the agent (``no_model``), in a sandbox that
    starts here when it runs commands (``no_sandbox``; ``healer doctor`` says why).
 
-Gates 1–3 are the caller's (``precheck``: no store access); 4–8 and the claim are one
-compare-and-set on the admission record (``heal-admission/gate``), so any number of processes
-racing with one key start exactly one attempt and the caps hold across processes.
+Gates 1–3 and the approval step are the caller's (no admission record needed); 4–8 and the
+claim are one compare-and-set on the admission record (``heal-admission/gate``), so any number
+of processes racing with one key start exactly one attempt and the caps hold across processes.
 Refusals never feed the breaker, and neither does a ``deferred`` outcome (the agent's model
 API was rate-limited or overloaded: no attempt was made, so no cooldown starts either).
 """
@@ -47,9 +51,14 @@ CONCURRENCY_CAP = "concurrency_cap"
 CIRCUIT_BREAKER = "circuit_breaker"
 NO_MODEL = "no_model"
 NO_SANDBOX = "no_sandbox"
-REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, ALREADY_INVESTIGATING, COOLDOWN,
-           CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL, NO_SANDBOX)
-RETRYABLE = frozenset({COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL, NO_SANDBOX})
+AWAITING_APPROVAL = "awaiting_approval"
+REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, AWAITING_APPROVAL,
+           ALREADY_INVESTIGATING, COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL,
+           NO_SANDBOX)
+# Not final: a later pass (or a person's approval) may admit it. The retry passes skip an
+# awaiting_approval incident until it is approved (``healer.core.approval.ready``).
+RETRYABLE = frozenset({AWAITING_APPROVAL, COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL,
+                       NO_SANDBOX})
 # An outcome that is not an attempt: the agent run waited out a transient model API failure
 # past its time limit (the agent result status ``deferred``). Settled like a released claim.
 DEFERRED = "deferred"
@@ -68,6 +77,8 @@ class Policy:
     # False: an attempt of this kind takes no agent slot itself (a fleet episode: the agents
     # it starts take theirs from the dispatcher), so other kinds' global cap leaves it out.
     holds_slot: bool = True
+    # The breaker lane ("" trusted, "anonymous"): outcomes of one lane never trip another's.
+    lane: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,12 +136,14 @@ def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
         return Decision(CONCURRENCY_CAP, f"Concurrency cap reached: {slots} "
                         "healing agents are already investigating other problems. Continue "
                         "normally.")
-    window = [o for o in adm["outcomes"] if _kind_of(o) == policy.kind][-policy.breaker_window:]
+    window = [o for o in adm["outcomes"] if _kind_of(o) == policy.kind and
+              str(o.get("lane") or "") == policy.lane][-policy.breaker_window:]
     tripped = policy.breaker_window > 0 and len(window) >= policy.breaker_window and all(
         _failed(o) for o in window)
     # Half-open: long after the last failure, with nothing of this kind running, one may try.
     if tripped and (mine or now - window[-1]["at"] < policy.breaker_reset_s):
-        return Decision(CIRCUIT_BREAKER, f"Circuit breaker open: the last "
+        lane = f" for {policy.lane} incidents" if policy.lane else ""
+        return Decision(CIRCUIT_BREAKER, f"Circuit breaker open{lane}: the last "
                         f"{policy.breaker_window} healing attempts all failed. Continue "
                         "normally; a person has to look first.")
     verdict = available()
@@ -237,14 +250,15 @@ def release(store: Store, novelty: str, attempt_id: str) -> None:
 
 def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str,
            ended: bool, outcome: str = "", breaker: bool = False, held: bool = False,
-           cooldown: bool = True) -> None:
+           cooldown: bool = True, lane: str = "") -> None:
     """Reflect an attempt's change in the admission record.
 
     ``held``: a fix waits for review (the key stays taken, not running); ``ended``: the
     attempt is over — the cooldown starts (unless ``cooldown`` is false: a kind without one)
-    and, unless ``outcome`` is empty, the kind's breaker learns it (``breaker``: it counts as
-    a failure). A ``DEFERRED`` outcome only frees the key: no cooldown, nothing for the
-    breaker (whatever ``breaker`` says), as if the attempt had not been made."""
+    and, unless ``outcome`` is empty, the breaker of the kind's ``lane`` learns it
+    (``breaker``: it counts as a failure). A ``DEFERRED`` outcome only frees the key: no
+    cooldown, nothing for the breaker (whatever ``breaker`` says), as if the attempt had not
+    been made."""
     if outcome == DEFERRED:
         cooldown = False
 
@@ -259,9 +273,11 @@ def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str
         if ended and cooldown:
             adm["ended"][novelty] = now
             if outcome:
-                adm["outcomes"] = [*adm["outcomes"], {
-                    "status": outcome, "at": now, "attempt_id": attempt_id, "kind": kind,
-                    "breaker": breaker}][-MAX_OUTCOMES:]
+                entry = {"status": outcome, "at": now, "attempt_id": attempt_id, "kind": kind,
+                         "breaker": breaker}
+                if lane:
+                    entry["lane"] = lane
+                adm["outcomes"] = [*adm["outcomes"], entry][-MAX_OUTCOMES:]
         return adm
 
     store.update(ADMISSION, GATE_KEY, fn)
@@ -302,12 +318,14 @@ def cooling(adm: dict[str, Any], prefix: str, *, now: float, cooldown_s: float
 
 
 def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str],
-              held_status: str = "", now: float, kind: str = "code") -> None:
+              held_status: str | frozenset[str] = "", now: float, kind: str = "code") -> None:
     """Drop ``kind``'s admission entries whose attempts finished or vanished (after a crash).
 
     ``statuses`` are that kind's attempts: another kind's entries are not judged by them
     (a play remediation or a fleet episode has no code attempt, and outlives 60 s). Held
-    keys (fixes awaiting review) are judged only with ``held_status``."""
+    keys (fixes awaiting review or a person's approval) are judged only with ``held_status``
+    (one status or several)."""
+    held = frozenset({held_status}) if isinstance(held_status, str) else held_status
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
         if cur is None:
@@ -321,8 +339,8 @@ def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str]
             if (status is not None and status not in running) or missing_for_long:
                 del cur["active"][key]
                 changed = True
-        for key, aid in list(cur["open_prs"].items() if held_status else ()):
-            if statuses.get(aid) != held_status:
+        for key, aid in list(cur["open_prs"].items() if held - {""} else ()):
+            if statuses.get(aid) not in held:
                 del cur["open_prs"][key]
                 changed = True
         return cur if changed else None

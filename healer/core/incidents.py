@@ -13,11 +13,19 @@ escalation, the resolution — is a transition of the same record::
      └──► resolved                    the source said it cleared, or the heal was verified
     resolved / fixed ──► open         firing again (reopened, or a regression)
 
+Every incident carries the trust of its sources (``trust``: ``trusted`` once any trusted
+source reported it, else ``anonymous``; ``healer.core.trust``), the distinct users or
+releases that reported it (``reporters``), and a person's verdicts (``approvals``:
+``healer.core.approval``): ``judge`` applies one (a denial resolves the incident), ``held``
+notes a fix waiting for a person before publication.
+
 Records: ``incidents/<kind>-<key>``. Indexes kept with every write, so no read lists the
-whole folder: a store set per status (``incidents-open`` …), the ring of the most recently
-changed ids (``incident-index/recent``) for paging, and one record of counters
+whole folder: a store set per status (``incidents-open`` …), the set of active anonymous
+incidents (``incidents-anonymous``, for ``code.max_open_anonymous``), the ring of the most
+recently changed ids (``incident-index/recent``) for paging, and one record of counters
 (``incident-stats/all``: incidents by kind and status, gate decisions, attempts,
-escalations) that ``/metrics`` and ``healer status`` read whichever process wrote them.
+escalations, what the flood limits dropped) that ``/metrics`` and ``healer status`` read
+whichever process wrote them.
 """
 
 from __future__ import annotations
@@ -34,10 +42,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from healer.core import approval
 from healer.core.audit import Audit
 from healer.core.gate import Decision
 from healer.core.names import is_safe_name
 from healer.core.store import Store
+from healer.core.trust import ANONYMOUS, ANONYMOUS_SET, LEVELS, TRUSTED
 from healer.errors import NotFoundError, UsageError
 
 INCIDENTS = "incidents"
@@ -67,7 +77,11 @@ class Signal:
 
     ``key`` identifies the incident within its kind (a fingerprint, ``peer-problem``,
     ``play-agent-code``): the intake derives it from what stays the same across repeats,
-    never from counts or times."""
+    never from counts or times. ``trust``: what the intake knows of the sender
+    (``healer.core.trust``). Left empty, a code signal is anonymous (its intake must say it
+    authenticated the sender) and a play or fleet signal trusted (they come from healer's own
+    watchers, probes and log detection, and never start a code agent). ``reporters``: who it
+    hit (``u:<user hash>``, ``r:<release>``), counted for approval eligibility."""
 
     kind: str
     key: str
@@ -77,6 +91,8 @@ class Signal:
     summary: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
     count: int = 1
+    trust: str = ""
+    reporters: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -87,6 +103,10 @@ class Signal:
             raise UsageError(f"status must be firing or resolved, got {self.status!r}")
         if self.severity not in SEVERITIES:
             raise UsageError(f"severity must be one of {', '.join(SEVERITIES)}")
+        if not self.trust:
+            object.__setattr__(self, "trust", ANONYMOUS if self.kind == "code" else TRUSTED)
+        if self.trust not in LEVELS:
+            raise UsageError(f"trust must be one of {', '.join(LEVELS)}")
 
     @property
     def id(self) -> str:
@@ -146,7 +166,20 @@ def _status_set(status: str) -> str:
 
 def empty_stats() -> dict[str, Any]:
     return {"status": {}, "opened": {}, "decisions": {}, "attempts": {}, "escalations": {},
-            "sources": {}}
+            "sources": {}, "dropped": {}}
+
+
+def trust_of(data: dict[str, Any]) -> str:
+    """An incident's trust; a code incident recorded before trust levels counts as anonymous
+    (it asks a person once more), other kinds come from healer's own watchers."""
+    found = data.get("trust")
+    if found in LEVELS:
+        return str(found)
+    return ANONYMOUS if data.get("kind") == "code" else TRUSTED
+
+
+def _anonymous_active(data: dict[str, Any] | None) -> bool:
+    return bool(data) and data.get("trust") == ANONYMOUS and data.get("status") in ACTIVE
 
 
 class Ledger:
@@ -309,13 +342,20 @@ class Ledger:
                    "severity": signal.severity, "summary": signal.summary[:500],
                    "count": signal.count, "first_seen": now, "last_seen": now,
                    "attempts": 0, "attempt_ids": [], "rejections": {},
-                   "detail": dict(signal.detail), **fields}
-            _hist(rec, now, "opened", source=signal.source)
+                   "detail": dict(signal.detail), "trust": signal.trust, **fields}
+            if signal.reporters:
+                rec["reporters"] = approval.merge_reporters([], signal.reporters)
+            _hist(rec, now, "opened", source=signal.source, trust=signal.trust)
             return rec
         cur["count"] = int(cur.get("count", 0)) + signal.count
         cur["last_seen"] = now
         if signal.source not in cur.get("sources", []):
             cur["sources"] = [*cur.get("sources", []), signal.source][-10:]
+        if signal.trust == TRUSTED and cur.get("trust") != TRUSTED:
+            cur["trust"] = TRUSTED  # a trusted source reported it too
+            _hist(cur, now, "trusted", source=signal.source)
+        if signal.reporters and len(cur.get("reporters") or ()) < approval.MAX_REPORTERS:
+            cur["reporters"] = approval.merge_reporters(cur.get("reporters"), signal.reporters)
         status = cur.get("status")
         action = "duplicate"
         if status in (RESOLVED, FIXED):
@@ -364,6 +404,7 @@ class Ledger:
             cur.update(attempt_id=attempt_id,
                        attempts=int(cur.get("attempts", 0)) + 1,
                        attempt_ids=[*cur.get("attempt_ids", []), attempt_id][-50:])
+            approval.use(cur, attempt_id)  # a run approval admits one attempt
             _hist(cur, now, "attempt_started", attempt_id=attempt_id, n=cur["attempts"])
             return cur
 
@@ -464,6 +505,77 @@ class Ledger:
         self._audit(event, iid, status=status)
         return data
 
+    def judge(self, iid: str, verdict: approval.Verdict, policy: approval.Policy
+              ) -> dict[str, Any]:
+        """Record a person's verdict on the stage that waits (``healer.core.approval``) in one
+        compare-and-set: ``ApprovalError`` if nothing of that stage waits (so of two people
+        approving at once, one wins). A denial resolves the incident."""
+        self.require(iid)
+        now = self.clock()
+        verdict_word = approval.APPROVED if verdict.approved else approval.DENIED
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            approval.judge(cur, verdict, policy)
+            _hist(cur, now, verdict_word, stage=verdict.stage, by=verdict.by[:100],
+                  via=verdict.via)
+            return cur
+
+        data = self._write(iid, fn)
+        if data is None:
+            raise NotFoundError(INCIDENTS, iid)
+        rec = approval.records(data).get(verdict.stage) or {}
+        self._audit(verdict_word, iid, stage=verdict.stage, by=verdict.by[:100],
+                    via=verdict.via, comment=verdict.comment[:approval.MAX_COMMENT],
+                    attempt_id=str(rec.get("attempt_id") or ""))
+        return data
+
+    def held(self, iid: str, attempt_id: str, reasons: list[str], **fields: Any
+             ) -> dict[str, Any] | None:
+        """A fix of ``attempt_id`` passed everything and waits for a person before it is
+        published: the incident is ``fixed`` (unless resolved or escalated meanwhile) with
+        ``approvals.publish`` waiting."""
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            cur.update(fields)
+            cur["last_outcome"] = {"attempt_id": attempt_id, "outcome": "awaiting_approval",
+                                   "reason": "; ".join(reasons)[:500], "at": now}
+            if cur.get("status") not in (RESOLVED, ESCALATED):
+                cur["status"] = FIXED
+            cur["doing"] = ""
+            approval.hold(cur, attempt_id, reasons, now)
+            _hist(cur, now, "publication_held", attempt_id=attempt_id)
+            return cur
+
+        data = self._write(iid, fn)
+        self._audit("publication_held", iid, attempt_id=attempt_id, reasons=reasons[:20])
+        return data
+
+    def publish_failed(self, iid: str, error: str) -> dict[str, Any] | None:
+        """Publishing an approved fix failed: the publication waits for a person again."""
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is None:
+                return None
+            approval.reopen_publish(cur, error)
+            return cur
+
+        data = self._write(iid, fn)
+        self._audit("publication_failed", iid, error=error[:500])
+        return data
+
+    def dropped(self, source: str, reason: str) -> None:
+        """A flood limit refused to open an incident from ``source``: counted, not stored.
+        Written at once (with what else is pending), so the count is never lost in the
+        lull after a flood; the flood itself is bounded by the ingest's rate."""
+        with self._lock:
+            self._pending.append((("dropped", source or "?", reason), 1))
+        self.flush()
+
     def should_stop(self, iid: str) -> bool:
         data = self.get(iid)
         return bool(data and (data.get("stop_requested") or data.get("status") == RESOLVED))
@@ -477,6 +589,7 @@ class Ledger:
         def wrapped(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             before["status"] = cur.get("status") if cur else None
             before["new"] = cur is None
+            before["anonymous"] = _anonymous_active(cur)
             new = fn(cur)
             if new is not None:
                 new["updated_at"] = self.clock()
@@ -487,6 +600,12 @@ class Ledger:
             return None
         data = rec.data
         old, new = before.get("status"), data.get("status")
+        anonymous = _anonymous_active(data)
+        if anonymous != before.get("anonymous"):
+            if anonymous:
+                self.store.add_member(ANONYMOUS_SET, iid)
+            else:
+                self.store.remove_member(ANONYMOUS_SET, iid)
         if before.get("new") or old != new:
             if old:
                 self.store.remove_member(_status_set(old), iid)
@@ -606,9 +725,14 @@ def _resolving(cur: dict[str, Any] | None, by: str, now: float,
 
 def public_view(data: dict[str, Any]) -> dict[str, Any]:
     """What the API and ``healer status`` show of an incident."""
-    keys = ("id", "kind", "key", "source", "sources", "status", "severity", "summary",
+    keys = ("id", "kind", "key", "source", "sources", "trust", "status", "severity", "summary",
             "count", "first_seen", "last_seen", "attempts", "attempt_id", "doing", "gate",
+            "approvals",
             "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
             "reopened", "target", "links", "code", "failure_class", "held", "held_total",
             "resume_at", "waits", "updated_at")
-    return {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}
+    out = {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}
+    out["trust"] = trust_of(data)
+    if data.get("reporters"):
+        out["reporters"] = len(data["reporters"])  # how many, never who
+    return out

@@ -3,8 +3,14 @@
 ::
 
     dispatch_pending ─► investigating ─► pr_open ─► pr_merged
-          │                  │              └─────► failed
+          │                  │   ▲          └─────► failed
+          │                  │   └── awaiting_approval ─► failed (a person denied)
           └─► failed         ├─► failed | unfixable | anonymization_failed | timeout
+
+``awaiting_approval``: the fix is done and verified but its diff is sensitive
+(``healer.core.publish.policy``: CI, dependencies, healer's configuration, weakened tests);
+the branch is kept and nothing is published until a person approves (``healer approve``).
+It holds the fingerprint like an open PR does, and is no failure for the breaker.
 
 Records live in the store:
 
@@ -58,14 +64,18 @@ FAILED = "failed"
 UNFIXABLE = "unfixable"
 TIMEOUT = "timeout"
 ANONYMIZATION_FAILED = "anonymization_failed"
+AWAITING_APPROVAL = "awaiting_approval"
 
 STATUSES = (DISPATCH_PENDING, INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
-            ANONYMIZATION_FAILED)
+            ANONYMIZATION_FAILED, AWAITING_APPROVAL)
 TRANSITIONS: dict[str, frozenset[str]] = {
     DISPATCH_PENDING: frozenset({INVESTIGATING, FAILED}),
-    INVESTIGATING: frozenset({PR_OPEN, FAILED, UNFIXABLE, ANONYMIZATION_FAILED, TIMEOUT}),
+    INVESTIGATING: frozenset({PR_OPEN, FAILED, UNFIXABLE, ANONYMIZATION_FAILED, TIMEOUT,
+                              AWAITING_APPROVAL}),
+    AWAITING_APPROVAL: frozenset({PR_OPEN, FAILED}),
     PR_OPEN: frozenset({PR_MERGED, FAILED}),
 }
+HELD = frozenset({PR_OPEN, AWAITING_APPROVAL})  # the fingerprint stays taken, nothing runs
 ACTIVE = frozenset({DISPATCH_PENDING, INVESTIGATING})  # count against the concurrency cap
 TERMINAL = frozenset({PR_MERGED, FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})
 BREAKER_FAILURES = frozenset({FAILED, TIMEOUT, ANONYMIZATION_FAILED})  # unfixable: not counted
@@ -325,7 +335,7 @@ class Attempts:
                     ended=ended, outcome=gate.DEFERRED if att.get("deferred") else
                     to if ended and to != UNFIXABLE else "",
                     breaker=to in BREAKER_FAILURES and not att.get("stopped"),
-                    held=to == PR_OPEN)
+                    held=to in HELD, lane=str(att.get("lane") or ""))
         self._sync_incident(att, to)
         return att
 
@@ -338,6 +348,8 @@ class Attempts:
         aid = att["attempt_id"]
         if to == INVESTIGATING:
             ledger.update(iid, doing="a healing agent is investigating in a worktree")
+        elif to == AWAITING_APPROVAL:
+            ledger.held(iid, aid, list((att.get("held") or {}).get("reasons") or []))
         elif to == PR_OPEN:
             ledger.attempt_ended(iid, aid, to, status=inc.FIXED,
                                  links={"pr_url": att.get("pr_url", "")})
@@ -468,7 +480,7 @@ class Attempts:
             att = self.get(aid) if isinstance(aid, str) and aid else None
             if att is not None:
                 statuses[aid] = att["status"]
-        gate.reconcile(self.store, statuses, running=ACTIVE, held_status=PR_OPEN,
+        gate.reconcile(self.store, statuses, running=ACTIVE, held_status=HELD,
                        now=self.clock())
 
 
@@ -479,13 +491,13 @@ def public_view(att: dict[str, Any]) -> dict[str, Any]:
     when it ended without a fix (the file may since have moved to ``archive/``)."""
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
-            "reason", "unfixable_reason", "findings", "escalation")
+            "reason", "unfixable_reason", "findings", "escalation", "held", "approved_by")
     out = {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
-    # The protocol has seven statuses; waiting for a worker is part of investigating.
+    # The protocol's statuses; waiting for a worker is part of investigating.
     if out.get("status") == DISPATCH_PENDING:
         out["status"] = INVESTIGATING
     return out
 
 
 PUBLIC_STATUSES = (INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
-                   ANONYMIZATION_FAILED)
+                   ANONYMIZATION_FAILED, AWAITING_APPROVAL)

@@ -17,6 +17,9 @@ the run hit the time limit                 ``timeout``
 an ``UNFIXABLE`` file                      ``unfixable`` (its text kept, sanitised)
 commits, and the PR text and diff are      ``pr_open`` (PR title
 clean                                      ``fix(healing): <type> in <site> [<fp12>]``)
+the same, but the diff touches CI,         ``awaiting_approval``; nothing published, the
+dependencies, healer's configuration or    branch kept, until a person approves
+weakens tests                              (``healer.selfheal.publication``)
 commits, but the validator finds secrets   ``anonymization_failed``; nothing published
 or personal data in the diff or PR text
 no commits, or commits whose diff holds    ``failed``; no PR, no forge call (the reason
@@ -52,7 +55,7 @@ from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
-from healer.selfheal import gitdir
+from healer.selfheal import gitdir, publication
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.runner import (
@@ -179,6 +182,12 @@ class Dispatcher:
                                              **fields)
         except st.TransitionError:
             return self.attempts.require(attempt_id)  # recovery settled (and escalates) it
+        if status == st.AWAITING_APPROVAL and final.get("incident_id"):
+            from healer.core.audit import Audit
+
+            Audit(self.settings.state_path, self.clock).write(
+                "publication_held", final["incident_id"], attempt_id=attempt_id,
+                reasons=(final.get("held") or {}).get("reasons", [])[:20])
         if final.get("escalation_due"):
             from healer.selfheal.escalate import escalate_attempt
 
@@ -275,11 +284,17 @@ class Dispatcher:
             self.sanitizer.ensure_publishable(text, what)
         # The last step before the forge, and judged on the very commit the PR would carry.
         tree.require_reviewable(head)
-        forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
-        ref = forge.open_pr(PullRequest(
+        pr = PullRequest(
             title=title, body=body, head=tree.branch, base=tree.base, head_sha=head,
             base_sha=tree.base_sha, diff=diff, labels=LABELS, source=str(tree.path),
-            meta={"attempt_id": att["attempt_id"], "fingerprint": att["fingerprint"]}))
+            meta={"attempt_id": att["attempt_id"], "fingerprint": att["fingerprint"]})
+        hold = publication.check(self.settings, repo, diff)
+        if hold.held:  # a person decides; the forge is not asked
+            return st.AWAITING_APPROVAL, {
+                **publication.held_fields(self.settings, att["attempt_id"], hold, pr),
+                "head_sha": head, "commits": len(commits), "pr_title": title}
+        forge = self.forge or open_forge(self.settings, repo, self.sanitizer)
+        ref = forge.open_pr(pr)
         return st.PR_OPEN, {"pr_number": ref.number, "pr_url": ref.url, "head_sha": head,
                             "commits": len(commits), "pr_title": title}
 
@@ -300,6 +315,8 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
             continue
         if now - ended < ttl:
             continue
+        if att["status"] == st.AWAITING_APPROVAL:
+            continue  # its clone holds the fix a person has yet to judge
         keep_branch = att["status"] in (st.PR_OPEN, st.PR_MERGED)
         wt.remove(att.get("repo") or "", att["worktree"],
                   branch=att.get("branch", ""), delete_branch=not keep_branch)

@@ -1,12 +1,14 @@
 """The code kind's side of the one gate (``healer.core.gate``): its severity verdict
 (0 critical … 4 info, from the error's type and message, a caller's hint refining a medium
-verdict) and its policy (``selfheal.*``)."""
+verdict), its policy (``selfheal.*``), and what its approval step and flood limits read
+(``code.*``: ``healer.core.approval``, ``healer.core.trust``) — for both code roads."""
 
 from __future__ import annotations
 
 import re
 from typing import Any
 
+from healer.core import approval, trust
 from healer.core.gate import Policy
 
 SEVERITIES = ("critical", "high", "medium", "low", "info")
@@ -56,3 +58,17 @@ def policy(settings: Any) -> Policy:
     sh = settings.selfheal
     return Policy(kind="code", cooldown_s=sh.cooldown_s, max_concurrent=sh.max_concurrent,
                   breaker_window=sh.breaker_window, breaker_reset_s=sh.breaker_reset_s)
+
+
+def approval_policy(settings: Any) -> approval.Policy:
+    """``code.approval`` and its eligibility threshold."""
+    code = settings.code
+    return approval.Policy(mode=code.approval, min_events=code.approval_min_events,
+                           min_distinct=code.approval_min_distinct)
+
+
+def flood_policy(settings: Any) -> trust.FloodPolicy:
+    """``code.new_incidents_per_hour`` and ``code.max_open_anonymous``."""
+    code = settings.code
+    return trust.FloodPolicy(new_per_hour=code.new_incidents_per_hour,
+                             max_open_anonymous=code.max_open_anonymous)

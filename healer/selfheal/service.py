@@ -2,9 +2,13 @@
 
 The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
 
-* ``report(...)`` — sanitise, fingerprint, run the gates, and on acceptance create the attempt
-  and start the healing run in the background; returns at once with the seed's response shape
-  (``{"accepted", "fingerprint", "attempt_id"?, "reason"?, "message"}``);
+* ``report(..., trust=)`` — sanitise, fingerprint, run the gates, and on acceptance create the
+  attempt and start the healing run in the background; returns at once with the seed's
+  response shape (``{"accepted", "fingerprint", "attempt_id"?, "reason"?, "message"}``).
+  A report from an anonymous caller (the HTTP API without a token) opens a new incident only
+  within the flood limits (``new_incident_limit``, ``anonymous_cap``: counted as dropped, not
+  recorded) and waits for a person's approval (``awaiting_approval``) before an agent starts;
+* ``start_approved(incident_id)`` — after a person approved: the gate again, and the start;
 * ``status(fingerprint=None, limit=20)`` — the attempts of one fingerprint, or the latest;
 * ``refresh()`` — ask the forge about open PRs (``pr_open`` → ``pr_merged`` / ``failed``);
 * ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping; recovery
@@ -33,10 +37,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from healer.core import gate
+from healer.core import approval, gate
+from healer.core import trust as tr
 from healer.core.audit import Audit
 from healer.core.identity import identify
-from healer.core.incidents import Ledger, Signal
+from healer.core.incidents import OPEN, Ledger, Signal, trust_of
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
 from healer.errors import UsageError
@@ -168,6 +173,8 @@ class SelfHealService:
         self.root = str(root)
         self.sanitizer = Sanitizer(root=root, allowed_hosts=sh.allowed_hosts)
         self.policy = gates.policy(self.settings)
+        self.approvals = gates.approval_policy(self.settings)
+        self.floods = gates.flood_policy(self.settings)
         self._admission = gate.AdmissionReader(self.store)
         self.ledger = Ledger(self.store, clock=self.clock,
                              audit=Audit(self.settings.state_path, self.clock))
@@ -176,8 +183,15 @@ class SelfHealService:
 
     # --- report_error -------------------------------------------------------------------------
 
-    def report(self, data: ReportInput | Mapping[str, Any]) -> dict[str, Any]:
-        """Gate a report and start a healing run if it passes; never blocks on the run."""
+    def report(self, data: ReportInput | Mapping[str, Any], *, trust: str = tr.TRUSTED,
+               origin: str = "") -> dict[str, Any]:
+        """Gate a report and start a healing run if it passes; never blocks on the run.
+
+        ``trust``: how the caller was authenticated (``healer.core.trust``). In-process
+        callers — the MCP server over stdio, the CLI — are the local operator's: trusted. The
+        HTTP route passes ``anonymous`` when no token was configured or presented, with its
+        flood-limit bucket as ``origin``."""
+        tr.check(trust)
         r = data if isinstance(data, ReportInput) else ReportInput.from_mapping(data)
         scrub = self.sanitizer.scrub
         error_type = scrub(_cut_head(r.error_type.strip(), MAX_TYPE))
@@ -194,7 +208,21 @@ class SelfHealService:
                         summary=f"{error_type} in {ident.call_site or 'unknown site'}",
                         detail={"fingerprint": fp, "error_type": error_type,
                                 "call_site": ident.call_site,
-                                "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME))})
+                                "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME))},
+                        trust=trust)
+
+        # Anonymous input opens new incidents only within the flood limits (refusals of the
+        # gates below are incidents too, so this comes first).
+        existing = None
+        if trust == tr.ANONYMOUS or self.approvals.mode == "always":
+            existing = self.ledger.get(signal.id)
+        if trust == tr.ANONYMOUS and existing is None:
+            why = tr.admit_new(self.store, tr.origin_name("report_error", origin), self.floods,
+                               self.clock())
+            if why:
+                self.ledger.dropped(f"report_error:{origin}" if origin else "report_error", why)
+                return {"accepted": False, "fingerprint": fp, "reason": why,
+                        "message": tr.drop_message(why, self.floods)}
 
         def reject(reason: str, text: str) -> dict[str, Any]:
             # Turned down is still an incident: recorded, counted, visible with the reason.
@@ -212,17 +240,28 @@ class SelfHealService:
             return reject(gate.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
                           "below the investigation threshold. Continue normally.")
 
-        # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
         now = self.clock()
+        level = tr.combine(trust, trust_of(existing) if existing else None)
         attempt = {
             "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
             "error_message": message, "traceback": traceback,
             "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
             "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
             "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
-            "incident_id": signal.id,
+            "incident_id": signal.id, "lane": tr.lane(level),
         }
-        decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now, self.policy,
+        # The approval step: an incident its trust says needs a person waits for one, its
+        # report kept (sanitised) for the start that follows the approval.
+        step = approval.run_step(existing, level, self.approvals)
+        if step is not None:
+            self.ledger.receive(signal, decision=step, fields={"report": attempt},
+                                merge=lambda cur: cur.setdefault("report", attempt))
+            return {"accepted": False, "fingerprint": fp, "reason": step.reason,
+                    "message": step.message}
+
+        # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
+        decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now,
+                              dataclasses.replace(self.policy, lane=attempt["lane"]),
                               self.model_available, self._admission,
                               record=lambda aid: self.attempts.create(aid, attempt))
         if decision.reason == gate.ALREADY_INVESTIGATING:
@@ -255,7 +294,9 @@ class SelfHealService:
             if inc.get("source") != "report_error" or inc.get("status") != "open" or \
                     held not in gate.RETRYABLE or not isinstance(report, dict):
                 continue
-            decision = self._readmit(report)
+            if held == gate.AWAITING_APPROVAL and not approval.ready(inc):
+                continue  # a person has not approved it (yet): nothing new to ask the gate
+            decision = self._readmit(inc)
             if not decision.accepted and decision.reason == held:
                 continue  # still held for the same reason: nothing new to record
             self.ledger.decided(inc["id"], decision)
@@ -267,11 +308,35 @@ class SelfHealService:
                     self._launch(decision.attempt_id)
         return out
 
-    def _readmit(self, report: dict[str, Any]) -> gate.Decision:
+    def _readmit(self, inc: dict[str, Any]) -> gate.Decision:
+        """The approval step and gates 4–8 again for an open incident's kept report."""
+        level = trust_of(inc)
+        step = approval.run_step(inc, level, self.approvals)
+        if step is not None:
+            return step
+        report = {**inc["report"], "lane": tr.lane(level)}
         now = self.clock()
         return gate.admit(self.store, report["fingerprint"], lambda: new_attempt_id(now), now,
-                          self.policy, self.model_available, self._admission,
+                          dataclasses.replace(self.policy, lane=report["lane"]),
+                          self.model_available, self._admission,
                           record=lambda aid: self.attempts.create(aid, report))
+
+    def start_approved(self, iid: str, *, launch: bool = True) -> gate.Decision:
+        """A person approved the run of ``iid`` (``Ledger.judge``): ask the one gate again
+        (cooldown, cap, breaker and model still apply) and start the attempt it admits. A
+        refusal is recorded (retryable): the retry pass starts it later, the approval kept."""
+        inc = self.ledger.require(iid)
+        if inc.get("status") != OPEN or not isinstance(inc.get("report"), dict):
+            raise UsageError(f"incident {iid} is not an open report_error incident with a "
+                             "report to heal")
+        decision = self._readmit(inc)
+        self.ledger.decided(iid, decision)
+        if decision.accepted:
+            self.ledger.started(iid, decision.attempt_id,
+                                "a healing agent is being dispatched (approved by a person)")
+            if launch:
+                self._launch(decision.attempt_id)
+        return decision
 
     def model_available(self) -> bool | str:
         """Gate 8, cached briefly: can a healing agent run here (True), or why not?"""
@@ -330,23 +395,8 @@ class SelfHealService:
         task.add_done_callback(self._tasks.discard)
 
     def _spawn_worker(self, attempt_id: str) -> None:
-        logs = self.settings.state_path / "selfheal" / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        with open(logs / f"{attempt_id}.log", "ab") as out:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "healer.selfheal.dispatch", attempt_id],
-                stdin=subprocess.PIPE, stdout=out, stderr=out, cwd=self.cwd,
-                start_new_session=True,  # survives the server; its own process group
-                env={k: v for k, v in os.environ.items() if k != HEALING_ENV},
-            )
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(json.dumps(settings_snapshot(self.settings)).encode())
-            proc.stdin.close()
-        except BrokenPipeError:
-            pass
-        # Reap the child when it ends so a long-lived server collects no zombies.
-        threading.Thread(target=proc.wait, daemon=True, name=f"reap-{attempt_id}").start()
+        spawn_worker(self.settings, "healer.selfheal.dispatch", attempt_id,
+                     log_name=attempt_id, cwd=self.cwd)
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait for in-process healing tasks (``worker: task``) to finish."""
@@ -434,6 +484,30 @@ class SelfHealService:
         summary = self.sanitizer.scrub(str(result.data.get("summary", "")))[:2000]
         self.attempts.update(run_id, agent_result={"status": result.data.get("status"),
                                                    "summary": summary})
+
+
+def spawn_worker(settings: Any, module: str, arg: str, *, log_name: str,
+                 cwd: Path | None = None) -> None:
+    """Start ``python -m <module> <arg>`` detached (its own session, so it outlives the
+    process that started it), the settings as JSON on its stdin, its output in
+    ``<state>/selfheal/logs/<log_name>.log``; reaped in the background."""
+    logs = settings.state_path / "selfheal" / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    with open(logs / f"{log_name}.log", "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module, arg],
+            stdin=subprocess.PIPE, stdout=out, stderr=out, cwd=cwd,
+            start_new_session=True,  # survives the server; its own process group
+            env={k: v for k, v in os.environ.items() if k != HEALING_ENV},
+        )
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(settings_snapshot(settings)).encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    # Reap the child when it ends so a long-lived server collects no zombies.
+    threading.Thread(target=proc.wait, daemon=True, name=f"reap-{log_name}").start()
 
 
 def create_loop_service(healer: Any) -> None:

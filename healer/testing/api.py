@@ -14,9 +14,12 @@ from healer.testing.wait import wait_for
 
 
 class ServeProcess:
-    """A `healer serve --port 0` child process and an HTTP client bound to it."""
+    """A `healer serve --port 0` child process and an HTTP client bound to it.
 
-    def __init__(self, env: dict[str, str], *extra: str):
+    ``token``: sent as ``Authorization: Bearer`` by the client (the server gets it from
+    ``HEALER_TOKEN`` in ``env``): a token-authenticated caller is trusted."""
+
+    def __init__(self, env: dict[str, str], *extra: str, token: str = ""):
         # The server's log goes to a file: a pipe nobody reads fills up after 64 KiB of log
         # lines and then blocks the server mid-request.
         self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
@@ -31,7 +34,8 @@ class ServeProcess:
             self.proc.wait(5)
             raise RuntimeError(f"healer serve did not start: {line!r}\n{self.log()}")
         self.url = line.split(" on ", 1)[1].strip()
-        self.http = httpx.Client(base_url=self.url, timeout=10)
+        self.http = httpx.Client(base_url=self.url, timeout=10, headers={
+            "Authorization": f"Bearer {token}"} if token else {})
 
     def log(self) -> str:
         """What the server logged so far."""

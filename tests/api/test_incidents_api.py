@@ -20,6 +20,7 @@ from healer.testing.loop import healer_env
 
 REPORT = {"error_type": "KeyError", "error_message": "'user_id'",
           "call_site": "src/app/users.py:load_user"}
+TOKEN = "incidents-api-token-0123"
 
 
 @pytest.fixture(scope="module")
@@ -27,12 +28,13 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("incidents")
     # `command` with no command configured: nothing can run a healing agent here.
     return healer_env(root / "state", root / "results", root / "fleet",
-                      HEALER_EXECUTOR="command", HEALER__CONTEXT__ENABLED="false")
+                      HEALER_EXECUTOR="command", HEALER__CONTEXT__ENABLED="false",
+                      HEALER_TOKEN=TOKEN)
 
 
 @pytest.fixture(scope="module")
 def server(env: dict[str, str]) -> Iterator[ServeProcess]:
-    s = ServeProcess(env)
+    s = ServeProcess(env, token=TOKEN)  # reports are trusted: they reach the gate
     yield s
     s.close()
 

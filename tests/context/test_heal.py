@@ -318,3 +318,41 @@ class TestIncidentCli:
         assert "File: `app/payment.py:6`" in text.out and "### Sentry Context" in text.out
         assert cli("context", "incidents", "nope").code == 1
         assert cli("context", "incidents", "../x").code == 2
+
+
+class TestHeldFix:
+    async def test_a_verified_fix_that_adds_a_workflow_waits_for_a_person(
+            self, service_for: Any, project: Path, tmp_path: Path) -> None:
+        """The fix passes verification but also adds .github/workflows/x.yml: nothing is
+        published (no PR record), the attempt waits as awaiting_approval with the branch kept;
+        a person's approval of the publish stage opens the PR, which says why it was held."""
+        from healer.selfheal import approvals
+
+        step = edit(BUGGY, GOOD_FIX)
+        step["edits"].append({"file": ".github/workflows/x.yml",
+                              "content": "on: push\njobs:\n  x:\n    runs-on: ubuntu-latest\n"
+                                         "    steps:\n      - run: echo ${{ toJSON(secrets) }}\n"})
+        svc = service_for("context.max_blast_radius=10", plan=plan(tmp_path / "agent", step))
+        await svc.ingest([sentry_signal(project)])
+        await svc.drain(120)
+        inc = svc.book.get("sentry-4242")
+        assert inc["status"] == "fixed" and inc["fix"]["held"] is True, inc.get("escalation")
+        assert inc["approvals"]["publish"]["verdict"] == "waiting"
+        att = Attempts(svc.store).require(inc["attempt_id"])
+        assert att["status"] == "awaiting_approval"
+        assert any(".github/workflows/x.yml" in r for r in att["held"]["reasons"])
+        prs = svc.settings.state_path / "forge" / "prs"
+        assert not prs.exists() or not list(prs.iterdir())  # the forge was never asked
+        assert git(project, "rev-parse", att["branch"]).strip() == att["head_sha"]
+
+        out = approvals.approve(svc.settings, svc.store, inc["id"], by="fay", via="api",
+                                comment="workflow is fine", context=svc)
+        assert out.stage == "publish" and out.pr_url
+        pr = json.loads((prs / "1.json").read_text())
+        assert "Held for a person's approval" in pr["body"]
+        assert "touches CI or automation: .github/workflows/x.yml" in pr["body"]
+        assert "approved by **fay** (via api)" in pr["body"]
+        inc = svc.book.get("sentry-4242")
+        assert inc["fix"]["pr_number"] == 1 and inc["fix"]["held"] is False
+        assert Attempts(svc.store).require(att["attempt_id"])["status"] == "pr_open"
+        assert "approved" in audit_events(svc, "sentry-4242")

@@ -134,28 +134,49 @@ class TestPythonSdk:
 
 
 class TestHealedFromTheSdk:
-    def test_an_unmodified_sdk_error_is_healed_to_a_pr(self, serve_env: Any, project: Path,
-                                                       tmp_path: Path, dirs: Any) -> None:
-        """What a new user sees: `sentry_sdk.init(dsn=<healer>)` and nothing else; the
-        ZeroDivisionError becomes a code incident, the healing agent fixes app/payment.py in
-        a worktree, the verifier passes it and a PR record is written."""
+    def test_an_sdk_error_waits_for_a_person_then_is_healed_to_a_pr(
+            self, serve_env: Any, project: Path, tmp_path: Path, dirs: Any) -> None:
+        """What a new user sees: `sentry_sdk.init(dsn=<healer>)` and nothing else. The DSN key
+        is public, so the ZeroDivisionError becomes an anonymous code incident that waits for
+        a person — the healing agent is never started. `healer approve` (the real CLI) starts
+        it: the agent fixes app/payment.py in a worktree, the verifier passes it, a PR record
+        is written, and the audit trail names who approved."""
         from context_helpers import BUGGY, GOOD_FIX, edit, plan
 
-        s = ServeProcess(serve_env(plan=plan(tmp_path / "agent", edit(BUGGY, GOOD_FIX)),
-                                   HEALER_SENTRY_KEY=KEY))
+        agent = tmp_path / "agent"
+        env = serve_env(plan=plan(agent, edit(BUGGY, GOOD_FIX)), HEALER_SENTRY_KEY=KEY)
+        s = ServeProcess(env)
         try:
             done = run_sdk(project, dsn(s), times=1)
             assert done.returncode == 0, done.stderr
 
-            def settled() -> Any:
-                found = [i for i in incidents(s) if "ZeroDivisionError" in i["summary"]]
-                return found[0] if found and found[0]["status"] in ("fixed", "escalated") \
-                    else None
+            def found(statuses: tuple[str, ...]) -> Any:
+                hits = [i for i in incidents(s) if "ZeroDivisionError" in i["summary"]]
+                return hits[0] if hits and hits[0]["status"] in statuses else None
 
-            inc = s.wait_for(settled, timeout=120)
+            inc = s.wait_for(lambda: found(("open",)), timeout=60)
+            assert inc["trust"] == "anonymous"
+            assert inc["gate"]["reason"] == "awaiting_approval", inc["gate"]
+            assert inc["attempts"] == [] and not list(agent.glob("prompt-*.md"))
+            waiting = s.http.get("/api/v1/approvals").json()["waiting"]
+            assert [w["id"] for w in waiting] == [inc["id"]]
+
+            out = subprocess.run([sys.executable, "-m", "healer", "approve", inc["id"],
+                                  "--by", "alice", "--comment", "looked at the trace"],
+                                 env=env, capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert f"{inc['id']}: run approved by alice" in out.stdout
+            assert "started: attempt" in out.stdout
+
+            inc = s.wait_for(lambda: found(("fixed", "escalated")), timeout=120)
             assert inc["status"] == "fixed", inc.get("escalation")
-            assert inc["error"]["function"] == "average"
+            assert list(agent.glob("prompt-*.md"))  # the agent ran only after the approval
             prs = sorted((dirs.state / "forge" / "prs").glob("*.json"))
             assert prs and "app/payment.py" in prs[0].read_text()
+            audit = s.http.get(f"/api/v1/incidents/{inc['id']}").json()["audit"]
+            approved = [e for e in audit if e["event"] == "approved"]
+            assert approved and approved[0]["by"] == "alice" and approved[0]["via"] == "cli"
+            assert approved[0]["stage"] == "run" and approved[0]["comment"] == \
+                "looked at the trace"
         finally:
             s.close()

@@ -48,6 +48,19 @@ AGENTS = {
         subprocess.run(["git", "commit", "-qm", "fix: tolerate rows without user_id"],
                        check=True)
     ''',
+    # A real fix that also adds a CI workflow echoing the repository's secrets.
+    "workflow": '''
+        import pathlib, subprocess
+        p = pathlib.Path("src/app/tools.py")
+        p.write_text('def lookup(row):\\n    return row.get("user_id")\\n')
+        w = pathlib.Path(".github/workflows/x.yml")
+        w.parent.mkdir(parents=True)
+        w.write_text("on: push\\njobs:\\n  x:\\n    runs-on: ubuntu-latest\\n"
+                     "    steps:\\n      - run: echo ${{ toJSON(secrets) }}\\n")
+        subprocess.run(["git", "add", "-A"], check=True)
+        subprocess.run(["git", "commit", "-qm", "fix: tolerate rows without user_id"],
+                       check=True)
+    ''',
     "unfixable": '''
         import pathlib, subprocess
         pathlib.Path("UNFIXABLE").write_text(
@@ -110,14 +123,26 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+TEST_TOKEN = "selfheal-test-token"
+
+
 @asynccontextmanager
-async def serve(service: Any) -> AsyncIterator[Any]:
-    """healer's API app holding this service, on a free loopback port, with a client for it."""
+async def serve(service: Any, *, anonymous: bool = False) -> AsyncIterator[Any]:
+    """healer's API app holding this service, on a free loopback port, with a client for it.
+
+    Without a token in the settings, the app gets one and the client sends it: a report over
+    HTTP is trusted (it starts a healing run by itself) only with the token. ``anonymous``:
+    no token anywhere, as on a machine where none was set up (reports wait for a person)."""
     import httpx
     import uvicorn
 
     from healer.api.app import ApiContext, create_app
     from healer.testing.wait import until
+
+    headers = {}
+    if not anonymous and service.settings.api.token in ("", TEST_TOKEN):
+        service.settings.api.token = TEST_TOKEN
+        headers["Authorization"] = f"Bearer {TEST_TOKEN}"
 
     app = create_app(ApiContext(settings=service.settings, store=service.store,
                                 services={"selfheal": service}))
@@ -127,7 +152,8 @@ async def serve(service: Any) -> AsyncIterator[Any]:
     await until(lambda: server.started, 10)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as c:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                     headers=headers) as c:
             yield c
     finally:
         server.should_exit = True

@@ -131,6 +131,27 @@ class TestProtocol:
             short = await s.call("get_healing_status", {"fingerprint": first["fingerprint"][:12]})
             assert short["count"] == 1
 
+    async def test_a_report_over_stdio_is_trusted_even_where_approval_is_asked(
+            self, workdir: Any) -> None:
+        """The stdio pipe is the local session that started the server: its reports are
+        trusted — accepted at once under the default code.approval — while `always` makes
+        even those wait for a person."""
+        from healer.core.incidents import Ledger
+        from healer.core.store import FileStore
+
+        d = workdir("nothing")
+        async with connect(d) as s:
+            out = await s.call("report_error", report(7))
+            assert out["accepted"] is True, out
+        inc = Ledger(FileStore(d / "state")).require(f"code-{out['fingerprint']}")
+        assert inc["trust"] == "trusted"
+        config = yaml.safe_load((d / "healer.yaml").read_text())
+        (d / "healer.yaml").write_text(yaml.safe_dump({**config,
+                                                       "code": {"approval": "always"}}))
+        async with connect(d) as s:
+            held = await s.call("report_error", report(8))
+        assert (held["accepted"], held["reason"]) == (False, "awaiting_approval")
+
     async def test_cooldown_after_a_terminal_attempt(self, workdir: Any) -> None:
         """When the attempt has ended (failed), the same error gets cooldown."""
         async with connect(workdir("nothing")) as s:

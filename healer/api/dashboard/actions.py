@@ -1,4 +1,8 @@
-"""What a person can do from the Needs-a-person view.
+"""What a person can do from the Needs-a-person view and an incident's page.
+
+- **approve** / **deny** what waits on a code incident (``healer.selfheal.approvals``: start
+  its code agent, publish its held fix; or resolve it), recorded as by the logged-in
+  session (and the name the person typed), via ``dashboard``;
 
 - **mark handled** moves the escalation file to ``archive/`` beside it (as a person would by
   hand); for a fleet peer that also ends "already with a person";
@@ -76,3 +80,17 @@ def _cooldown_prefixes(inc: dict[str, Any]) -> list[str]:
     if kind == "play":
         return [f"play.{key}"] if key else []
     return [key] if key else []
+
+
+def verdict(settings: Settings, store: Store, iid: str, *, approve: bool, by: str,
+            comment: str, services: tuple[Any, Any]) -> dict[str, Any]:
+    """A person's verdict from the incident page; the heal starts in this server."""
+    from healer.selfheal import approvals
+
+    if approve:
+        selfheal, context = services
+        out = approvals.approve(settings, store, iid, by=by, via="dashboard", comment=comment,
+                                selfheal=selfheal, context=context)
+    else:
+        out = approvals.deny(settings, store, iid, by=by, via="dashboard", comment=comment)
+    return out.as_dict()

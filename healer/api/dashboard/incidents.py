@@ -30,7 +30,8 @@ RUNS_SHOWN = 10
 # Audit events that say what a verifier (or the kind's own check) concluded.
 VERDICT_EVENTS = frozenset({"attempt_ended", "verdict", "resolved", "escalated", "watch_passed",
                             "fix_merged", "fix_rejected", "heal_finished", "agent_finished",
-                            "pr_opened", "heal_again"})
+                            "pr_opened", "heal_again", "approved", "denied",
+                            "publication_held"})
 RUN_FILES = ("prompt.md", "transcript.jsonl", "output.log")
 # What a reporter said (report_error): shown as sent, escaped and cut like everything else.
 REPORT_FIELDS = ("error_type", "error_message", "call_site", "tool_name", "context", "traceback")
@@ -80,7 +81,24 @@ def incident_detail(settings: Settings, store: Store, iid: str) -> dict[str, Any
             "report": {k: report[k] for k in REPORT_FIELDS if report.get(k)},
             "detail": data.get("detail") or {}, "audit": audit, "verdicts": verdicts,
             "runs": agent_runs(settings, data.get("attempt_ids") or []),
-            "seed": seed_link(settings, (data.get("escalation") or {}).get("seed_file", ""))}
+            "seed": seed_link(settings, (data.get("escalation") or {}).get("seed_file", "")),
+            "approval": approval_state(settings, data)}
+
+
+def approval_state(settings: Settings, data: dict[str, Any]) -> dict[str, Any]:
+    """What waits for a person on this incident (the approve/deny buttons), if anything."""
+    from healer.core import approval
+    from healer.selfheal.gates import approval_policy
+
+    stage = approval.waiting_stage(data) if data.get("kind") == "code" else ""
+    if not stage:
+        return {}
+    policy = approval_policy(settings)
+    rec = approval.records(data).get(stage) or {}
+    return {"stage": stage, "eligible": stage == approval.PUBLISH or approval.eligible(
+        data, policy), "reasons": list(rec.get("reasons") or []),
+        "error": str(rec.get("error") or ""), "min_events": policy.min_events,
+        "min_distinct": policy.min_distinct}
 
 
 def agent_runs(settings: Settings, attempt_ids: list[str]) -> list[dict[str, Any]]:

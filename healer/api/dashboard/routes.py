@@ -1,4 +1,5 @@
-"""The dashboard's routes: pages at ``/`` and ``/ui/…``, live events, login, two actions.
+"""The dashboard's routes: pages at ``/`` and ``/ui/…``, live events, login, four actions
+(mark handled, heal again, approve, deny).
 
 Every route is made by ``_page``, ``_action`` or ``_public`` — so none can forget its check:
 pages need read access, actions a logged-in session and its CSRF token, and only the login
@@ -213,7 +214,11 @@ class Dashboard:
                                        self.ctx.store, iid)
         if data is None:
             raise NotFoundError("incident", iid)
-        return self._page_html(request, "incident.html", access, topics="sse:incidents", **data)
+        done = request.query_params.get("done", "")
+        notice = {"approved": "Approved: recorded in the audit trail with your session.",
+                  "denied": "Denied: the incident is resolved."}.get(done, "")
+        return self._page_html(request, "incident.html", access, topics="sse:incidents",
+                               notice=notice, **data)
 
     async def human(self, request: Request, access: int) -> Response:
         items = await asyncio.to_thread(inc_view.inbox, self.ctx.settings)
@@ -263,6 +268,29 @@ class Dashboard:
                                 by="dashboard")
         self.live.wake()
         return f"/ui/human?done=heal-again&file={quote(name)}"
+
+    async def approve(self, request: Request, form: dict[str, str]) -> str:
+        return await self._verdict(request, form, True)
+
+    async def deny(self, request: Request, form: dict[str, str]) -> str:
+        return await self._verdict(request, form, False)
+
+    async def _verdict(self, request: Request, form: dict[str, str], approve: bool) -> str:
+        from healer.api.routes.incidents import _services
+
+        iid = request.path_params["id"]
+        if not is_safe_name(iid):
+            raise UsageError("not an incident id")
+        session = self.auth.session_of(request)
+        name = " ".join(form.get("by", "").split())[:60]
+        tag = f"dashboard session {session.split('.')[1][:8]}"
+        by = f"{name} ({tag})" if name else tag
+        # In the event loop: an approved run starts as a task of this server.
+        out = actions.verdict(self.ctx.settings, self.ctx.store, iid, approve=approve, by=by,
+                              comment=form.get("comment", "")[:1000],
+                              services=_services(self.ctx))
+        self.live.wake()
+        return f"/ui/incidents/{quote(iid)}?done={out['verdict']}"
 
     async def logout(self, request: Request, form: dict[str, str]) -> Response:
         resp = RedirectResponse("/ui/login?bye=1", 303, headers=_headers())
@@ -317,6 +345,8 @@ class Dashboard:
             self._page("/ui/events", self.events),
             self._action("/ui/human/{name}/handled", self.handled),
             self._action("/ui/human/{name}/heal-again", self.heal_again),
+            self._action("/ui/incidents/{id}/approve", self.approve),
+            self._action("/ui/incidents/{id}/deny", self.deny),
             self._action("/ui/logout", self.logout),
             self._public("/ui/login", self.login_form),
             self._public("/ui/login", self.login, ("POST",)),

@@ -13,6 +13,11 @@ serve`` alone makes one on first use). The API's guard has checked the token, th
 type and the body size before a handler runs. A body may carry ``"healing_run": true`` (a
 healing agent reporting): it is refused by the recursion gate. Response bodies are exactly
 what the MCP tools return.
+
+A call with the configured bearer token is trusted; without a token configured it is
+anonymous (``healer.core.trust``): its new incidents count against the flood limits of the
+``api`` origin, and it never starts an agent by itself — the answer is 200 with reason
+``awaiting_approval`` until a person approves (``healer approve``).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from healer.api.http import HTTPError, json_depth, parse_json, route
+from healer.api.http import HTTPError, caller_trust, json_depth, parse_json, route
 from healer.errors import UsageError
 
 
@@ -37,6 +42,11 @@ def _service(request: Request) -> Any:
     ctx = getattr(state, "ctx", None)
     if ctx is None:
         raise RuntimeError("set app.state.selfheal (or app.state.ctx) to mount these routes")
+    return _service_of(ctx)
+
+
+def _service_of(ctx: Any) -> Any:
+    """The API context's report_error service, made (with recovery) on first use."""
     service = ctx.services.get("selfheal")
     if service is None:
         from healer.selfheal.service import SelfHealService
@@ -57,8 +67,9 @@ async def report_error(request: Request) -> JSONResponse:
         body = parse_json(await request.body(), max_depth=json_depth(request))
     except HTTPError as exc:
         return _error(exc.code, exc.reason)
+    trust = caller_trust(request)
     try:
-        result = service.report(body)
+        result = service.report(body, trust=trust, origin="api" if trust == "anonymous" else "")
     except UsageError as exc:
         return _error(400, str(exc))
     return JSONResponse(result, status_code=202 if result["accepted"] else 200)
@@ -104,7 +115,8 @@ _LIMIT = {"limit": {"type": "integer", "minimum": 1, "maximum": 200}}
 routes = [
     _route("/api/v1/errors", report_error, "POST", "report_error",
            "report_error: gate a reported error and dispatch a healing agent",
-           {202: "accepted", 200: "joined an attempt or refused by a gate", 400: "bad report",
+           {202: "accepted", 200: "joined an attempt, refused by a gate, waiting for a "
+            "person's approval (anonymous caller) or over a flood limit", 400: "bad report",
             401: "token required", 413: "body too large", 415: "not JSON"},
            schema="report-error"),
     _route("/api/v1/healing", healing_list, "GET", "healing_list",

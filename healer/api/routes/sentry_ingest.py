@@ -15,12 +15,19 @@ encoded. Over ``ingest.rate_per_s`` the answer is 429 with ``Retry-After`` and
 ``200 {"id": <event id>}`` as soon as it is parsed; its events are filed in the background
 (``healer.context.sentry_intake``). Every request is counted in
 ``healer_webhooks{source="sentry_sdk", result}``.
+
+The key is public (it ships in every browser bundle), so everything filed here is
+**anonymous** (``healer.core.trust``): it opens incidents only within the key's flood limits
+(``code.new_incidents_per_hour`` per key, ``code.max_open_anonymous``; what they refuse is
+counted in ``healer_incidents_dropped`` — the SDK was answered 200 already, as the protocol
+wants, so it does not resend), and no code agent starts for it until a person approves
+(``healer approve``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.requests import Request
@@ -32,6 +39,7 @@ from healer.context import envelope as env
 from healer.context.ingest import Signal
 from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter
 from healer.context.service import service_for
+from healer.core.trust import dsn_origin
 from healer.errors import UsageError
 
 SOURCE = "sentry_sdk"
@@ -121,8 +129,10 @@ async def _file(request: Request, st: _Ingest, key: str, project: str,
                                         "X-Sentry-Rate-Limits":
                                         f"{wait}:error;default;security:key:healer_rate"})
     svc = service_for(request.app.state.ctx)
+    origin = dsn_origin(project, key)  # the key's own flood-limit bucket
     try:
-        signals: list[Signal] = [env.signal_of(e, project, svc.root) for e in events]
+        signals: list[Signal] = [replace(env.signal_of(e, project, svc.root), origin=origin)
+                                 for e in events]
     except (UsageError, ValueError, TypeError) as exc:
         return _refuse(request, 400, f"event not usable: {exc}", "invalid")
     if not st.queue.offer(signals):

@@ -8,7 +8,8 @@ usage:
 
 Wraps `healer status --json` and adds, per attempt, "meaning" and "next" (what you, the
 reporting agent, should do), and overall "by_status" and "needs_person" (attempt ids that a
-person has to look at: failed, timeout, unfixable, anonymization_failed).
+person has to look at: failed, timeout, unfixable, anonymization_failed,
+awaiting_approval).
 
 exit codes: 0 ok (read "needs_person") · 2 bad input (not a fingerprint) · 3 healer is not
 installed
@@ -38,8 +39,13 @@ MEANING = {
     "timeout": ("the healing agent ran out of time", "tell the user; a person must look"),
     "anonymization_failed": ("a fix exists but was blocked: it contained secrets or personal "
                              "data", "tell the user; a person must look (nothing was published)"),
+    "awaiting_approval": ("a fix is done and verified, but its diff touches CI, dependencies, "
+                          "healer's configuration or weakens tests: held until a person "
+                          "approves publication (held.reasons)",
+                          "tell the user; never approve it yourself: `healer approve` is "
+                          "for the person"),
 }
-NEEDS_PERSON = {"failed", "timeout", "unfixable", "anonymization_failed"}
+NEEDS_PERSON = {"failed", "timeout", "unfixable", "anonymization_failed", "awaiting_approval"}
 
 
 def main() -> int:
