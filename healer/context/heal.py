@@ -32,7 +32,7 @@ from healer.context.incidents import ESCALATED, FIXED, IncidentBook
 from healer.context.ingest import NormalizedError
 from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
-from healer.context.prompt import context_vars
+from healer.context.prompt import context_vars, iteration_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
@@ -243,9 +243,9 @@ class ContextHealer:
         self.book.audit.write("iteration_started", key, attempt_id=aid, iteration=n)
         task = AgentTask(
             agent=AGENT, target=key, kind="context", incident=key, run_id=f"{aid}-i{n}",
-            cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
-                **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
-                "previous_failure": previous, "branch": tree.branch})
+            cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context=iteration_vars(
+                base_vars, iteration=n, max_iterations=cx.max_iterations,
+                previous_failure=previous, branch=tree.branch))
         outcome = await self._dispatch(task, env)
         result = outcome.result or {}
         it = Iteration(number=n, agent_status=outcome.status,
