@@ -31,6 +31,10 @@ class AgentTask:
     rendered with ``context`` over what ``vars`` provide. Empty ``kind``, ``run_id``, ``cwd``
     and ``timeout_s`` take the agent's result kind, a fresh id, the current directory and
     ``settings.executor.timeout_s``.
+
+    ``read_only``: the run may write nothing but its result file — its prompt says so, it gets
+    ``HEALER_READ_ONLY=1``, and the sandbox mounts its ``cwd`` read-only (the play's
+    evaluation agent runs so).
     """
 
     agent: str
@@ -45,6 +49,7 @@ class AgentTask:
     incident: str = ""
     run_id: str = ""
     mcp_servers: Mapping[str, Any] = field(default_factory=dict)
+    read_only: bool = False
 
     def __post_init__(self) -> None:
         try:

@@ -120,7 +120,7 @@ def run_env(prep: Prepared) -> dict[str, str]:
         "HEALER_RUN_ID": prep.run.run_id, "HEALER_AGENT": prep.run.agent,
         "HEALER_KIND": prep.run.kind, "HEALER_TARGET": prep.run.target,
         "HEALER_INCIDENT": prep.run.incident, "HEALER_RESULT_FILE": prep.run.result_path,
-        "HEALER_CWD": prep.run.cwd,
+        "HEALER_CWD": prep.run.cwd, "HEALER_READ_ONLY": "1" if prep.run.read_only else "0",
     }
 
 
@@ -172,7 +172,7 @@ class Executor(abc.ABC):
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
                       result_path=str(staged if self.agent_writes_result else path), cwd=cwd,
                       timeout_s=timeout, executor=self.name,
-                      incident=task.incident)
+                      incident=task.incident, read_only=task.read_only)
         context = {**context_from_vars(task.agent, task.target, task.vars,
                                        settings=self.settings), **task.context}
         prep = Prepared(task=task, definition=definition, run=run, result_path=path,
