@@ -6,7 +6,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     HealerError                      base of everything healer raises on purpose
     ├── UsageError                   a user mistake: bad flag, bad input file      exit 2
     │   ├── ConfigError              a settings file or value is wrong (file, key, expected)
-    │   └── UnsafeNameError          a name that would become a path/host/argv is refused
+    │   ├── UnsafeNameError          a name that would become a path/host/argv is refused
+    │   └── HostNotAllowedError      a host outside the setting that lists them (host, setting)
     ├── StoreError                   the state store could not do what was asked
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
@@ -69,6 +70,16 @@ class UnsafeNameError(UsageError, ValueError):
         self.what = what
         self.reason = reason
         super().__init__(f"unsafe {what} {name!r}: {reason}")
+
+
+class HostNotAllowedError(UsageError):
+    """healer was asked to connect to a host its settings do not list (``host``), e.g. a
+    session's ``tools_server`` outside ``play.tools_server_hosts`` (``setting``)."""
+
+    def __init__(self, message: str, *, host: str = "", setting: str = ""):
+        self.host = host
+        self.setting = setting
+        super().__init__(message)
 
 
 class StoreError(HealerError):
