@@ -92,6 +92,7 @@ class RunOutcome:
     target: str = ""
     incident: str = ""
     exception: ExecutorError | None = field(default=None, repr=False, compare=False)
+    cost_usd: float = 0.0  # what the run cost, as reported (healer.agents.budget)
 
     @property
     def ok(self) -> bool:
@@ -105,4 +106,5 @@ class RunOutcome:
             "result": self.result, "error": self.error, "duration_s": round(self.duration_s, 3),
             "kind": self.kind, "target": self.target, "incident": self.incident,
             "error_type": type(self.exception).__name__ if self.exception else "",
+            "cost_usd": round(self.cost_usd, 6),
         }

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.agents.results import DEFERRED
 from healer.context import outcomes
 from healer.context.diff import diff_of
 from healer.context.incidents import ESCALATED, FIXED, IncidentBook
@@ -57,7 +58,7 @@ STOP_STATUSES = ("unfixable", "escalated")
 class HealOutcome:
     incident: str
     attempt_id: str
-    status: str  # fixed | escalated | failed | stopped (resolved at its source)
+    status: str  # fixed | escalated | failed | stopped (resolved at its source) | deferred
     iterations: list[Iteration] = field(default_factory=list)
     pr_url: str = ""
     reason: str = ""
@@ -217,6 +218,8 @@ class ContextHealer:
             it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
                                        previous)
             iterations.append(it)
+            if it.agent_status == DEFERRED and not it.commits:
+                return self._deferred(inc, aid, iterations)
             verdict = verdict_of(it)
             step = next_step(verdict, n, cx.max_iterations)
             if step == "healed":
@@ -277,6 +280,16 @@ class ContextHealer:
         return it
 
     # --- endings -------------------------------------------------------------------------------
+
+    def _deferred(self, inc: dict[str, Any], aid: str,
+                  iterations: list[Iteration]) -> HealOutcome:
+        """The agent run did not happen (the model API kept refusing, or the day's agent
+        budget is spent): not a failed attempt — no breaker, no cooldown, no escalation; the
+        incident stays open and the next signal tries again."""
+        why = f"the healing run was deferred: {iterations[-1].agent_error}"[:1000]
+        self._end(aid, st.FAILED, reason=why, deferred=True, iterations=len(iterations))
+        self.book.update(inc["key"], status="open", event="heal_deferred")
+        return HealOutcome(inc["key"], aid, "deferred", iterations, reason=why)
 
     def _end(self, aid: str, status: str, **fields: Any) -> None:
         try:

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from healer.agents.results import DEFERRED
@@ -61,7 +61,8 @@ def claim_key(key: str) -> str:
 class Remediator:
     def __init__(self, settings: Settings, store: Store, registry: SessionRegistry, *,
                  run_agent: RunAgent, still_broken: Callable[[str, dict[str, Any], float], bool],
-                 metrics: Any = None, clock: Callable[[], float] = time.time):
+                 metrics: Any = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
         self.settings = settings
         self.store = store
         self.registry = registry
@@ -69,6 +70,7 @@ class Remediator:
         self.still_broken = still_broken
         self.metrics = metrics
         self.clock = clock
+        self.sleep = sleep
         self.issues = Issues(settings, store)
         self.ledger = inc.Ledger(store, clock=clock, audit=Audit(settings.state_path, clock))
         # Bounded where the runs start (executor.max_concurrent, the agent slots).
@@ -348,7 +350,7 @@ class Remediator:
             # A model API failure names itself (``failure``): its reset is capped; a spent
             # budget has none, and resets at the next UTC midnight (at most a day away).
             cap = DEFER_CAP_S if result.get("failure") else BUDGET_WAIT_CAP_S
-            await asyncio.sleep(min(cap, max(1.0, retry_at - self.clock())))
+            await self.sleep(min(cap, max(1.0, retry_at - self.clock())))
             outcome = await self.run_agent(task)
         return outcome
 

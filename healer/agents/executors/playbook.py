@@ -16,6 +16,7 @@ class PlaybookExecutor(Executor):
 
     name = "playbook"
     agent_writes_result = False
+    spends = False  # no model: a playbook costs nothing and no budget holds it back
 
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
         fn = get_playbook(prep.run.agent)
