@@ -163,9 +163,13 @@ class AgentsSettings:
         "and network. Default on; when the sandbox cannot start, no agent with tools starts "
         "either. `off` LOOSENS ISOLATION: agents run unconfined, with a warning at every start.")
     daily_budget_usd: dict[str, float] = setting(
-        {}, "Most US dollars agents may spend per day (UTC), counted from what runs report: per "
-        "kind (`code`, `play`, `fleet`) and `all` over every kind. An attempt over a budget "
-        "waits until the next day; empty or 0 means no limit.")
+        {}, "Most US dollars agents may spend per day (UTC), counted from what runs report "
+        "(a Claude run's own cost report, a command agent's result `cost_usd`; playbooks cost "
+        "nothing): per kind (`code`, `play`, `fleet`) and `all` over every kind, e.g. "
+        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it ends "
+        "`deferred` until the next midnight UTC (not a failed attempt) and a person is told "
+        "once per day and budget; `healer status` and `/metrics` show the spend. Empty, or 0 "
+        "for a key, means no limit.")
 
 
 @dataclass
