@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -88,6 +89,23 @@ def clean_usd(value: Any) -> float:
     return min(usd, MAX_RUN_USD) if math.isfinite(usd) and usd > 0 else 0.0
 
 
+_STORES: dict[str, Any] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def _shared_store(settings: Any) -> Any:
+    """One store per state (and backend) for every executor of this process: an executor is
+    made per run in places (a run with its own environment), a store connection must not be."""
+    key = f"{settings.state_path.resolve()}|{settings.store!r}"
+    with _STORES_LOCK:
+        store = _STORES.get(key)
+        if store is None:
+            from healer.core.store import open_store
+
+            store = _STORES[key] = open_store(settings)
+        return store
+
+
 @dataclass(frozen=True)
 class Over:
     """A budget that is spent: ``budget`` (a kind or ``all``), what was ``spent`` of its
@@ -127,9 +145,7 @@ class Budget:
     @property
     def store(self) -> Any:
         if self._store is None:
-            from healer.core.store import open_store
-
-            self._store = open_store(self.settings)
+            self._store = _shared_store(self.settings)
         return self._store
 
     def _day(self, day: str) -> dict[str, Any]:
