@@ -135,14 +135,34 @@ class TestToolsServerHosts:
                 "preflight"].get("tools_server_reachable"))
             assert target.posts == [] and target.requests == []
 
-    def test_user_info_and_other_schemes_are_refused(self, serve_in: Any, dirs: Any) -> None:
+    def test_user_info_and_look_alike_hosts_are_refused(self, serve_in: Any,
+                                                         dirs: Any) -> None:
+        """A loopback address in user info or before a backslash is not the host: refused
+        (by the body's schema, or by the host list), and nothing is stored."""
         s = serve_in(dirs.root)
         for url in ("http://127.0.0.1:80@169.254.169.254/latest/meta-data/",
-                    "http://127.0.0.1\\@10.0.0.1/", "http://10.0.0.1/"):
+                    "http://127.0.0.1\\@10.0.0.1/", "http://localhost.evil.example/",
+                    "http://10.0.0.1/"):
             r = s.http.post("/api/v1/session/start", json=start_body(tools_server=url))
             assert r.status_code == 400, url
-            assert "play.tools_server_hosts" in r.json()["error"] or "user info" in r.json()[
-                "error"], url
+            assert s.http.get("/api/v1/session/play-task-4-abc").status_code == 404
+        assert "play.tools_server_hosts" in r.json()["error"]
+
+    def test_both_url_parsers_must_agree(self) -> None:
+        """What the probe would connect to is what is checked."""
+        from healer.play.sessions import tools_server_refusal
+
+        loopback = ["127.0.0.1", "::1", "localhost"]
+        assert tools_server_refusal("http://127.0.0.1:9/health", loopback) == ""
+        assert tools_server_refusal("http://[::1]:9/", loopback) == ""
+        assert "user info" in tools_server_refusal("http://localhost@localhost/", loopback)
+        for url in ("http://127.0.0.1@10.0.0.1/", "http://127.0.0.1\\@10.0.0.1/",
+                    "http://0x7f000001/", "http://127.1/", "http://localhost./", "http://"):
+            assert tools_server_refusal(url, loopback), url
+        assert tools_server_refusal("http://tools.cto.svc/", [".cto.svc"]) == ""
+        assert tools_server_refusal("http://evilcto.svc/", [".cto.svc"])
+        assert tools_server_refusal("http://10.0.0.1/", ["*"]) == ""
+        assert "none" in tools_server_refusal("http://127.0.0.1/", [])
 
     def test_a_listed_host_is_probed(self, serve_in: Any, dirs: Any) -> None:
         """The operator lists the host: the session starts and the pre-flight asks it."""
