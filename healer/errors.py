@@ -7,7 +7,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     ├── UsageError                   a user mistake: bad flag, bad input file      exit 2
     │   ├── ConfigError              a settings file or value is wrong (file, key, expected)
     │   ├── UnsafeNameError          a name that would become a path/host/argv is refused
-    │   └── ApprovalError            nothing of the incident waits for that verdict (incident)
+    │   ├── ApprovalError            nothing of the incident waits for that verdict (incident)
+    │   └── HostNotAllowedError      a host outside the setting that lists them (host, setting)
     ├── StoreError                   the state store could not do what was asked
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
@@ -81,6 +82,16 @@ class ApprovalError(UsageError):
         self.incident = incident
         self.reason = reason
         super().__init__(f"incident {incident}: {reason}")
+
+
+class HostNotAllowedError(UsageError):
+    """healer was asked to connect to a host its settings do not list (``host``), e.g. a
+    session's ``tools_server`` outside ``play.tools_server_hosts`` (``setting``)."""
+
+    def __init__(self, message: str, *, host: str = "", setting: str = ""):
+        self.host = host
+        self.setting = setting
+        super().__init__(message)
 
 
 class StoreError(HealerError):

@@ -10,7 +10,9 @@ What the agent gets, and nothing more:
   tool outside the list, or a command no pattern matches (``cat /etc/passwd``, ``curl`` for
   the healing agent), is refused, not executed;
 - ``cwd`` (plus its run folder, where it writes its result), ``max_turns`` (the lower of the
-  definition's and the settings'), ``max_budget_usd``, and a wall-clock timeout;
+  definition's and the settings'), ``max_budget_usd``, and a wall-clock timeout; what each
+  launch cost (``ResultMessage.total_cost_usd``) counts against the day's agent budget
+  (``healer.agents.budget``), which may hold the run back before it starts;
 - no user or project settings (``setting_sources=[]``, no CLAUDE.md, no skills, only the MCP
   servers the task names), an isolated ``CLAUDE_CONFIG_DIR`` in the run's folder (a copy of the
   user's login is placed there when one exists, and removed after), non-essential traffic off;
@@ -69,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.agents import _proctree, failures, limits
+from healer.agents.budget import clean_usd
 from healer.agents.definitions import KNOWN_TOOLS, tool_name
 from healer.agents.executors.auto import claude_cli, user_claude_dir
 from healer.agents.executors.base import (
@@ -477,6 +480,7 @@ class ClaudeExecutor(Executor):
                 _log_message(prep.run.run_id, message)
                 if isinstance(message, sdk.ResultMessage):
                     final = message
+                    prep.cost_usd += clean_usd(message.total_cost_usd)  # every launch counts
                 elif isinstance(message, sdk.AssistantMessage):
                     if message.error:
                         launch.error = str(message.error)

@@ -7,14 +7,17 @@ templates read attributes (``peer.host``), and Jinja's ``StrictUndefined`` turns
 template needs but nobody provided into an error instead of an empty string.
 
 Text that came from outside (log lines, error messages, tracebacks, analysis by other agents)
-is kept as plain strings here and fenced as data by the renderer; nothing in this module
-treats it as anything but data. Error reports must already be sanitized (``healer.selfheal``)
-before they reach a prompt.
+is kept as plain strings here and fenced as data by the renderer (``healer.agents.prompts``);
+nothing in this module treats it as anything but data. What a template may show outside a
+fence is checked here: names, hosts and ports (``healer.core.names``), the remediation
+``strategy`` (one of ``STRATEGIES``) and a ``branch`` name. Error reports must already be
+sanitized (``healer.selfheal``) before they reach a prompt.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +40,7 @@ class RunInfo:
     timeout_s: float
     executor: str
     incident: str = ""
+    read_only: bool = False  # the run may write only its result file (AgentTask.read_only)
     schema_path: str = field(default_factory=lambda: str(bundle_path(
         "schemas", "agent-result.schema.json")))
 
@@ -207,6 +211,26 @@ def _mapping_items(items: list[Any], key: str) -> tuple[Mapping[str, Any], ...]:
     return tuple(items)
 
 
+# The strategies a remediation runs with (healer.play.evaluate and the runtime's launches).
+STRATEGIES = ("fix_config", "fix_code", "restart", "retry", "resume", "fresh_session")
+_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")
+
+
+def _strategy(vars: Mapping[str, str]) -> str:
+    strategy = vars.get("strategy") or "retry"
+    if strategy not in STRATEGIES:
+        raise UsageError(f"--var strategy must be one of {', '.join(STRATEGIES)}, got "
+                         f"{strategy[:40]!r}")
+    return strategy
+
+
+def _branch(vars: Mapping[str, str], default: str = "") -> str:
+    branch = vars.get("branch") or default
+    if branch and (not _BRANCH.fullmatch(branch) or ".." in branch):
+        raise UsageError(f"--var branch {branch[:40]!r} is not a branch name")
+    return branch
+
+
 _FLEET_AGENTS = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", "config-updater",
                  "nats-reconnector", "inbox-repairer"}
 
@@ -255,7 +279,8 @@ def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
                                lines=tuple(str(x) for x in a.get("lines", ())))
                          for a in alerts]
         ctx["logs"] = vars.get("logs", "")
-        ctx["strategy"] = vars.get("strategy", "retry")
+        ctx["strategy"] = _strategy(vars)
+        ctx["branch"] = _branch(vars)
         ctx["evaluation"] = vars.get("evaluation", "")
         ctx["attempt"] = _int(vars, "attempt", 1)
         ctx["max_attempts"] = _int(vars, "max_attempts", 3)
@@ -266,7 +291,7 @@ def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
             traceback=vars.get("traceback", ""), call_site=vars.get("call_site", ""),
             context=vars.get("context", ""), tool_name=vars.get("tool_name", ""),
             severity=vars.get("severity", ""))
-        ctx["branch"] = vars.get("branch", f"healer/{target[:12]}")
+        ctx["branch"] = _branch(vars, f"healer/{target[:12]}")
     elif agent == "living-context-healer":
         error = {k: vars.get(k, "") for k in ("message", "file", "line", "stackTrace",
                                               "severity", "source", "environment")}

@@ -36,6 +36,10 @@ class AgentTask:
     ``read_only``; a task without one works in an empty folder of its run (unconfined: the
     current directory). ``network`` adds ``host:port`` endpoints the run may reach (the fleet's
     peers, set by the capability that knows them).
+
+    ``read_only``: the run may write nothing but its result file — its prompt says so, it gets
+    ``HEALER_READ_ONLY=1``, and the sandbox mounts its ``cwd`` read-only (the play's
+    evaluation agent runs so).
     """
 
     agent: str
@@ -99,6 +103,7 @@ class RunOutcome:
     target: str = ""
     incident: str = ""
     exception: ExecutorError | None = field(default=None, repr=False, compare=False)
+    cost_usd: float = 0.0  # what the run cost, as reported (healer.agents.budget)
 
     @property
     def ok(self) -> bool:
@@ -112,4 +117,5 @@ class RunOutcome:
             "result": self.result, "error": self.error, "duration_s": round(self.duration_s, 3),
             "kind": self.kind, "target": self.target, "incident": self.incident,
             "error_type": type(self.exception).__name__ if self.exception else "",
+            "cost_usd": round(self.cost_usd, 6),
         }

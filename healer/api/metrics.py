@@ -50,6 +50,7 @@ class Metrics:
 
     def render(self, ctx: Any) -> tuple[bytes, str]:
         self._shared.store = ctx.store
+        self._shared.settings = ctx.settings
         try:
             self.sessions_active.set(len(ctx.store.members(ACTIVE_SESSIONS_SET)))
         except Exception:  # a broken store must not break the scrape
@@ -62,10 +63,12 @@ class _SharedState(Collector):
 
     def __init__(self) -> None:
         self.store: Any = None
+        self.settings: Any = None
 
     def collect(self) -> Iterator[Metric]:
         if self.store is None:
             return
+        yield from self._spend()
         try:
             stats = Ledger(self.store).stats()
         except Exception:  # a broken store must not break the scrape
@@ -104,6 +107,30 @@ class _SharedState(Collector):
             for reason, n in sorted(row.items()):
                 dropped.add_metric([source, reason], n)
         yield dropped
+
+
+    def _spend(self) -> Iterator[Metric]:
+        """Today's agent spend (UTC) per kind and ``all``, and each daily budget."""
+        if self.settings is None:
+            return
+        from healer.agents.budget import spend_view
+
+        try:
+            budgets = spend_view(self.settings, self.store)["budgets"]
+        except Exception:  # a broken store must not break the scrape
+            log.exception("agent spend unreadable")
+            return
+        spent = GaugeMetricFamily("healer_agent_spend_usd", "What agents spent today (UTC), "
+                                  "by kind and all (every process)", labels=["kind"])
+        limit = GaugeMetricFamily("healer_agent_budget_usd", "The daily agent budget "
+                                  "(agents.daily_budget_usd), by kind and all",
+                                  labels=["kind"])
+        for kind, b in budgets.items():
+            spent.add_metric([kind], float(b["spent_usd"]))
+            if b.get("limit_usd"):
+                limit.add_metric([kind], float(b["limit_usd"]))
+        yield spent
+        yield limit
 
 
 def _per_kind(name: str, doc: str, row: dict[str, Any]) -> CounterMetricFamily:

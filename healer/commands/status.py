@@ -17,7 +17,9 @@ examples:
   healer status --refresh --json   ask the forge about open PRs first (pr_open → pr_merged)
 
 An attempt that ended without a fix shows the escalation file written for a person
-(.fleet-messages/human/…); --json has it as "escalation".
+(.fleet-messages/human/…); --json has it as "escalation". The overview shows today's agent
+spend (UTC) against each agents.daily_budget_usd budget; a spent budget holds that kind's
+runs (deferred) until midnight UTC ("agent_spend" in --json).
 
 Incidents only anonymous sources reported are marked "anonymous"; what waits for a person's
 approval (a code agent to start, a held fix to publish) is listed with the `healer approve`

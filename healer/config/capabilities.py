@@ -47,9 +47,19 @@ class PlaySettings:
     )
     action_timeout_s: float = setting(120.0, "Timeout of one remediation action.", minimum=1)
     tools_server_hosts: list[str] = setting(
-        [], "Hosts the pre-flight may connect to when a session names a `tools_server` "
-        "(`tools.cto.svc`, `.svc` for a domain and its subdomains); empty allows any.",
+        ["127.0.0.1", "::1", "localhost"],
+        "Hosts a session's `tools_server` may name (`tools.cto.svc`; `.svc` for a domain and "
+        "its subdomains): the pre-flight connects only to these, and `POST "
+        "/api/v1/session/start` refuses a session naming another host (400). Default: "
+        "loopback only. `*` LOOSENS ISOLATION: any host healer can reach, which makes healer a "
+        "probe of them for whoever can start a session; empty allows no `tools_server`.",
         items={"type": "string", "minLength": 1})
+    checkouts: dict[str, str] = setting(
+        {}, "Local git checkouts of the plays' repositories: a session's `repository` "
+        "(`owner/name`) → a path. A remediation that changes code (strategy `fix_code` or "
+        "`fix_config`) for a repository listed here works in its own checkout made from it "
+        "for the attempt (branch `healing/…`, kept for a person when it committed); every "
+        "other play agent works in an empty scratch folder. Never healer's own checkout.")
     stuck_after_s: float = setting(600.0, "An active agent silent this long (no logs, no "
                                    "inventory) is stuck (alert A9).", minimum=1)
     limit_first_wait_s: float = setting(

@@ -202,9 +202,13 @@ class AgentsSettings:
         "bwrap", "The bubblewrap binary: a name looked up on PATH or a path. Default `bwrap` "
         "(Debian's `bubblewrap` package).", minLength=1)
     daily_budget_usd: dict[str, float] = setting(
-        {}, "Most US dollars agents may spend per day (UTC), counted from what runs report: per "
-        "kind (`code`, `play`, `fleet`) and `all` over every kind. An attempt over a budget "
-        "waits until the next day; empty or 0 means no limit.")
+        {}, "Most US dollars agents may spend per day (UTC), counted from what runs report "
+        "(a Claude run's own cost report, a command agent's result `cost_usd`; playbooks cost "
+        "nothing): per kind (`code`, `play`, `fleet`) and `all` over every kind, e.g. "
+        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it ends "
+        "`deferred` until the next midnight UTC (not a failed attempt) and a person is told "
+        "once per day and budget; `healer status` and `/metrics` show the spend. Empty, or 0 "
+        "for a key, means no limit.")
 
 
 @dataclass

@@ -34,13 +34,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.agents.results import DEFERRED
 from healer.context import outcomes
 from healer.context.diff import diff_of
 from healer.context.incidents import ESCALATED, FIXED, IncidentBook
 from healer.context.ingest import NormalizedError
 from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
-from healer.context.prompt import context_vars
+from healer.context.prompt import context_vars, iteration_vars
 from healer.context.scenarios import Verdict, scenario_env, verify
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
@@ -67,6 +68,7 @@ class HealOutcome:
     incident: str
     attempt_id: str
     # fixed | escalated | failed | stopped (resolved at its source) | awaiting_approval
+    # | deferred
     status: str
     iterations: list[Iteration] = field(default_factory=list)
     pr_url: str = ""
@@ -257,6 +259,8 @@ class ContextHealer:
             it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
                                        previous)
             iterations.append(it)
+            if it.agent_status == DEFERRED and not it.commits:
+                return self._deferred(inc, aid, iterations)
             verdict = verdict_of(it)
             step = next_step(verdict, n, cx.max_iterations)
             if step == "healed":
@@ -283,9 +287,9 @@ class ContextHealer:
         self.book.audit.write("iteration_started", key, attempt_id=aid, iteration=n)
         task = AgentTask(
             agent=AGENT, target=key, kind="context", incident=key, run_id=f"{aid}-i{n}",
-            cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context={
-                **base_vars, "iteration": n, "max_iterations": cx.max_iterations,
-                "previous_failure": previous, "branch": tree.branch})
+            cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context=iteration_vars(
+                base_vars, iteration=n, max_iterations=cx.max_iterations,
+                previous_failure=previous, branch=tree.branch))
         try:
             outcome = await self._dispatch(task, env)
         except Exception:
@@ -324,6 +328,16 @@ class ContextHealer:
         return it
 
     # --- endings -------------------------------------------------------------------------------
+
+    def _deferred(self, inc: dict[str, Any], aid: str,
+                  iterations: list[Iteration]) -> HealOutcome:
+        """The agent run did not happen (the model API kept refusing, or the day's agent
+        budget is spent): not a failed attempt — no breaker, no cooldown, no escalation; the
+        incident stays open and the next signal tries again."""
+        why = f"the healing run was deferred: {iterations[-1].agent_error}"[:1000]
+        self._end(aid, st.FAILED, reason=why, deferred=True, iterations=len(iterations))
+        self.book.update(inc["key"], status="open", event="heal_deferred")
+        return HealOutcome(inc["key"], aid, "deferred", iterations, reason=why)
 
     def _end(self, aid: str, status: str, **fields: Any) -> None:
         try:

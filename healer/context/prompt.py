@@ -1,12 +1,15 @@
 """What the healing agent is told: the layers for one error, as template variables.
 
 ``context_vars`` builds the variables of ``prompts/self-healing-context.md.j2`` (also the
-living-context-healer task prompt, which includes that block); ``render_context`` renders the
-block alone — ``healer context render`` prints exactly what the agent reads.
+living-context-healer task prompt, which includes that block, with ``iteration_vars``);
+``render_context`` renders the block alone — ``healer context render`` prints exactly what the
+agent reads. The error, what Sentry sent and incident memory (agents wrote it) are fenced as
+untrusted data by the template.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from healer.context.ingest import NormalizedError
@@ -47,6 +50,15 @@ def context_vars(error: NormalizedError, fc: FileContext, *, max_blast_radius: i
                         for p in fc.incidents))
     return {"living": living, "max_blast_radius": max_blast_radius,
             "sentry": dict(error.sentry)}
+
+
+def iteration_vars(base: Mapping[str, Any], *, iteration: int, max_iterations: int,
+                   previous_failure: str, branch: str) -> dict[str, Any]:
+    """The living-context-healer's variables for one iteration: the block's (``base``, from
+    ``context_vars``), the iteration, the verifier's reasons for rejecting the last one
+    (fenced: they quote the agent) and the attempt's branch."""
+    return {**base, "iteration": iteration, "max_iterations": max_iterations,
+            "previous_failure": previous_failure, "branch": branch}
 
 
 def render_context(error: NormalizedError, layers: Layers, *, max_blast_radius: int) -> str:

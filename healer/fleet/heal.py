@@ -42,7 +42,6 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from healer.agents.context import ChannelStatus
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
 from healer.config import NodeEntry
 from healer.core import gate
@@ -53,7 +52,7 @@ from healer.fleet.channels import FleetContext, Outcome, PeerProbe, probe_peer
 from healer.fleet.diagnosis import Plan, Repair, incident_id, person, plan
 from healer.fleet.episode import Episode, HealAttempt
 from healer.fleet.hold import PeerHold
-from healer.fleet.peers import as_agent_peer
+from healer.fleet.peers import agent_context
 
 log = logging.getLogger(__name__)
 
@@ -448,10 +447,7 @@ class HealLoop:
             (beat.host, beat.port) != (node.host, node.port)
 
     def _context(self, node: NodeEntry, probe: PeerProbe | None, problem: str) -> dict[str, Any]:
-        chans = [ChannelStatus(n, o.ok, o.detail, o.latency_ms)
-                 for n, o in (probe.channels.items() if probe else ())]
-        return {"fleet": self.ctx, "peer": as_agent_peer(node), "channels": chans,
-                "problem": problem}
+        return agent_context(node, probe=probe, problem=problem, fleet=self.ctx)
 
     def _dispatch(self, ep: Episode, node: NodeEntry, r: Repair, probe: PeerProbe,
                   attempt: HealAttempt) -> asyncio.Task[RunOutcome]:

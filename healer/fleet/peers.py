@@ -22,7 +22,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from healer.agents.context import Peer
+from healer.agents.context import ChannelStatus, Peer
 from healer.config import MultifleetConfig, NodeEntry, Settings, load_multifleet
 from healer.core.files import atomic_write_bytes
 from healer.core.names import safe_host, safe_name, safe_port
@@ -145,6 +145,16 @@ def as_agent_peer(node: NodeEntry) -> Peer:
     return Peer(name=node.node_id, host=node.host, port=node.port, user=node.user,
                 ssh_port=node.ssh_port, tunnel_port=node.tunnel_port, nats_url=node.nats_url,
                 mac_address=node.mac_address, restart=tuple(node.restart))
+
+
+def agent_context(node: NodeEntry, *, probe: Any = None, problem: str = "",
+                  fleet: Any = None) -> dict[str, Any]:
+    """What a fleet agent's task prompt is given about ``node``: the peer (validated names
+    and hosts), the channels as ``probe`` (a ``PeerProbe``) saw them and the ``problem``
+    (both fenced as data in the prompt: probe details are what peers answered)."""
+    chans = [ChannelStatus(n, o.ok, o.detail, o.latency_ms)
+             for n, o in (probe.channels.items() if probe is not None else ())]
+    return {"fleet": fleet, "peer": as_agent_peer(node), "channels": chans, "problem": problem}
 
 
 def from_agent_peer(peer: Peer) -> NodeEntry:

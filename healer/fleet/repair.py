@@ -62,7 +62,7 @@ from healer.fleet.channels import FleetContext, probe_peer
 from healer.fleet.delivery import Reliability, send_with_fallback
 from healer.fleet.escalation import commands_for
 from healer.fleet.hold import PeerHold
-from healer.fleet.peers import as_agent_peer
+from healer.fleet.peers import agent_context
 
 log = logging.getLogger(__name__)
 
@@ -281,8 +281,8 @@ class Repairer:
         outcome = await self.run_agent(AgentTask(
             "daemon-restarter", node.node_id, kind="daemon",
             timeout_s=self.ctx.fleet.agent_timeout_s, network=self.ctx.view.endpoints(),
-            context={"fleet": self.ctx, "peer": as_agent_peer(node), "channels": [],
-                     "problem": f"repair ladder L4: {problem}"}))
+            context=agent_context(node, problem=f"repair ladder L4: {problem}",
+                                  fleet=self.ctx)))
         result = outcome.result or {}
         r.steps.append({"level": "L4", "action": "restart", "outcome": outcome.status,
                         "summary": str(result.get("summary", ""))[:300]})

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from healer.agents.results import DEFERRED
@@ -29,7 +29,7 @@ from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.store import Store
 from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
 from healer.errors import HealerError
-from healer.play import evaluate
+from healer.play import evaluate, workspace
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,7 @@ _SEVERITY = {"critical": "critical", "high": "high", "error": "high", "warning":
 RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
 MAX_DEFERRALS = 12  # then the deferred outcome counts like any failed one
 DEFER_CAP_S = 900.0
+BUDGET_WAIT_CAP_S = 86_400.0
 
 
 def running_keys(store: Store) -> list[str]:
@@ -60,7 +61,8 @@ def claim_key(key: str) -> str:
 class Remediator:
     def __init__(self, settings: Settings, store: Store, registry: SessionRegistry, *,
                  run_agent: RunAgent, still_broken: Callable[[str, dict[str, Any], float], bool],
-                 metrics: Any = None, clock: Callable[[], float] = time.time):
+                 metrics: Any = None, clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep):
         self.settings = settings
         self.store = store
         self.registry = registry
@@ -68,6 +70,7 @@ class Remediator:
         self.still_broken = still_broken
         self.metrics = metrics
         self.clock = clock
+        self.sleep = sleep
         self.issues = Issues(settings, store)
         self.ledger = inc.Ledger(store, clock=clock, audit=Audit(settings.state_path, clock))
         # Bounded where the runs start (executor.max_concurrent, the agent slots).
@@ -281,9 +284,11 @@ class Remediator:
     async def _evaluate(self, play_id: str, session: dict[str, Any],
                         issue: dict[str, Any]) -> str:
         plan = evaluate.plan(issue, 1, self.settings.play.max_iterations)
-        outcome: RunOutcome = await self.run_agent(AgentTask(
-            agent="evaluation-agent", target=play_id, kind="evaluation",
-            vars=self._vars(play_id, session, issue, plan, 1), incident=issue["id"]))
+        async with workspace.scratch(self.settings) as ws:  # read-only: nothing to change
+            outcome: RunOutcome = await self.run_agent(AgentTask(
+                agent="evaluation-agent", target=play_id, kind="evaluation",
+                vars=self._vars(play_id, session, issue, plan, 1), incident=issue["id"],
+                cwd=str(ws.cwd), read_only=True))
         analysis = (outcome.result or {}).get("notes") or (outcome.result or {}).get(
             "summary") or outcome.error
         code = evaluate.alert_code(issue)
@@ -303,20 +308,50 @@ class Remediator:
 
     async def _remediate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
                          plan: evaluate.Plan, attempt: int) -> RunOutcome:
-        task = AgentTask(agent="remediation-agent", target=play_id, kind="remediation",
-                         vars=self._vars(play_id, session, issue, plan, attempt),
-                         incident=issue["id"])
+        """One remediation run, in its own workspace (``healer.play.workspace``): a checkout
+        made for it when it changes code of a repository in ``play.checkouts``, else an empty
+        scratch folder — never healer's own checkout."""
+        key = self.key_of(play_id, issue)
+        try:
+            async with workspace.for_remediation(self.settings, str(session["repository"]),
+                                                 plan.strategy, key) as ws:
+                task = AgentTask(agent="remediation-agent", target=play_id, kind="remediation",
+                                 vars={**self._vars(play_id, session, issue, plan, attempt),
+                                       "branch": ws.branch},
+                                 incident=issue["id"], cwd=str(ws.cwd))
+                outcome = await self._run_waiting(task)
+        except HealerError as exc:  # no checkout could be made: a failed attempt, said why
+            log.warning("remediation %s of %s: %s", attempt, play_id, exc)
+            return RunOutcome(run_id="", agent="remediation-agent", executor="",
+                              status="failed", result_path="", result=None, error=str(exc),
+                              duration_s=0.0, kind="remediation", target=play_id)
+        if ws.kept:
+            self._update(key, checkouts=[*self._checkouts(key), {
+                "attempt": attempt, "path": str(ws.cwd), "branch": ws.branch,
+                "repo": ws.repo}])
+        log.info("remediation %s of %s/%s (%s %s): %s", attempt, play_id, issue["issue_type"],
+                 plan.level, plan.strategy, outcome.status)
+        return outcome
+
+    def _checkouts(self, key: str) -> list[dict[str, Any]]:
+        rec = self.store.get(KIND, key)
+        return list((rec.data if rec else {}).get("checkouts") or [])
+
+    async def _run_waiting(self, task: AgentTask) -> RunOutcome:
+        """Run ``task``; a deferred run (the model API kept refusing, or the day's agent
+        budget is spent) did not happen, so it is run again once its ``retry_at`` passed
+        instead of being counted — at most ``MAX_DEFERRALS`` times."""
         outcome: RunOutcome = await self.run_agent(task)
         for _ in range(MAX_DEFERRALS):
             if outcome.status != DEFERRED:
                 break
-            # The model API kept refusing the remediation agent (a rate limit): the attempt
-            # did not happen, so it is run again after the reset instead of being counted.
-            retry_at = float((outcome.result or {}).get("retry_at") or 0)
-            await asyncio.sleep(min(DEFER_CAP_S, max(1.0, retry_at - self.clock())))
+            result = outcome.result or {}
+            retry_at = float(result.get("retry_at") or 0)
+            # A model API failure names itself (``failure``): its reset is capped; a spent
+            # budget has none, and resets at the next UTC midnight (at most a day away).
+            cap = DEFER_CAP_S if result.get("failure") else BUDGET_WAIT_CAP_S
+            await self.sleep(min(cap, max(1.0, retry_at - self.clock())))
             outcome = await self.run_agent(task)
-        log.info("remediation %s of %s/%s (%s %s): %s", attempt, play_id, issue["issue_type"],
-                 plan.level, plan.strategy, outcome.status)
         return outcome
 
     async def _escalate(self, play_id: str, session: dict[str, Any], issue: dict[str, Any],
@@ -330,6 +365,10 @@ class Remediator:
         if not self.settings.play.actions.get(plan.strategy):
             steps.append(f"Configure `play.actions.{plan.strategy}` so healer can do this "
                          "itself next time.")
+        for c in self._checkouts(self.key_of(play_id, issue)):
+            steps.append(f"Remediation {c['attempt']} committed a change on branch "
+                         f"`{c['branch']}` in `{c['path']}` (a checkout of {c['repo']}): review "
+                         "it, merge what helps, then `git worktree remove` it.")
         if forge_url:
             steps.append(f"The analysis is in {forge_url}.")
         steps.append(f"When done, finish or restart the play: "

@@ -37,6 +37,7 @@ from healer.core import incidents as inc
 from healer.core.escalation import Escalation, escalate
 from healer.core.publish.forge_issues import Issues
 from healer.core.store import Store
+from healer.play import workspace
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -332,13 +333,14 @@ class AgentRuntime:
             await self.sleep(failures.backoff_s(fails, base_s=s.crash_backoff_base_s,
                                                 cap_s=s.crash_backoff_cap_s))
         session = self.registry.get(play_id) or {}
-        outcome = await self.run_agent(AgentTask(
-            agent="remediation-agent", target=play_id, kind="remediation", vars={
-                "repository": str(session.get("repository", "")),
-                "namespace": str(session.get("namespace", "cto")), "agent": agent,
-                "issue_type": "agent_runtime", "strategy": strategy, "level": "L2",
-                "attempt": str(fails + 1), "code": code, "session_id": session_id,
-                "alerts": "[]", "logs": ""}))
+        async with workspace.scratch(self.settings) as ws:  # a launch changes no code
+            outcome = await self.run_agent(AgentTask(
+                agent="remediation-agent", target=play_id, kind="remediation", vars={
+                    "repository": str(session.get("repository", "")),
+                    "namespace": str(session.get("namespace", "cto")), "agent": agent,
+                    "issue_type": "agent_runtime", "strategy": strategy, "level": "L2",
+                    "attempt": str(fails + 1), "code": code, "session_id": session_id,
+                    "alerts": "[]", "logs": ""}, cwd=str(ws.cwd)))
         launches = int(state.get("launches", 0)) + 1
         self._set_agent(play_id, agent, launched_at=self.clock(), launches=launches,
                         last_launch={"strategy": strategy, "ok": outcome.ok,

@@ -11,18 +11,23 @@ import logging
 import time
 from collections.abc import Callable
 from typing import Any
-from urllib.parse import urlsplit
 
 from healer.agents import failures
 from healer.agents.task import AgentTask, RunOutcome
 from healer.config import Settings
 from healer.core import gate
 from healer.core.store import Store
+from healer.errors import HostNotAllowedError
 from healer.play import alerts, evaluate, preflight
 from healer.play.remediate import KIND as REMEDIATIONS
 from healer.play.remediate import RUNNING, Remediator, claim_key, running_keys
 from healer.play.runtime import AgentRuntime
-from healer.play.sessions import SessionRegistry, iso
+from healer.play.sessions import (
+    SessionRegistry,
+    iso,
+    tools_server_host,
+    tools_server_refusal,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,14 @@ class PlayService:
     # -- sessions --------------------------------------------------------------------------
 
     def start_session(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Register a play; ``HostNotAllowedError`` when it names a ``tools_server`` host
+        outside ``play.tools_server_hosts`` (nothing is recorded then)."""
+        url = str(body.get("tools_server") or "")
+        refused = url and tools_server_refusal(url, self.settings.play.tools_server_hosts)
+        if refused:
+            raise HostNotAllowedError(f"session refused: {refused}",
+                                      host=tools_server_host(url),
+                                      setting="play.tools_server_hosts")
         data = self.registry.start(body)
         self.runtime.forget(data["play_id"])  # a new run: nothing of the last one is held
         if self.metrics is not None:
@@ -87,19 +100,22 @@ class PlayService:
 
     async def check_tools_server(self, play_id: str) -> dict[str, Any] | None:
         """Pre-flight "tools-server reachable": GET the play's tools-server URL (no redirects,
-        short timeout). Unreachable → an mcp_init_failed issue (A12) for the play."""
+        no proxy, short timeout). Unreachable → an mcp_init_failed issue (A12) for the play.
+        The host is checked against ``play.tools_server_hosts`` again here (the session may
+        predate the setting): outside it, nothing is connected to."""
         session = self.registry.require(play_id)
         url = session.get("tools_server") or ""
         if not url:
             return None
         import httpx
 
-        refused = _host_refused(url, self.settings.play.tools_server_hosts)
+        refused = tools_server_refusal(url, self.settings.play.tools_server_hosts)
         if refused:
-            ok, detail = False, refused
+            ok, detail = False, f"not probed: {refused}"
         else:
             try:
-                async with httpx.AsyncClient(timeout=5.0, follow_redirects=False) as client:
+                async with httpx.AsyncClient(timeout=5.0, follow_redirects=False,
+                                             trust_env=False) as client:
                     resp = await client.get(url)
                 ok, detail = resp.status_code < 500, f"HTTP {resp.status_code}"
             except (httpx.HTTPError, ValueError) as exc:
@@ -110,7 +126,11 @@ class PlayService:
             d["preflight"]["tools_server_reachable"] = item
 
         self.registry.update(play_id, fn)
-        if not ok:
+        if refused:
+            # Nothing was contacted, so nothing is known to be broken: no agent is sent after
+            # a host healer may not reach (the session start refuses such hosts anyway).
+            log.warning("play %s: tools-server not probed: %s", play_id, refused)
+        elif not ok:
             self._record(play_id, [self._issue(
                 "mcp_init_failed", "critical", "", f"tools-server unreachable: {url}",
                 code="A12", evidence=[detail])])
@@ -422,20 +442,3 @@ def create_service(healer: Any) -> PlayLoopService:
     healer.every("play-alerts-prune", 3600.0, play.prune_alerts)
     return PlayLoopService(play)
 
-
-def _host_refused(url: str, allowed: list[str]) -> str:
-    """Why ``url`` may not be probed (empty when it may): with ``play.tools_server_hosts``
-    set, healer connects only to those hosts (``.example.com``: a domain and its subdomains),
-    so a session start cannot point healer at an arbitrary address."""
-    if not allowed:
-        return ""
-    try:
-        host = (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return "not probed: the URL has no valid host"
-    for entry in allowed:
-        entry = entry.lower()
-        if host == entry or (entry.startswith(".") and (host.endswith(entry)
-                                                        or host == entry[1:])):
-            return ""
-    return f"not probed: host {host or '(none)'} is not in play.tools_server_hosts"

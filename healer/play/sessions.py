@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +31,51 @@ MAX_PREVIOUS_RUNS = 20  # earlier runs of a restarted play kept in its record
 
 class AlreadyActive(UsageError):
     """The play is already active (HTTP 409)."""
+
+
+ANY_HOST = "*"
+
+
+def tools_server_host(url: str) -> str:
+    """The host of a tools-server URL, as the probe would connect to it ('' if none)."""
+    import httpx
+
+    try:
+        return str(httpx.URL(url).host).lower()
+    except (httpx.InvalidURL, ValueError):
+        return ""
+
+
+def tools_server_refusal(url: str, allowed: Sequence[str]) -> str:
+    """Why healer may not connect to the tools-server ``url`` ('' when it may).
+
+    healer connects only to the hosts in ``play.tools_server_hosts`` (``.example.com``: the
+    domain and its subdomains; ``*``: any), so starting a session cannot point it at an
+    arbitrary address and read back whether something answers there. The host is read by
+    both URL parsers involved (the one the probe connects with and the standard library's);
+    they must agree, and a URL with user info is refused outright.
+    """
+    from urllib.parse import urlsplit
+
+    import httpx
+
+    try:
+        parsed = httpx.URL(url)
+        host = parsed.host.lower()
+        other = (urlsplit(url).hostname or "").lower()
+    except (httpx.InvalidURL, ValueError):
+        return "the tools_server URL has no valid host"
+    if parsed.scheme not in ("http", "https") or not host or host != other:
+        return "the tools_server URL has no valid http(s) host"
+    if parsed.userinfo:
+        return "the tools_server URL must not carry user info (user:password@)"
+    for entry in (a.lower() for a in allowed):
+        if entry == ANY_HOST or host == entry or (
+                entry.startswith(".") and (host.endswith(entry) or host == entry[1:])):
+            return ""
+    named = ", ".join(allowed) or "none"
+    return (f"tools_server host {host} is not in play.tools_server_hosts ({named}): healer "
+            "connects only to those; add the host there to use this tools-server")
 
 
 def iso(ts: float | None = None) -> str:

@@ -232,10 +232,11 @@ class Dispatcher:
                                   "reason": "the healing agent found this is not a code bug"}
         commits = await asyncio.to_thread(tree.commits)
         if not commits and outcome.detail.get("status") == DEFERRED:
-            # The model API kept refusing (rate limit, overload): not a failed attempt — no
-            # breaker, no cooldown, no escalation; the next report of the error tries again.
+            # The model API kept refusing (rate limit, overload), or the day's agent budget
+            # is spent: not a failed attempt — no breaker, no cooldown, no escalation; the
+            # next report of the error tries again. The run's own error says which.
             return st.FAILED, {"deferred": True, "reason": self._why(
-                "the healing run was deferred: the model API kept refusing", outcome)}
+                "the healing run was deferred", outcome)}
         if not commits:
             return st.FAILED, {"reason": self._why("the healing agent made no commits", outcome)}
         diff, diffstat, head = await asyncio.to_thread(

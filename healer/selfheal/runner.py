@@ -70,8 +70,7 @@ def render_prompt(task: HealingTask, *, executor: str = "command") -> str:
     run = RunInfo(agent=AGENT, kind="healing", target=task.fingerprint, run_id=task.attempt_id,
                   result_path=str(task.result_path), cwd=str(task.cwd),
                   timeout_s=task.timeout_s, executor=executor, incident=task.fingerprint)
-    return render_task(f"{AGENT}.md.j2", run, {"report": error_report(task),
-                                               "branch": task.branch})
+    return render_task(f"{AGENT}.md.j2", run, task_context(task))
 
 
 class ExecutorRunner:
@@ -110,8 +109,7 @@ class ExecutorRunner:
 
         env = {**self.env, **task.env, HEALING_ENV: "1", "HEALER_ATTEMPT_ID": task.attempt_id}
         agent_task = AgentTask(
-            agent=AGENT, target=task.fingerprint, kind="healing", context={
-                "report": error_report(task), "branch": task.branch},
+            agent=AGENT, target=task.fingerprint, kind="healing", context=task_context(task),
             cwd=str(task.cwd), timeout_s=task.timeout_s, incident=task.fingerprint,
             run_id=task.attempt_id)
         # This runs in the attempt's worker process, which has no bus: the dispatcher reads
@@ -123,6 +121,11 @@ class ExecutorRunner:
                                                       "status": outcome.status,
                                                       "executor": outcome.executor,
                                                       "result_path": outcome.result_path})
+
+
+def task_context(task: HealingTask) -> dict[str, Any]:
+    """The healing-agent template's variables: the sanitised report and the branch."""
+    return {"report": error_report(task), "branch": task.branch}
 
 
 def error_report(task: HealingTask) -> Any:

@@ -19,14 +19,15 @@ class ServeProcess:
     ``token``: sent as ``Authorization: Bearer`` by the client (the server gets it from
     ``HEALER_TOKEN`` in ``env``): a token-authenticated caller is trusted."""
 
-    def __init__(self, env: dict[str, str], *extra: str, token: str = ""):
+    def __init__(self, env: dict[str, str], *extra: str, token: str = "",
+                 cwd: str | os.PathLike[str] | None = None):
         # The server's log goes to a file: a pipe nobody reads fills up after 64 KiB of log
         # lines and then blocks the server mid-request.
         self.log_file = tempfile.NamedTemporaryFile(  # noqa: SIM115 - closed in close()
             prefix="healer-serve-", suffix=".log", delete=False)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "healer", "serve", "--port", "0", *extra],
-            env=env, stdout=subprocess.PIPE, stderr=self.log_file, text=True)
+            env=env, stdout=subprocess.PIPE, stderr=self.log_file, text=True, cwd=cwd)
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         if not line.startswith("healer API on "):

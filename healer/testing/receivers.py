@@ -9,15 +9,24 @@ from typing import Any
 
 
 class WebhookReceiver:
-    """An HTTP server on 127.0.0.1 that records every POST (path, headers, JSON body)."""
+    """An HTTP server on ``host`` (127.0.0.1; any loopback address works) that records every
+    POST (path, headers, JSON body) in ``posts`` and every request of any method (method,
+    path) in ``requests``."""
 
-    def __init__(self, status: int = 204):
+    def __init__(self, status: int = 204, *, host: str = "127.0.0.1"):
         self.posts: list[dict[str, Any]] = []
+        self.requests: list[dict[str, str]] = []
         self.status = status
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                receiver.requests.append({"method": "GET", "path": self.path})
+                self.send_response(receiver.status)
+                self.end_headers()
+
             def do_POST(self) -> None:
+                receiver.requests.append({"method": "POST", "path": self.path})
                 length = int(self.headers.get("content-length") or 0)
                 raw = self.rfile.read(length)
                 try:
@@ -32,9 +41,9 @@ class WebhookReceiver:
             def log_message(self, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((host, 0), Handler)
         self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"http://{host}:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> WebhookReceiver:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -152,4 +153,5 @@ class TestPrompt:
                 f"problem=@{problem}", env=env)
         assert r.code == 0, r.err
         assert "`http://127.0.0.9:9955/health`" in r.out and "ssh user `fleet`" in r.out
-        assert "````text\nmessages fell back to ``` the seed channel\n````" in r.out
+        assert re.search(r"<<<BEGIN UNTRUSTED DATA ([0-9a-f]{16})>>>\nmessages fell back to "
+                         r"``` the seed channel\n<<<END UNTRUSTED DATA \1>>>", r.out)

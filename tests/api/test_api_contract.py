@@ -31,6 +31,13 @@ SEED = "20261201"
 CONFIG = """
 [checks.negative_data_rejection]
 expected-statuses = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "421", "422"]
+
+# A schema-valid tools_server whose host is outside play.tools_server_hosts is refused by
+# policy, not by shape: 400 naming the setting (healer never dials it).
+[[operations]]
+include-path = "/api/v1/session/start"
+checks.positive_data_acceptance.expected-statuses = ["2xx", "3xx", "400", "401", "403", "404",
+                                                     "409", "429", "5xx"]
 """
 
 

@@ -100,4 +100,4 @@ class TestRouting:
         issues = list((dirs.state / "forge" / "issues").glob("*.md"))
         assert len(issues) == 1 and "[HEAL-CTX]" in issues[0].read_text()
         prompt = (tmp_path / "agent" / "prompt-1.md").read_text()
-        assert "Source: alertmanager" in prompt and "Environment: `prod`" in prompt
+        assert "Source: alertmanager" in prompt and "Environment: prod" in prompt

@@ -315,7 +315,7 @@ class TestIncidentCli:
         text = cli("context", "render", "--incident", "sentry-4242", "--set",
                    f"context.dir={context_dir}")
         assert text.code == 0, text.err
-        assert "File: `app/payment.py:6`" in text.out and "### Sentry Context" in text.out
+        assert "File: app/payment.py:6" in text.out and "### Sentry Context" in text.out
         assert cli("context", "incidents", "nope").code == 1
         assert cli("context", "incidents", "../x").code == 2
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from healer.agents import results
+from healer.agents.budget import Budget, budget_kind, clean_usd
+from healer.agents.budget import tell as budget_tell
 from healer.agents.context import RunInfo, context_from_vars, peer_endpoints
 from healer.agents.definitions import AgentDefinition, get_definition
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
@@ -83,6 +85,9 @@ class Prepared:
     writable_cwd: bool = True
 
     prompt_text: str | None = None
+    # What the run cost so far, as the model API reported it (the Claude executor adds each
+    # launch's ``total_cost_usd``); a command agent's own ``cost_usd`` is added at the end.
+    cost_usd: float = 0.0
     # Set by an executor while it waits out a transient model API failure (cleared once the
     # model answers again): the run's time limit passing meanwhile ends it deferred.
     deferral: AgentResultError | None = None  # made by ``deferred_error``
@@ -125,7 +130,7 @@ def run_env(prep: Prepared) -> dict[str, str]:
         "HEALER_RUN_ID": prep.run.run_id, "HEALER_AGENT": prep.run.agent,
         "HEALER_KIND": prep.run.kind, "HEALER_TARGET": prep.run.target,
         "HEALER_INCIDENT": prep.run.incident, "HEALER_RESULT_FILE": prep.run.result_path,
-        "HEALER_CWD": prep.run.cwd,
+        "HEALER_CWD": prep.run.cwd, "HEALER_READ_ONLY": "1" if prep.run.read_only else "0",
     }
 
 
@@ -147,14 +152,17 @@ class Executor(abc.ABC):
     name: ClassVar[str]
     agent_writes_result: ClassVar[bool] = True  # False: healer writes what _execute returns
     runs_commands: ClassVar[bool] = True  # False: only healer's own code runs (playbooks)
+    spends: ClassVar[bool] = True  # False: its runs cost nothing, so no budget holds them
 
     def __init__(self, settings: Any, *, agents_dir: Path | str | None = None,
-                 prompts_dir: Path | str | None = None, sandbox: Sandbox | None = None):
+                 prompts_dir: Path | str | None = None, sandbox: Sandbox | None = None,
+                 budget: Budget | None = None):
         self.settings = settings
         self.agents_dir = agents_dir
         self.prompts_dir = Path(prompts_dir) if prompts_dir else None
         self.sandbox: Sandbox = sandbox if sandbox is not None else sandbox_for(
             settings, secrets=secret_env_names(settings))
+        self.budget = budget or Budget(settings)  # healer.agents.budget
 
     # -- the shared run ------------------------------------------------------------------
 
@@ -190,7 +198,7 @@ class Executor(abc.ABC):
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,
                       result_path=str(staged if self.agent_writes_result else path), cwd=cwd,
                       timeout_s=timeout, executor=self.name,
-                      incident=task.incident)
+                      incident=task.incident, read_only=task.read_only)
         context = {**context_from_vars(task.agent, task.target, task.vars,
                                        settings=self.settings), **task.context}
         prep = Prepared(task=task, definition=definition, run=run, result_path=path,
@@ -217,6 +225,8 @@ class Executor(abc.ABC):
         slot: Slot | None = None
         holding = None
         try:
+            if self.spends:
+                await self._within_budget(prep)
             if not _IN_RUN.get():
                 slot = await self._slot(prep)
             holding = _IN_RUN.set(True)
@@ -233,6 +243,7 @@ class Executor(abc.ABC):
         except asyncio.CancelledError:
             self._conclude(prep, None, ExecutorError("cancelled", agent=prep.run.agent,
                                                      run_id=prep.run.run_id))
+            self._count(prep, None)
             raise
         except UsageError:
             raise
@@ -246,10 +257,42 @@ class Executor(abc.ABC):
             if slot is not None:
                 slot.release()
         outcome = self._conclude(prep, produced, error)
+        outcome.cost_usd = await asyncio.to_thread(self._count, prep, outcome.result)
         log.info("agent %s run %s finished: %s in %.1f s%s", outcome.agent, outcome.run_id,
                  outcome.status, outcome.duration_s, f" ({outcome.error})" if outcome.error
                  else "")
         return outcome
+
+    # -- what runs cost ------------------------------------------------------------------
+
+    async def _within_budget(self, prep: Prepared) -> None:
+        """Raise the deferred error when the day's budget for the run's kind (or over all
+        kinds) is spent (``healer.agents.budget``); the first such run of the day tells a
+        person."""
+        kind = budget_kind(prep.run.agent)
+        over = await asyncio.to_thread(self.budget.over, kind)
+        if over is None:
+            return
+        await budget_tell(self.settings, self.budget, over, kind=kind,
+                          run=f"{prep.run.agent} {prep.run.run_id}")
+        raise deferred_error(over.message(kind), retry_at=over.retry_at, failure={},
+                             agent=prep.run.agent, run_id=prep.run.run_id)
+
+    def cost(self, prep: Prepared, result: Mapping[str, Any] | None) -> float:
+        """What the run cost, as far as anything reported it (``prep.cost_usd``)."""
+        return clean_usd(prep.cost_usd)
+
+    def _count(self, prep: Prepared, result: Mapping[str, Any] | None) -> float:
+        """Add the run's cost to the day's spend; returns it (never raises: a run's outcome
+        stands whatever the store says)."""
+        usd = self.cost(prep, result) if self.spends else 0.0
+        if usd:
+            try:
+                self.budget.spend(budget_kind(prep.run.agent), usd, run_id=prep.run.run_id)
+            except Exception:
+                log.exception("the cost of run %s ($%.4f) could not be counted",
+                              prep.run.run_id, usd)
+        return usd
 
     async def _slot(self, prep: Prepared) -> Slot:
         """One of the machine's ``executor.max_concurrent`` agent slots, shared by every kind

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from healer.agents.budget import clean_usd
 from healer.agents.executors.base import Executor, Prepared, run_env
 from healer.agents.sandbox import files_in, model_endpoints
 from healer.errors import AgentProcessError, AgentUnavailableError
@@ -21,7 +22,8 @@ class CommandExecutor(Executor):
     ``{target}``, ``{kind}``) are substituted in each argument; the same values are in the
     environment as ``HEALER_*``. The command runs in its own session; a timeout or a
     cancellation kills it and everything it started. Output goes to ``output.log`` in the
-    run's folder.
+    run's folder. What the run cost is what its result says in ``cost_usd`` (US dollars;
+    ``healer.agents.budget``).
 
     It runs in the agent sandbox (``healer.agents.sandbox``) like a Claude run: its checkout
     and run folder writable, the files its configured argv names readable, the model API
@@ -54,6 +56,9 @@ class CommandExecutor(Executor):
                 arg = arg.replace(key, value)
             out.append(arg)
         return out
+
+    def cost(self, prep: Prepared, result: Mapping[str, Any] | None) -> float:
+        return clean_usd(prep.cost_usd + clean_usd((result or {}).get("cost_usd")))
 
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
         from healer.agents._proctree import kill_tree

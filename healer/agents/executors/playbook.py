@@ -17,6 +17,7 @@ class PlaybookExecutor(Executor):
     name = "playbook"
     agent_writes_result = False
     runs_commands = False  # healer's own code; commands for an agent: ctx.run_command
+    spends = False  # no model: a playbook costs nothing and no budget holds it back
 
     async def _execute(self, prep: Prepared) -> Mapping[str, Any] | None:
         fn = get_playbook(prep.run.agent)

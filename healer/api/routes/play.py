@@ -12,7 +12,7 @@ from starlette.routing import BaseRoute
 
 from healer.api.http import HTTPError, int_query, json_body, ok, path_name, route
 from healer.core.names import safe_name
-from healer.errors import NotFoundError
+from healer.errors import HostNotAllowedError, NotFoundError
 from healer.play.sessions import AlreadyActive, SessionRegistry, summary
 
 
@@ -39,6 +39,8 @@ async def start(request: Request) -> Response:
         data = await asyncio.to_thread(svc.start_session, body)
     except AlreadyActive as exc:
         raise HTTPError(409, str(exc)) from exc
+    except HostNotAllowedError as exc:
+        raise HTTPError(400, str(exc), setting=exc.setting) from exc
     if data.get("tools_server"):
         svc.track(svc.check_tools_server(data["play_id"]))
     return ok({"status": "ok", "session_id": data["session_id"],
@@ -121,7 +123,8 @@ def routes(ctx: Any) -> list[BaseRoute]:
         route("/api/v1/session/start", start, methods=("POST",), tag=tag,
               summary="Register a play and the tools each agent must have",
               request_schema="session-start",
-              responses={200: "session started", 400: "invalid body", 409: "already active"}),
+              responses={200: "session started", 400: "invalid body, or a tools_server host "
+                         "outside play.tools_server_hosts", 409: "already active"}),
         route("/api/v1/session/{play_id}", get_session, tag=tag, summary="One session",
               responses={200: "the session", 400: "unsafe play id", 404: "unknown play"}),
         route("/api/v1/sessions", list_sessions, tag=tag, summary="All sessions (paged)",
