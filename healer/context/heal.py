@@ -34,7 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.agents.executors import secret_env_names
 from healer.agents.results import DEFERRED
+from healer.agents.sandbox import sandbox_for
 from healer.context import outcomes
 from healer.context.diff import diff_of
 from healer.context.incidents import ESCALATED, FIXED, IncidentBook
@@ -42,7 +44,7 @@ from healer.context.ingest import NormalizedError
 from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
 from healer.context.prompt import context_vars, iteration_vars
-from healer.context.scenarios import Verdict, scenario_env, verify
+from healer.context.scenarios import Verdict, verify
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
 from healer.core.git import git
@@ -125,7 +127,8 @@ def verify_commit(layers: Layers, tree: wt.Worktree, sha: str, label: str, *, se
     try:
         verdict = verify(layers, path, diff, failing_file=failing_file,
                          timeout_s=cx.scenario_timeout_s, max_blast_radius=cx.max_blast_radius,
-                         require_scenarios=cx.require_scenarios, env=scenario_env(settings))
+                         require_scenarios=cx.require_scenarios,
+                         sandbox=sandbox_for(settings, secrets=secret_env_names(settings)))
     finally:
         wt.remove("", path)
     note = checkout.note()

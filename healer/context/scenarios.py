@@ -29,9 +29,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.agents.sandbox import Sandbox, run_confined
 from healer.context.diff import Diff
 from healer.context.layers import Invariant, Layers, PastIncident, Scenario
 from healer.core import proc
+from healer.errors import AgentUnavailableError
 
 SHELL_TOKENS = frozenset({"&&", "||", "|", ";", ">", ">>", "<", "&", "2>&1", "$(", "`"})
 OUTPUT_KEPT = 4000
@@ -181,16 +183,23 @@ def split_command(command: str) -> list[str]:
     return argv
 
 
-def _run(command: str, cwd: Path, timeout: float, env: Mapping[str, str]
-         ) -> tuple[str, str, int | None, float, str]:
-    """(outcome, detail, exit code, seconds, output tail) of one command."""
+def _run(command: str, cwd: Path, timeout: float, env: Mapping[str, str],
+         sandbox: Sandbox | None = None) -> tuple[str, str, int | None, float, str]:
+    """(outcome, detail, exit code, seconds, output tail) of one command; in ``sandbox``
+    (writing only ``cwd``; ``env`` then holds just the run's own variables) when given."""
     started = time.monotonic()
     try:
         argv = split_command(command)
     except ValueError as exc:
         return ERROR, f"bad command: {exc}", None, 0.0, ""
     try:
-        res = proc.run(argv, timeout=timeout, cwd=cwd, env=env)
+        if sandbox is None:
+            res = proc.run(argv, timeout=timeout, cwd=cwd, env=env)
+        else:
+            res = run_confined(sandbox, argv, cwd=str(cwd), env=env, timeout=timeout,
+                               writable=[str(cwd)])
+    except AgentUnavailableError as exc:
+        return ERROR, str(exc), None, 0.0, ""
     except FileNotFoundError:
         return ERROR, f"command not found: {argv[0]}", None, 0.0, ""
     except OSError as exc:
@@ -203,22 +212,23 @@ def _run(command: str, cwd: Path, timeout: float, env: Mapping[str, str]
     return outcome, detail, res.returncode, took, output[-OUTPUT_KEPT:]
 
 
-def run_scenario(s: Scenario, cwd: Path, timeout: float, env: Mapping[str, str]
-                 ) -> ScenarioResult:
-    outcome, detail, code, took, output = _run(s.test_command, cwd, timeout, env)
+def run_scenario(s: Scenario, cwd: Path, timeout: float, env: Mapping[str, str],
+                 sandbox: Sandbox | None = None) -> ScenarioResult:
+    outcome, detail, code, took, output = _run(s.test_command, cwd, timeout, env, sandbox)
     return ScenarioResult(s.id, s.name, s.test_command, outcome, detail, code, round(took, 3),
                           output)
 
 
 def check_invariant(inv: Invariant, diff: Diff, cwd: Path, timeout: float,
-                    env: Mapping[str, str]) -> InvariantResult:
+                    env: Mapping[str, str], sandbox: Sandbox | None = None
+                    ) -> InvariantResult:
     base = InvariantResult(inv.id, inv.rule, inv.severity, UNCHECKED)
     chk = inv.check
     if chk is None:
         base.detail = "no check given: review by hand"
         return base
     if chk.kind == "command":
-        outcome, detail, code, _, output = _run(chk.value, cwd, timeout, env)
+        outcome, detail, code, _, output = _run(chk.value, cwd, timeout, env, sandbox)
         if outcome == ERROR:
             base.status, base.detail = VIOLATED, detail
         else:
@@ -268,6 +278,11 @@ def anti_pattern_hits(incidents: Iterable[PastIncident], diff: Diff) -> list[Ant
     return hits
 
 
+# What every test command gets: marked as a healing run (a test that reports an error is not
+# healed in turn), and no bytecode left in the checkout.
+RUN_VARS = {"HEALER_HEALING_RUN": "1", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def scenario_env(settings: Any = None, extra: Mapping[str, str] | None = None
                  ) -> dict[str, str]:
     """What test commands run with: this environment without healer's secrets, marked as a
@@ -277,16 +292,22 @@ def scenario_env(settings: Any = None, extra: Mapping[str, str] | None = None
 
     secrets_ = secret_env_names(settings if settings is not None else Settings())
     env = {k: v for k, v in os.environ.items() if k not in secrets_}
-    env.update({"HEALER_HEALING_RUN": "1", "PYTHONDONTWRITEBYTECODE": "1"})
+    env.update(RUN_VARS)
     env.update(extra or {})
     return env
 
 
 def verify(layers: Layers, cwd: Path | str, diff: Diff, *, failing_file: str = "",
            timeout_s: float = 30.0, max_blast_radius: int = 5, require_scenarios: bool = True,
-           env: Mapping[str, str] | None = None) -> Verdict:
-    """Run the four checks on the fix in ``cwd`` whose change is ``diff``."""
+           env: Mapping[str, str] | None = None, sandbox: Sandbox | None = None) -> Verdict:
+    """Run the four checks on the fix in ``cwd`` whose change is ``diff``.
+
+    With ``sandbox`` (healing: the commands run an agent's code) every command runs confined
+    like an agent, writing only ``cwd``, with ``RUN_VARS`` on the sandbox's environment
+    allow-list; without, they run as the operator's own commands with ``env``."""
     cwd = Path(cwd)
+    if sandbox is not None:
+        env = {**RUN_VARS, **(env or {})}
     env = dict(env) if env is not None else scenario_env()
     changed = list(diff.files)
     v = Verdict(changed_files=changed, max_blast_radius=max_blast_radius)
@@ -295,7 +316,7 @@ def verify(layers: Layers, cwd: Path | str, diff: Diff, *, failing_file: str = "
     about = [f for f in {*changed, failing_file} if f]
 
     for s in layers.scenarios_for(about):
-        v.scenarios.append(run_scenario(s, cwd, timeout_s, env))
+        v.scenarios.append(run_scenario(s, cwd, timeout_s, env, sandbox))
     for r in v.scenarios:
         if not r.passed:
             v.reasons.append(f"scenario {r.id} ({r.name}) {r.outcome}"
@@ -306,7 +327,7 @@ def verify(layers: Layers, cwd: Path | str, diff: Diff, *, failing_file: str = "
         (v.reasons if require_scenarios else v.warnings).append(msg)
 
     for inv in layers.invariants_for(changed):
-        res = check_invariant(inv, diff, cwd, timeout_s, env)
+        res = check_invariant(inv, diff, cwd, timeout_s, env, sandbox)
         v.invariants.append(res)
         if res.status == VIOLATED:
             label = "critical invariant" if inv.critical else "invariant"

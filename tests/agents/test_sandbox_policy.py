@@ -237,8 +237,9 @@ class TestHostPolicy:
 
 
 class TestCheckout:
-    def test_a_linked_worktree_writes_its_git_dir_and_the_shared_objects_not_config(
-            self, tmp_path: Path) -> None:
+    def test_a_linked_worktree_shows_its_git_dirs_read_only(self, tmp_path: Path) -> None:
+        """Only healer's own clones are writable git dirs: a linked worktree's lives in
+        another repository, whose refs, objects, hooks and config the agent must not write."""
         repo, tree = tmp_path / "repo", tmp_path / "tree"
         env = {"GIT_CONFIG_GLOBAL": "/dev/null", "GIT_CONFIG_SYSTEM": "/dev/null",
                "PATH": "/usr/bin:/bin"}
@@ -249,10 +250,13 @@ class TestCheckout:
             subprocess.run(argv, check=True, env=env)
         writable, readable = checkout_paths(str(tree))
         common = (repo / ".git").resolve()
-        assert str(common / "worktrees" / "tree") in writable
-        assert {str(common / d) for d in ("objects", "refs")} <= set(writable)
-        assert str(common / "hooks") not in writable and str(common / "config") not in writable
-        assert readable == [str(common)]
+        assert writable == []
+        assert readable == [str(common / "worktrees" / "tree"), str(common)]
+
+    def test_a_clone_needs_nothing_outside_itself(self, tmp_path: Path) -> None:
+        subprocess.run(["git", "init", "-q", str(tmp_path / "clone")], check=True,
+                       env={"GIT_CONFIG_GLOBAL": "/dev/null", "PATH": "/usr/bin:/bin"})
+        assert checkout_paths(str(tmp_path / "clone")) == ([], [])
 
     def test_a_plain_folder_has_no_git_dir_to_add(self, tmp_path: Path) -> None:
         assert checkout_paths(str(tmp_path)) == ([], [])

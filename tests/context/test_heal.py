@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -343,7 +344,10 @@ class TestHeldFix:
         assert any(".github/workflows/x.yml" in r for r in att["held"]["reasons"])
         prs = svc.settings.state_path / "forge" / "prs"
         assert not prs.exists() or not list(prs.iterdir())  # the forge was never asked
-        assert git(project, "rev-parse", att["branch"]).strip() == att["head_sha"]
+        # The fix waits in its sealed clone; the operator's repository has not got it yet.
+        assert git(att["worktree"], "rev-parse", att["branch"]).strip() == att["head_sha"]
+        with pytest.raises(subprocess.CalledProcessError):
+            git(project, "rev-parse", "--verify", "--quiet", att["branch"])
 
         out = approvals.approve(svc.settings, svc.store, inc["id"], by="fay", via="api",
                                 comment="workflow is fine", context=svc)

@@ -56,8 +56,12 @@ class TestACompromisedAgent:
             tmp_path / "agent", markers=markers, evil_remote=evil,
             fix={"file": "app/payment.py", "content": PAYMENT.replace(BUGGY, GOOD_FIX)})
         monkeypatch.setenv("GITHUB_TOKEN", "ghp_operatorsOwnTokenThatMustNeverLeak0123")
+        markers.mkdir()
         svc = service_for("executor.default=command",
-                          "executor.commands=" + json.dumps({"living-context-healer": argv}))
+                          "executor.commands=" + json.dumps({"living-context-healer": argv}),
+                          # where the hostile agent reports what it found (its sandbox's
+                          # only way out); a hook healer's git ran would also write there
+                          "agents.sandbox_write_paths=" + json.dumps([str(markers)]))
         before = hostile.snapshot(project)
         (receipt,) = await svc.ingest([sentry_signal(project)])
         assert receipt.heal, receipt

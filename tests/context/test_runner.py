@@ -233,3 +233,73 @@ class TestPatchParsing:
         assert d.files == ["y.py", "gone.py"] and d.deleted == ["gone.py"]
         assert d.added == {"y.py": [(4, "a = 1"), (5, "b = 2")]}
 
+
+
+PROBE = """import json, os, pathlib, sys
+out = {"token": os.environ.get("GITHUB_TOKEN", "")}
+for name, path in (("wrote", sys.argv[1]), ("read", sys.argv[2])):
+    try:
+        if name == "wrote":
+            pathlib.Path(path).write_text("pwned")
+        else:
+            pathlib.Path(path).read_text()
+        out[name] = True
+    except OSError:
+        out[name] = False
+pathlib.Path("probe.json").write_text(json.dumps(out))
+"""
+
+
+class TestConfinedVerification:
+    """A healing verification runs the agent's code: its commands get an agent's sandbox."""
+
+    def probe(self, project: Path, context_dir: Path, tmp_path: Path, **kw: Any
+              ) -> dict[str, Any]:
+        import sys
+
+        (project / "probe.py").write_text(PROBE)
+        (tmp_path / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nkey\n")
+        set_scenario(context_dir, f"{sys.executable} probe.py {tmp_path / 'outside'} "
+                                  f"{tmp_path / 'id_rsa'}")
+        change(project, BUGGY, GOOD_FIX)
+        v = run(context_dir, project, **kw)
+        assert [s.outcome for s in v.scenarios] == ["passed"], v.reasons
+        return json.loads((project / "probe.json").read_text())
+
+    def test_a_scenario_cannot_see_secrets_or_write_outside_its_checkout(
+            self, project: Path, context_dir: Path, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        from healer.agents.sandbox import BwrapSandbox
+        from healer.config import load_settings
+
+        settings = load_settings(env={}, overrides=[f"state_dir={tmp_path / 'state'}"])
+        box = BwrapSandbox(settings, secrets=["GITHUB_TOKEN"])
+        if box.unavailable():
+            pytest.skip(f"no sandbox here: {box.unavailable()}")
+        monkeypatch.setenv("GITHUB_TOKEN", "ghp_operatorsOwnToken0123456789")
+        seen = self.probe(project, context_dir, tmp_path, sandbox=box)
+        assert seen["token"] == "" and seen["read"] is False
+        # Whatever it wrote outside its checkout went to the sandbox's private /tmp.
+        assert not (tmp_path / "outside").exists()
+
+    def test_without_a_sandbox_the_same_probe_reaches_everything(
+            self, project: Path, context_dir: Path, tmp_path: Path,
+            monkeypatch: pytest.MonkeyPatch) -> None:
+        """The operator's own `healer context verify` (no sandbox): the probe is real."""
+        monkeypatch.setenv("GITHUB_TOKEN", "ghp_operatorsOwnToken0123456789")
+        seen = self.probe(project, context_dir, tmp_path,
+                          env={"GITHUB_TOKEN": "ghp_operatorsOwnToken0123456789"})
+        assert seen == {"token": "ghp_operatorsOwnToken0123456789", "wrote": True,
+                        "read": True}
+
+    def test_no_sandbox_where_one_is_wanted_fails_the_verification(
+            self, project: Path, context_dir: Path, tmp_path: Path) -> None:
+        from healer.agents.sandbox import BwrapSandbox
+        from healer.config import load_settings
+
+        settings = load_settings(env={}, overrides=[
+            f"state_dir={tmp_path / 'state'}", "agents.sandbox_bwrap=/nonexistent/bwrap"])
+        change(project, BUGGY, GOOD_FIX)
+        v = run(context_dir, project, sandbox=BwrapSandbox(settings))
+        assert not v.passed and [s.outcome for s in v.scenarios] == ["error"]
+        assert "no sandbox" in v.scenarios[0].detail

@@ -35,6 +35,8 @@ what a run asked for.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import glob
 import json
@@ -64,11 +66,14 @@ from healer.agents.sandbox.policy import (
     sandbox_env,
 )
 from healer.agents.sandbox.relay import Connect, Relay, Route, open_tcp
+from healer.core import proc
+from healer.core.proc import ProcResult
+from healer.errors import AgentUnavailableError
 
 __all__ = [
     "MODEL_API", "BwrapSandbox", "Endpoint", "NoSandbox", "Sandbox", "Wrapped",
     "checkout_paths", "doctor_check", "files_in", "model_endpoints", "parse_endpoint",
-    "sandbox_for",
+    "run_confined", "sandbox_for",
 ]
 
 log = logging.getLogger(__name__)
@@ -279,6 +284,30 @@ def sandbox_for(settings: Any, *, secrets: Iterable[str] = ()) -> Sandbox:
     return NoSandbox(secrets=secrets)
 
 
+def run_confined(sandbox: Sandbox, argv: Sequence[str], *, cwd: str, env: Mapping[str, str],
+                 timeout: float, writable: Sequence[str] = ()) -> ProcResult:
+    """Run ``argv`` to the end in ``sandbox`` from synchronous code (a verification's test
+    command runs the agent's code: it gets what an agent gets, nothing more). ``env`` is the
+    run's own variables, on top of the sandbox's allow-list. ``AgentUnavailableError`` when
+    no sandbox can start here."""
+    why = sandbox.unavailable()
+    if why:
+        raise AgentUnavailableError(f"no sandbox for the command: {why}")
+    wrapped = sandbox.wrap(argv, cwd=cwd, env=env, writable=writable)
+
+    async def go() -> ProcResult:
+        async with wrapped:  # the network bridges live as long as the command
+            return await asyncio.to_thread(proc.run, wrapped.argv, timeout=timeout, cwd=cwd,
+                                           env=wrapped.env)
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(go())
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:  # called from inside a loop
+        return pool.submit(asyncio.run, go()).result()
+
+
 def doctor_check(settings: Any) -> tuple[bool, str]:
     """``healer doctor``'s sandbox line: on and working, why not, or off."""
     if not settings.agents.sandbox:
@@ -317,10 +346,11 @@ def model_endpoints(env: Mapping[str, str]) -> list[Endpoint]:
 
 
 def checkout_paths(cwd: str) -> tuple[list[str], list[str]]:
-    """What a run working in the git checkout ``cwd`` must also write and read: a checkout
-    whose ``.git`` is a file points at its own git dir (writable); a linked worktree shares
-    the repository's common dir, of which it may write objects, refs and logs — never its
-    config, hooks or info, which stay read-only."""
+    """What a run working in the git checkout ``cwd`` must also see: nothing for healer's own
+    clones (their git dir is ``cwd/.git``, inside the checkout). A linked worktree someone
+    hands to ``healer agents run --cwd`` keeps its git dir and the repository's common dir
+    elsewhere: both are shown read-only (the agent can read history, never write refs,
+    objects, hooks or config of a repository that is not its own clone)."""
     dot = Path(cwd) / ".git"
     if not dot.is_file() or dot.is_symlink():
         return [], []
@@ -333,15 +363,13 @@ def checkout_paths(cwd: str) -> tuple[list[str], list[str]]:
     gitdir = (Path(cwd) / text[len("gitdir:"):].strip()).resolve()
     if not gitdir.is_dir():
         return [], []
-    writable, readable = [str(gitdir)], []
+    readable = [str(gitdir)]
     common_file = gitdir / "commondir"
     if common_file.is_file():
         with contextlib.suppress(OSError):
             common = (gitdir / common_file.read_text().strip()).resolve()
             readable.append(str(common))
-            writable += [str(common / d) for d in ("objects", "refs", "logs")
-                         if (common / d).is_dir()]
-    return writable, readable
+    return [], readable
 
 
 def files_in(argv: Sequence[str]) -> list[str]:

@@ -2,7 +2,7 @@
 """For healing agents: check an UNFIXABLE file before committing it.
 
 usage:
-  check_unfixable.py                 ./UNFIXABLE (run it in the worktree root)
+  check_unfixable.py                 ./UNFIXABLE (run it in the clone's root)
   check_unfixable.py path/to/UNFIXABLE
 
 Checks what the dispatcher and a human need: the file exists and is plain text, at most 500

@@ -27,7 +27,7 @@ from _healer import EXIT_UNAVAILABLE, emit, fail, healer_argv
 MEANING = {
     "dispatch_pending": ("accepted; the healing worker is starting",
                          "carry on; nothing to do"),
-    "investigating": ("a healing agent is working on a fix in its own worktree",
+    "investigating": ("a healing agent is working on a fix in its own clone",
                       "carry on; use a workaround if you have one"),
     "pr_open": ("a fix PR exists and waits for a person's review",
                 "tell the user a fix is waiting for review (pr_url)"),
