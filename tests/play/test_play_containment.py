@@ -95,10 +95,14 @@ def serve_in(dirs: Any) -> Any:
 def command_agent(dirs: Any) -> tuple[dict[str, str], Path]:
     script = dirs.root / "agent.py"
     script.write_text(AGENT)
-    log = dirs.root / "agent-runs.jsonl"
+    # The agent's own record of its runs, in the one folder its sandbox may write besides
+    # its checkout and run folder.
+    (dirs.root / "agent-log").mkdir(exist_ok=True)
+    log = dirs.root / "agent-log" / "runs.jsonl"
     commands = {"*": [sys.executable, str(script), "{prompt_file}", "{result_file}", str(log)]}
     return {"HEALER_EXECUTOR": "command",
-            "HEALER__EXECUTOR__COMMANDS": json.dumps(commands)}, log
+            "HEALER__EXECUTOR__COMMANDS": json.dumps(commands),
+            "HEALER__AGENTS__SANDBOX_WRITE_PATHS": json.dumps([str(log.parent)])}, log
 
 
 def runs(log: Path) -> list[dict[str, Any]]:
@@ -215,11 +219,12 @@ class TestWhereAgentsWork:
         assert remediation.get("committed")
         cwd = Path(remediation["cwd"])
         assert cwd.parent == dirs.state.resolve() / "worktrees"
-        # The change is on its own branch of the play's repository …
+        # The change is on its own branch of a clone of the play's repository …
         branch = git(cwd, "rev-parse", "--abbrev-ref", "HEAD").strip()
-        assert branch.startswith("healing/")
-        assert "fix: the remediation" in git(play_repo, "log", "--format=%s", branch)
+        assert branch.startswith("healer/")
+        assert "fix: the remediation" in git(cwd, "log", "--format=%s", branch)
         assert git(play_repo, "log", "--format=%s", "main").split() == ["init"]
+        assert git(play_repo, "branch", "--format=%(refname:short)").split() == ["main"]
         # … and healer's own checkout is untouched.
         assert git(healer_checkout, "status", "--porcelain") == ""
         assert git(healer_checkout, "log", "--format=%s").split() == ["init"]

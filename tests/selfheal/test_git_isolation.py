@@ -84,6 +84,10 @@ class TestACompromisedAgent:
         no PR, no marker, and the operator's git dir byte for byte as before."""
         markers, evil = tmp_path / "markers", bare(tmp_path / "evil.git")
         settings = make_settings(None)
+        markers.mkdir()
+        # where the hostile agent reports what it found (its sandbox's only way out); a hook
+        # healer's git ran would also write there
+        settings.agents.sandbox_write_paths = [str(markers)]
         settings.executor.commands = {"healing-agent": hostile.agent_argv(
             tmp_path / "agent", fix={"file": "src/app/tools.py", "content": FIXED},
             markers=markers, evil_remote=evil)}
