@@ -173,9 +173,9 @@ _PROVIDER_SEARCH = [re.compile(f"(?:{p.pattern})[A-Za-z0-9_-]*") for p in PROVID
 # Services that carry the credential as a path segment, so a logged request line, an HTTP
 # error quoting its URL or a proxy's access log repeats it. Each: the census literals, the
 # pattern (the token is group ``v``; the rest of the URL stays), the marker's kind, and
-# whether the token must also look generated (``random_value``) — for the generic segment
-# names, where a word (``/tokens/revoke``) is a route, not a key.
-_SEGMENT_END = r"(?=[/?#&\s\"'`)\]>,;|\\]|$)"
+# whether the token must also look generated (``generated_segment``) — for the generic segment
+# names, where a word (``/tokens/revoke``) or a slug is a route, not a key.
+_SEGMENT_END = r"(?=[/?#&\s\"'`)\]>,;|\\]|:(?!\w)|$)"
 PATH_RULES: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
     # Telegram: /bot<bot id>:<token>/<method>, also /file/bot…/<path>; any host (a local Bot
     # API server, a proxy), any token shape after the id.
@@ -209,12 +209,33 @@ def path_detectors() -> list[Detector]:
 def _path_token(kind: str, random_only: bool) -> Callable[[re.Match[str]], str | None]:
     def replace(m: re.Match[str]) -> str | None:
         value = m.group("v")
-        if has_mark(value) or (random_only and not random_value(m.group("n"), value)):
+        if has_mark(value) or (random_only and not generated_segment(value)):
             return None
         s, e = m.span("v")
         return m.group(0)[:s - m.start()] + marker(kind) + m.group(0)[e - m.start():]
 
     return replace
+
+
+_SLUG_PART = re.compile(r"[a-z]+|[0-9]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+
+
+def generated_segment(value: str) -> bool:
+    """A path segment that a generator made (a token) rather than a person (a route word, a
+    slug such as ``ssh-deploy-key-2024``) or a database (an id: short hex, a UUID — the UUID
+    rule has those). Looser than ``random_value``: a 22-character base64url key may hold
+    whole lower-case runs and only two digits."""
+    if len(value) < 16 or not any(c.isdigit() for c in value):
+        return False
+    if not any(c.isalpha() for c in value) or _UUID.fullmatch(value):
+        return False
+    if all(c in string.hexdigits for c in value):
+        return len(value) >= 32  # shorter: an object id (24 hex), a short digest
+    parts = re.split(r"[-_.]", value)
+    if len(parts) > 1 and all(_SLUG_PART.fullmatch(p) for p in parts if p):
+        return False
+    return _entropy(value) >= 3.3
 
 
 # --- keyword assignments ----------------------------------------------------------------------
