@@ -11,8 +11,14 @@ detect-secrets' plugins); the code is healer's own:
   ``=``, ``:``, ``=>``, ``:=``, JSON (also JSON-escaped, ``\\"password\\": \\"…\\"``), YAML,
   headers, query strings, command-line flags, ``.netrc`` lines;
 * **generic assignments** — a random value under *any* name (``x=…``, ``ENCRYPTION_SEED:``);
-* **command lines** — passwords glued to tools' flags (``mysql -pSECRET``, ``sshpass -p``,
-  ``curl -u user:SECRET``, ``docker login -p``, ``redis-cli -a``);
+* **tokens in URL paths** — Telegram's ``/bot<id>:<token>/``, Discord's and Slack's webhook
+  paths without their host, a generated value after a segment named for a credential
+  (``/token/…``, ``/with/key/…``, ``/hooks/…``): the token goes, the route stays;
+* **command lines** — passwords given to tools' options, as a shell line or as argv items in
+  any quoting (``mysql -pSECRET``, ``['mysql', '-pSECRET']``, ``["mysql","-pSECRET"]``,
+  ``'-pSECRET'``, ``sshpass -p``, ``curl -u user:SECRET``, ``docker login -p``,
+  ``redis-cli -a``, ``mongosh -p``, ``ldapsearch -w``, ``sqlcmd -P``, ``keytool -storepass``,
+  ``zip -P``, ``7z -p``); a bare ``-p`` counts only after a tool that means a password by it;
 * **wrapped tokens** — a key a logger or a string literal broke onto the next line.
 
 Personal data (IBAN, MAC, IMEI) is in ``pii_rules``.
