@@ -415,6 +415,97 @@ FORMS: list[Form] = [
          census=False),
     form("imei", "pii", "IMEI",
          "DeviceError: IMEI 490154203237518 is blocklisted", "490154203237518", census=False),
+    # --- url-path: tokens carried in a URL's path (and query keys) -------------------------------
+    # (At the end of the table: the generator's earlier values stay what they were.)
+    form("telegram-path-any-shape", "url-path", "API-KEY",
+         "httpx.HTTPStatusError: Client error '401 Unauthorized' for url 'https://api.telegram"
+         ".org/bot" + (s := "612345789:B" + _v(34, _URL)) + "/sendMessage'", s),
+    form("telegram-file-path", "url-path", "API-KEY",
+         "telegram.error.BadRequest: GET https://api.telegram.org/file/bot"
+         + (s := "123456:AA" + _v(33, _URL)) + "/photos/file_12.jpg: 404", s),
+    form("telegram-local-bot-api", "url-path", "API-KEY",
+         "aiohttp.ClientConnectorError: POST http://127.0.0.1:8081/bot"
+         + (s := "5912837465:" + _v(35, _URL)) + "/getUpdates?timeout=30", s),
+    form("discord-webhook-versioned", "url-path", "WEBHOOK-URL",
+         "discord.errors.NotFound: 404 POST https://discord.com/api/v10/webhooks/"
+         "112233445566778899/" + (s := _v(68, _URL)), s),
+    form("discord-webhook-path", "url-path", "TOKEN",
+         '127.0.0.1 - - "POST /api/webhooks/112233445566778899/' + (s := _v(68, _URL))
+         + ' HTTP/1.1" 401', s),
+    form("slack-webhook-path", "url-path", "TOKEN",
+         "proxy: upstream 404 for POST /services/T0ABCDEF1/B0ABCDEF2/" + (s := _v(24))
+         + " (hooks)", s),
+    form("path-token-segment", "url-path", "TOKEN",
+         "requests.exceptions.HTTPError: 403 for GET /v1/token/" + (s := _v(32))
+         + "/refresh", s),
+    form("ifttt-key-segment", "url-path", "TOKEN",
+         "urllib.error.HTTPError: 401 for https://maker.ifttt.com/trigger/deploy/with/key/"
+         + (s := _v(22, _URL)), s, census=False),
+    form("mattermost-hook", "url-path", "TOKEN",
+         "mattermost: 400 POST https://chat.example.com/hooks/" + (s := _v(26, _LOWER))
+         + ": invalid payload", s),
+    form("query-key", "url-path", "SECRET",
+         "httpx.HTTPStatusError: 403 for url 'https://maps.example.com/api/geocode/json?"
+         "address=x&key=" + (s := _v(32)) + "'", s),
+    form("query-key-and-token", "url-path", "SECRET",
+         "trello: 401 for GET /1/boards/abc/cards?key=" + (k := _hex(32)) + "&token="
+         + (s := _hex(64)), k, s),
+    # --- cli: option-attached passwords inside any quoting -------------------------------------
+    form("mysql-argv-list", "cli", "SECRET",
+         "subprocess.CalledProcessError: Command '['mysql', '-u', 'root', '-p"
+         + (s := "S3cret" + _v(6)) + "', 'app']' returned non-zero exit status 1.", s,
+         census=False),
+    form("mysql-json-array", "cli", "SECRET",
+         'runner: {"argv": ["mysql","-h","db","-p' + (s := "Pa55-" + _v(7)) + '"], "rc": 1}', s,
+         census=False),
+    form("mysql-shell-quoted", "cli", "SECRET",
+         "sh: 1: mysql -u root '-p" + (s := "S3cret!" + _v(5)) + "' app: Access denied", s,
+         census=False),
+    form("mariadb-dump-json-escaped", "cli", "SECRET",
+         'log: "{\\"cmd\\": [\\"mariadb-dump\\", \\"-p' + (s := "Dump" + _v(8))
+         + '\\", \\"shop\\"]}"', s, census=False),
+    form("password-equals-argv", "cli", "SECRET",
+         "CalledProcessError: Command '[\"psql\", \"--password=" + (s := "Pg" + _v(10))
+         + "\"]' returned non-zero exit status 2.", s, census=False),
+    form("password-two-argv-items", "cli", "SECRET",
+         "Command '['deployctl', 'push', '--password', '" + (s := "Dep1oy" + _v(6))
+         + "']' returned non-zero exit status 1.", s, census=False),
+    form("sshpass-argv", "cli", "SECRET",
+         "Command '['sshpass', '-p', '" + (s := _v(20))
+         + "', 'ssh', 'deploy@127.0.0.1']' returned non-zero exit status 5.", s),
+    form("docker-login-argv", "cli", "SECRET",
+         "Command '['docker', 'login', '-u', 'ci', '-p', '" + (s := _v(20))
+         + "', 'registry.example.com']' returned non-zero exit status 1.", s),
+    form("redis-cli-argv", "cli", "SECRET",
+         "Command '['redis-cli', '-a', '" + (s := _v(24)) + "', 'ping']' failed", s),
+    form("curl-user-argv", "cli", "SECRET",
+         "Command '['curl', '-fsS', '-u', 'admin:" + (s := "adm1n" + _v(7))
+         + "', 'https://ci.example.com/api']' returned non-zero exit status 22.", s,
+         census=False),
+    form("mongosh-p", "cli", "SECRET",
+         "MongoServerError: Authentication failed: mongosh -u admin -p " + (s := "M0ngo" + _v(7))
+         + " --authenticationDatabase admin", s, census=False),
+    form("ldapsearch-w", "cli", "SECRET",
+         "ldap_bind: Invalid credentials (49): ldapsearch -x -D cn=admin,dc=example,dc=org -w "
+         + (s := "Ld4p" + _v(8)) + " -b dc=example,dc=org", s, census=False),
+    form("sqlcmd-P", "cli", "SECRET",
+         "Sqlcmd: Error: Login failed for user 'sa': sqlcmd -S db -U sa -P "
+         + (s := "Sq1" + _v(9)) + " -Q 'select 1'", s, census=False),
+    form("keytool-storepass", "cli", "SECRET",
+         "keytool error: java.io.IOException: keystore password was incorrect: keytool -list "
+         "-keystore app.jks -storepass " + (s := "Ks" + _v(10)), s, census=False),
+    form("7z-p-attached", "cli", "SECRET",
+         "Command '7z a -p" + (s := "Arch" + _v(8)) + " backup.7z data' returned 2", s,
+         census=False),
+    form("token-flag-quoted", "cli", "SECRET",
+         "Error: exec \"--token=" + (s := _v(24)) + "\" \"--api-key=" + (k := _v(24))
+         + "\" failed", s, k),
+    form("secret-flag-argv", "cli", "SECRET",
+         "Command '['vault-sync', '--secret', '" + (s := _v(24))
+         + "']' returned non-zero exit status 1.", s),
+    form("pgpassword-argv", "cli", "SECRET",
+         "Command '['env', 'PGPASSWORD=" + (s := _v(20))
+         + "', 'psql', '-h', 'db']' returned non-zero exit status 2.", s),
 ]
 
 
@@ -486,4 +577,29 @@ BENIGN: list[str] = [
     "session expired; cookie rejected (SameSite=Lax)",
     "mysql -u root -h 127.0.0.1 app < dump.sql",
     "git push origin healing/76348d725341-a1b2c3 --force-with-lease",
+]
+
+# Near misses of the URL-path and command-line rules, which must survive as well: ``-p`` as a
+# port or a plugin, a password prompt, a shell variable, a route named like a credential, a
+# file that holds a password (its path is not the secret: it says where to look, like an
+# environment variable's name), a short ``key=`` that names a field.
+NEAR_MISSES: list[str] = [
+    "uvicorn app:app --host 127.0.0.1 -p 8080",
+    "ssh -p 22 deploy@127.0.0.1 uptime",
+    "python -m pytest -q -p no:cacheprovider tests/selfheal",
+    "docker run --name mysql -p 3306:3306 mysql:8",
+    "docker run --name mongo -p 27017:27017 mongo:7",
+    "redis-cli -h 127.0.0.1 -p 6379 ping",
+    "Command '['mysql', '-u', 'root', '-p', 'app']' returned non-zero exit status 1.",
+    "mysql -u root -p$MYSQL_PWD app < dump.sql",
+    "GET https://example.com/bot/help 404",
+    "GET http://127.0.0.1:8083/api/bot/status 200",
+    "GET /api/v1/tokens/revoke 204",
+    "DELETE /api/v1/keys/ssh-deploy-key 404",
+    "--password-file=/run/secrets/db_password",
+    "Command '['restic', '--password-file', '/run/secrets/restic']' failed",
+    "docker login --password-stdin registry.example.com",
+    "keytool -list -keystore app.jks -storepass:env KS_PASS",
+    "GET /search?q=x&key=users",
+    "curl -sS --user-agent 'healer/1.0' http://127.0.0.1:8083/health",
 ]

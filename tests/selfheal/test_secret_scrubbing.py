@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
-from secret_corpus import BENIGN, BY_ID, CATEGORIES, FORMS, Form
+from secret_corpus import BENIGN, BY_ID, CATEGORIES, FORMS, NEAR_MISSES, Form
 
 from healer.core.publish import AnonymizationError, Sanitizer, ensure_publishable, entropy, validate
 
@@ -166,7 +166,8 @@ class TestGluedPieces:
         """Pieces of forms and benign strings run together at random: engines agree, a second
         scrub changes nothing, no rule finds anything in the result."""
         rng = random.Random(1313)
-        pieces = [f.text for f in FORMS] + BENIGN + ["\n", " ", "=", ":", '"', "\\", "İß"]
+        pieces = ([f.text for f in FORMS] + BENIGN + NEAR_MISSES
+                  + ["\n", " ", "=", ":", '"', "\\", "İß"])
         for _ in range(300):
             parts = [rng.choice(pieces) for _ in range(rng.randint(1, 5))]
             text = "".join(p[rng.randrange(len(p)):] if rng.random() < 0.3 else p for p in parts)

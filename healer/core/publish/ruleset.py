@@ -69,10 +69,13 @@ def build(host_allowed: Callable[[str], bool]) -> list[Detector | CustomDetector
                       r"cassandra)(?:\+[a-z0-9]+)?://[^\s/@'\"<>`]*@[^\s'\"<>`]+"),
           _const("DB-URL"), needles("://", back=24, fwd=200), lower=True, census=("://",)),
         d("WEBHOOK-URL", c(r"https?://(?:hooks\.slack\.com/(?:services|workflows|triggers)|"
-                           r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api/webhooks|"
+                           r"(?:ptb\.|canary\.)?discord(?:app)?\.com/api(?:/v[0-9]+)?/webhooks|"
                            r"[a-z0-9-]+\.webhook\.office\.com)/[^\s'\"<>`]+"),
           _const("WEBHOOK-URL"), needles(*_WEBHOOK_WORDS, back=80, fwd=48, lower=True),
           lower=True, census=tuple(e(w) for w in _WEBHOOK_WORDS)),
+        # Tokens carried in a URL's path (Telegram's /bot<token>/, webhooks without their
+        # host, /token/<t>): the token only, the route stays readable.
+        *secret_rules.path_detectors(),
         d("CREDENTIALS", c(r"://[^\s/@:'\"<>\[\]]+(?::[^\s/@'\"<>\[\]]*)?@"),
           _const_text("://" + marker("CREDENTIALS") + "@"), _gate("://"), census=("://",)),
         d("JWT", c(r"eyJ[A-Za-z0-9_-]{5,}\.eyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]*"),

@@ -15,14 +15,23 @@ Two halves, which work differently on purpose:
 The rules (categories after Sentry Relay's PII rules, gitleaks and detect-secrets; their order
 is ``ruleset``, the tables are in ``secret_rules`` and ``pii_rules``; ``Finding`` and
 ``AnonymizationError`` are in ``findings``): private keys (PEM, PuTTY); keys cut across lines;
-database URLs with userinfo; chat webhooks; URL credentials; JWTs; some 50 vendors' keys by
-prefix and shape; ``Authorization`` headers and bearer/basic credentials; passwords on command
-lines (``mysql -p…``, ``curl -u``, ``sshpass``, ``docker login``, ``redis-cli -a``); values
-under secret names in any syntax (``=``, ``:``, ``=>``, JSON also JSON-escaped, YAML, headers,
-query strings, flags, ``.netrc``); e-mail addresses; UUIDs; IBANs; IMEIs; card numbers; US SSNs;
-MAC addresses; IPv4/IPv6 addresses (loopback, unspecified and broadcast kept); phone numbers;
-home paths; host names not on the allow list; random values under any name; long random
-tokens.
+database URLs with userinfo; chat webhooks; tokens carried in a URL's path (Telegram's
+``/bot<id>:<token>/sendMessage`` and ``/file/bot…/`` on any host, Discord's
+``/webhooks/<id>/<token>`` and Slack's ``/services/T…/B…/<secret>`` without their host,
+a generated value after a segment named ``token``/``key``/``secret``/``hooks`` …: the token
+goes, the route stays); URL credentials; JWTs; some 50 vendors' keys by prefix and shape;
+``Authorization`` headers and bearer/basic credentials; passwords on command lines, also as
+argv items inside any quoting (``mysql -pX``, ``['mysql', '-u', 'root', '-pX']``,
+``["mysql","-pX"]``, ``mysql '-pX'``, ``'--password', 'X'``, ``sshpass -p``, ``curl -u``,
+``docker login -p``, ``redis-cli -a``, ``mongosh -p``, ``ldapsearch -w``, ``sqlcmd -P``,
+``keytool -storepass``, ``zip -P``, ``7z -pX`` — ``-p`` only for the tools that mean a
+password by it, never ssh's or docker's port); values under secret names in any syntax (``=``,
+``:``, ``=>``, JSON also JSON-escaped, YAML, headers, query strings — ``?key=`` too when the
+value is 16+ characters —, flags, ``PGPASSWORD=``, ``--token=``, ``--api-key=``, ``.netrc``; a
+``--password-file`` path is not a secret and stays); e-mail addresses; UUIDs; IBANs; IMEIs;
+card numbers; US SSNs; MAC addresses; IPv4/IPv6 addresses (loopback, unspecified and broadcast
+kept); phone numbers; home paths; host names not on the allow list; random values under any
+name; long random tokens.
 
 Speed matters (every report goes through here): patterns are compiled once; each detector
 runs its full pattern only in small windows a cheap locator found (see ``detectors``); and a

@@ -11,8 +11,14 @@ detect-secrets' plugins); the code is healer's own:
   ``=``, ``:``, ``=>``, ``:=``, JSON (also JSON-escaped, ``\\"password\\": \\"…\\"``), YAML,
   headers, query strings, command-line flags, ``.netrc`` lines;
 * **generic assignments** — a random value under *any* name (``x=…``, ``ENCRYPTION_SEED:``);
-* **command lines** — passwords glued to tools' flags (``mysql -pSECRET``, ``sshpass -p``,
-  ``curl -u user:SECRET``, ``docker login -p``, ``redis-cli -a``);
+* **tokens in URL paths** — Telegram's ``/bot<id>:<token>/``, Discord's and Slack's webhook
+  paths without their host, a generated value after a segment named for a credential
+  (``/token/…``, ``/with/key/…``, ``/hooks/…``): the token goes, the route stays;
+* **command lines** — passwords given to tools' options, as a shell line or as argv items in
+  any quoting (``mysql -pSECRET``, ``['mysql', '-pSECRET']``, ``["mysql","-pSECRET"]``,
+  ``'-pSECRET'``, ``sshpass -p``, ``curl -u user:SECRET``, ``docker login -p``,
+  ``redis-cli -a``, ``mongosh -p``, ``ldapsearch -w``, ``sqlcmd -P``, ``keytool -storepass``,
+  ``zip -P``, ``7z -p``); a bare ``-p`` counts only after a tool that means a password by it;
 * **wrapped tokens** — a key a logger or a string literal broke onto the next line.
 
 Personal data (IBAN, MAC, IMEI) is in ``pii_rules``.
@@ -24,6 +30,7 @@ import math
 import re
 import string
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from healer.core.publish.detectors import (
@@ -117,8 +124,8 @@ PROVIDERS: tuple[Provider, ...] = (
     Provider("slack", r"xox[abposre]-[A-Za-z0-9_-]{10,}",
              ("xoxa-", "xoxb-", "xoxp-", "xoxo-", "xoxs-", "xoxr-", "xoxe-")),
     Provider("slack-app", r"xapp-[0-9]-[A-Za-z0-9_-]{10,}", ("xapp-",)),
-    Provider("telegram-bot", r"(?:(?<=bot)|(?<![A-Za-z0-9_-]))[0-9]{8,10}:AA[A-Za-z0-9_-]{33}",
-             (":AA",), back=12, bounded=False),
+    Provider("telegram-bot", r"(?:(?<=bot)|(?<![A-Za-z0-9_-]))[0-9]{5,16}:AA[A-Za-z0-9_-]{33}",
+             (":AA",), back=18, bounded=False),
     Provider("discord-bot", r"[MNO][A-Za-z0-9_-]{23,25}\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27,38}",
              hint=r"\.[A-Za-z0-9_-]{6}\.[A-Za-z0-9_-]{27}", back=27),
     Provider("sendgrid", r"SG\.[A-Za-z0-9_-]{22}\.[A-Za-z0-9_-]{43}", ("SG.",)),
@@ -167,6 +174,76 @@ def provider_at(text: str) -> re.Match[str] | None:
 _PROVIDER_SEARCH = [re.compile(f"(?:{p.pattern})[A-Za-z0-9_-]*") for p in PROVIDERS]
 
 
+# --- tokens in URL paths ---------------------------------------------------------------------
+
+# Services that carry the credential as a path segment, so a logged request line, an HTTP
+# error quoting its URL or a proxy's access log repeats it. Each: the census literals, the
+# pattern (the token is group ``v``; the rest of the URL stays), the marker's kind, and
+# whether the token must also look generated (``generated_segment``) — for the generic segment
+# names, where a word (``/tokens/revoke``) or a slug is a route, not a key.
+_SEGMENT_END = r"(?=[/?#&\s\"'`)\]>,;|\\]|:(?!\w)|$)"
+PATH_RULES: tuple[tuple[tuple[str, ...], str, str, bool], ...] = (
+    # Telegram: /bot<bot id>:<token>/<method>, also /file/bot…/<path>; any host (a local Bot
+    # API server, a proxy), any token shape after the id.
+    (("/bot",), r"/bot(?P<v>[0-9]{5,16}:[A-Za-z0-9_-]{20,})" + _SEGMENT_END, "API-KEY", False),
+    # Discord webhooks, any API version, any host or none: /webhooks/<id>/<token>.
+    (("/webhooks/",), r"/webhooks/[0-9]{15,21}/(?P<v>[A-Za-z0-9_-]{40,})" + _SEGMENT_END,
+     "TOKEN", False),
+    # Slack webhooks without their host: /services/T…/B…/<secret>, workflows, triggers.
+    (("/services/T", "/workflows/T", "/triggers/T"),
+     r"/(?:services|workflows|triggers)/T[A-Z0-9]{6,12}/(?:[A-Za-z0-9]{6,24}/){1,2}"
+     r"(?P<v>[A-Za-z0-9]{16,})" + _SEGMENT_END, "TOKEN", False),
+    # A segment named for a credential, then a generated value: /token/<t>, /key/<k> (IFTTT's
+    # /with/key/…), /api-key/…, /hooks/<id> (Mattermost, Rocket.Chat).
+    (("/token", "/key", "/api", "/secret", "/access", "/hooks/"),
+     r"/(?P<n>tokens?|keys?|api[_-]?keys?|apikey|api[_-]?tokens?|secrets?|access[_-]?tokens?|"
+     r"hooks)/(?P<v>[A-Za-z0-9_-]{16,128})" + _SEGMENT_END, "TOKEN", True),
+)
+
+
+def path_detectors() -> list[Detector]:
+    """One detector per ``PATH_RULES`` row: the token goes, the path around it stays
+    (``/bot[REDACTED-API-KEY]/sendMessage``)."""
+    out = []
+    for words, pattern, kind, random_only in PATH_RULES:
+        out.append(Detector(kind, re.compile(pattern), _path_token(kind, random_only),
+                            needles(*words, back=0, fwd=256),
+                            census=tuple(re.escape(w) for w in words)))
+    return out
+
+
+def _path_token(kind: str, random_only: bool) -> Callable[[re.Match[str]], str | None]:
+    def replace(m: re.Match[str]) -> str | None:
+        value = m.group("v")
+        if has_mark(value) or (random_only and not generated_segment(value)):
+            return None
+        s, e = m.span("v")
+        return m.group(0)[:s - m.start()] + marker(kind) + m.group(0)[e - m.start():]
+
+    return replace
+
+
+_SLUG_PART = re.compile(r"[a-z]+|[0-9]+")
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+
+
+def generated_segment(value: str) -> bool:
+    """A path segment that a generator made (a token) rather than a person (a route word, a
+    slug such as ``ssh-deploy-key-2024``) or a database (an id: short hex, a UUID — the UUID
+    rule has those). Looser than ``random_value``: a 22-character base64url key may hold
+    whole lower-case runs and only two digits."""
+    if len(value) < 16 or not any(c.isdigit() for c in value):
+        return False
+    if not any(c.isalpha() for c in value) or _UUID.fullmatch(value):
+        return False
+    if all(c in string.hexdigits for c in value):
+        return len(value) >= 32  # shorter: an object id (24 hex), a short digest
+    parts = re.split(r"[-_.]", value)
+    if len(parts) > 1 and all(_SLUG_PART.fullmatch(p) for p in parts if p):
+        return False
+    return _entropy(value) >= 3.3
+
+
 # --- keyword assignments ----------------------------------------------------------------------
 
 # Substrings that locate candidate names (in the lower-cased text); ``secret_name`` decides.
@@ -192,6 +269,12 @@ _PREFIX = re.compile(r"[rbuf]{1,2}(?=[\"'])|@(?=[\"'])")
 _QUOTED = re.compile(r"(\\{0,3}[\"'`])([^\n]*?)\1")
 _BARE = re.compile(r"[^\s\"'`,;&}\])<>|\\]+")
 _NETRC_LOGIN = re.compile(r"\b(?:login|machine|default)[ \t]+\S+[ \t]+$")
+
+
+# A bare ``key`` names a secret only as a query parameter (``?key=…``: Google's, Trello's,
+# Bing's API keys) — and then only a long value (``&key=user_42`` is a cache key).
+_QUERY_KEY = "key"
+_QUERY_KEY_MIN = 16
 
 
 def secret_name(name: str) -> bool:
@@ -220,9 +303,12 @@ def keyword_hits(v: View) -> list[Hit]:
         if (_SEP.match(text, end) is None and not name.startswith("-")
                 and name != "password"):
             continue
-        if not secret_name(name.strip("-")):
+        query_key = name == _QUERY_KEY and start > 0 and text[start - 1] in "?&;"
+        if not query_key and not secret_name(name.strip("-")):
             continue
         hit = _assigned(text, start, end, name)
+        if hit is not None and query_key and hit[1] - hit[0] < _QUERY_KEY_MIN:
+            continue  # ``?key=users`` names a field; an API key is longer
         if hit is not None:
             out.append(hit)
             last = hit[1]
@@ -353,18 +439,52 @@ def random_value(name: str, value: str) -> bool:
 
 # --- command lines ----------------------------------------------------------------------------
 
-_VALUE = r"(?P<v>(?P<q>[\"'])[^\n]*?(?P=q)|[^\s\"'-][^\s\"']*)"
+# Where an option starts: after a blank, or as an argv item the way a report prints one — a
+# quote after a blank, a comma or a bracket (``['mysql', '-pX']``, ``["mysql","-pX"]``,
+# ``mysql -u root '-pX'``), JSON-escaped too (``[\"mysql\", \"-pX\"]``).
+_OPT = r"[ \t,\[](?P<o>\\{0,3}[\"'])?"
+# Between an option and its value when they are two words (``-p X``) or two argv items
+# (``'-p', 'X'``, ``"-p","X"``).
+_GAP = r"(?:[ \t]+|\\{0,3}[\"'][ \t]*,[ \t]*\\{0,3}[\"'])"
+# The value: quoted (the quotes stay, their content goes) or bare, up to a blank, a quote or a
+# backslash (the end of an argv item); never an option (``-p -h db``). Inside an argv item
+# (``o``: the option opened with a quote) a quote closes the item, so ``'-p', 'db'`` is not
+# ``-p`` with the value ``, ``.
+_VALUE = (r"(?:(?(o)(?!)|(?P<q>[\"'])(?P<v>[^\s\"',][^\n\"']*)(?P=q))"
+          r"|(?P<b>[^\s\"'\\-][^\s\"'\\]*))")
+_LINE = r"[^\n|;&]*?"  # the rest of one command: no pipe, no next command
 CLI_RULES: tuple[tuple[tuple[str, ...], str], ...] = (
+    # The mysql clients take the password glued to ``-p`` only: ``-p X`` prompts and X is the
+    # database.
     (("mysql", "mariadb"),
-     r"\b(?:mysql(?:dump|admin|import|check|sh)?|mariadb(?:-dump|-admin)?)\b[^\n|;&]*?"
-     r"[ \t]-p" + _VALUE),
-    (("sshpass",), r"\bsshpass\b[^\n]*?[ \t]-p[ \t]*" + _VALUE),
-    (("redis-cli",), r"\bredis-cli\b[^\n]*?[ \t](?:-a|--pass)[ \t]+" + _VALUE),
-    (("curl",), r"\bcurl\b[^\n]*?[ \t](?:-u|--user|-U|--proxy-user)[ \t]*[\"']?[^\s:\"'@]+:"
-                r"(?P<v>[^\s\"']+)"),
-    (("login",), r"\b(?:docker|podman|buildah|skopeo|nerdctl|helm)\b[^\n]*?\blogin\b[^\n]*?"
-                 r"[ \t](?:-p|--password)(?:[ \t]+|=)" + _VALUE),
+     r"\b(?:mysql(?:dump|admin|import|check|sh|binlog|slap|pump)?|mariadb(?:-dump|-admin|"
+     r"-import|-check)?)\b" + _LINE + _OPT + "-p" + _VALUE),
+    (("sshpass",), r"\bsshpass\b[^\n]*?" + _OPT + "-p" + f"{_GAP}?" + _VALUE),
+    (("redis-cli",), r"\bredis-cli\b" + _LINE + _OPT + "(?:-a|--pass)" + _GAP + _VALUE),
+    (("curl",), r"\bcurl\b[^\n]*?" + _OPT + r"(?:-u|-U|--user(?![\w-])|--proxy-user(?![\w-]))"
+                + f"{_GAP}?" + r"[\"']?[^\s:\"'@]+:(?P<v>[^\s\"'\\]+)"),
+    (("docker", "podman", "buildah", "skopeo", "nerdctl", "helm"),
+     r"\b(?:docker|podman|buildah|skopeo|nerdctl|helm)\b[^\n]*?\blogin\b[^\n]*?"
+     + _OPT + "(?:-p|--password)" + f"(?:{_GAP}|=)" + _VALUE),
+    # The MongoDB tools take ``-p X`` / ``-pX`` as the password.
+    (("mongo",), r"\bmongo(?:sh|dump|restore|export|import|stat|top|files)?\b" + _LINE + _OPT
+                 + "-p" + f"{_GAP}?" + _VALUE),
+    # OpenLDAP's clients: ``-w X`` is the bind password (``-W`` prompts).
+    (("ldap",), r"\bldap(?:search|add|modify|delete|whoami|passwd|compare|modrdn|exop|url)\b"
+                + _LINE + _OPT + "-w" + f"{_GAP}?" + _VALUE),
+    # SQL Server's clients: ``-P X`` (``-p`` prints statistics).
+    (("sqlcmd", "bcp"), r"\b(?:sqlcmd|bcp)\b" + _LINE + _OPT + "-P" + f"{_GAP}?" + _VALUE),
+    # Java's key tools: ``-storepass X``, ``-keypass X`` (``-storepass:env VAR`` names one).
+    (("keytool", "jarsigner"),
+     r"\b(?:keytool|jarsigner)\b" + _LINE + _OPT + "-(?:src|dest|new)?(?:storepass|keypass)"
+     + _GAP + _VALUE),
+    # Archives: ``zip -P X``, ``7z a -pX``.
+    (("zip",), r"\b(?:zip|unzip|zipcloak)\b" + _LINE + _OPT + "-P" + _GAP + _VALUE),
+    (("7z",), r"\b7z[ar]?\b" + _LINE + _OPT + "-p" + _VALUE),
 )
+# A port mapping after a ``-p`` the tool did not mean as a password (``docker run --name
+# mongo -p 27017:27017``).
+_PORTS = re.compile(r"[0-9.:\[\]]*[0-9]:[0-9]+(?:-[0-9]+)?(?:/(?:tcp|udp|sctp))?")
 
 
 def cli_detectors() -> list[Detector]:
@@ -377,10 +497,12 @@ def cli_detectors() -> list[Detector]:
 
 
 def _only_value(m: re.Match[str]) -> str | None:
-    value = m.group("v")
-    if has_mark(value) or value.strip("\"'").lower() in PLACEHOLDERS or value.startswith("$"):
-        return None
-    s, e = m.span("v")
+    group = "b" if m.groupdict().get("b") is not None else "v"
+    value = m.group(group)
+    if (has_mark(value) or value.lower() in PLACEHOLDERS or value.startswith("$")
+            or _PORTS.fullmatch(value)):
+        return None  # a placeholder, a variable the shell expands, a port mapping
+    s, e = m.span(group)
     return m.group(0)[:s - m.start()] + marker("SECRET") + m.group(0)[e - m.start():]
 
 
