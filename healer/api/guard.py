@@ -141,7 +141,7 @@ class GuardMiddleware:
     def __init__(self, app: ASGIApp, *, policy: GuardPolicy, throttle: Throttle | None = None):
         self.app = app
         self.policy = policy
-        self.throttle = throttle or Throttle()
+        self.throttle = throttle if throttle is not None else Throttle()
         self._token = policy.token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
