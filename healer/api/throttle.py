@@ -73,7 +73,9 @@ class Throttle:
         self.clock = clock
         self._clients: OrderedDict[str, _Client] = OrderedDict()
 
-    def __len__(self) -> int:
+    @property
+    def remembered(self) -> int:
+        """How many client addresses are remembered (at most ``max_clients``)."""
         return len(self._clients)
 
     def _get(self, key: str, now: float) -> _Client | None:
