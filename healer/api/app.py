@@ -26,6 +26,7 @@ from healer.api import openapi
 from healer.api.guard import GuardMiddleware, GuardPolicy
 from healer.api.http import HTTPError, error_response, ok, route
 from healer.api.metrics import Metrics
+from healer.api.throttle import Throttles
 from healer.config import Settings
 from healer.core.store import Store
 from healer.resources import optional
@@ -53,6 +54,8 @@ class ApiContext:
     metrics: Metrics = field(default_factory=Metrics)
     started_at: float = field(default_factory=time.time)
     services: dict[str, Any] = field(default_factory=dict)
+    # Per-client delays after wrong tokens and logins; ``create_app`` sets them from settings.
+    throttles: Throttles = field(default_factory=Throttles)
     # Called when the server stops, before it waits for open connections (live streams).
     closing: list[Callable[[], None]] = field(default_factory=list)
 
@@ -104,6 +107,7 @@ def collect_routes(ctx: ApiContext) -> list[BaseRoute]:
 
 
 def create_app(ctx: ApiContext) -> Starlette:
+    ctx.throttles = Throttles.from_settings(ctx.settings.api)
     routes = collect_routes(ctx)
     app = Starlette(
         routes=routes,
@@ -114,5 +118,5 @@ def create_app(ctx: ApiContext) -> Starlette:
     policy = GuardPolicy.from_settings(ctx.settings.api, ctx.settings.ingest)
     app.state.openapi = openapi.build(routes, bearer=bool(ctx.settings.api.token),
                                       public=policy.public)
-    app.add_middleware(GuardMiddleware, policy=policy)
+    app.add_middleware(GuardMiddleware, policy=policy, throttle=ctx.throttles.bearer)
     return app

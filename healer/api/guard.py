@@ -10,7 +10,8 @@ The checks, in order, each answered before the body is read:
    or ``same-site`` is refused the same way.
 3. **Token** — with ``api.token`` set every route needs ``Authorization: Bearer <token>``
    (scheme in any case), except the signed routes (webhooks) and, as configured, ``/health``
-   and ``/metrics``.
+   and ``/metrics``. A client address that sent too many wrong tokens waits
+   (``healer.api.throttle``): 429 with ``Retry-After``, its token not even looked at.
 4. **Content type** — a mutating request with a body must say ``application/json`` (or a
    ``+json`` type): ``text/plain``, forms and multipart are what a page can send cross-site
    without a preflight, so they get 415. Signed routes keep their senders' types.
@@ -38,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import ipaddress
+import logging
 import re
 import socket
 import time
@@ -48,7 +50,10 @@ from functools import cached_property
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from healer.api.http import HTTPError, error_response
+from healer.api.throttle import Throttle, client_key, retry_after_header
 from healer.core.names import is_loopback_host
+
+log = logging.getLogger(__name__)
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Routes whose every request is authenticated by its own signature or key: they keep the
@@ -133,9 +138,10 @@ class GuardPolicy:
 class GuardMiddleware:
     """The checks of this module's docstring, as ASGI middleware."""
 
-    def __init__(self, app: ASGIApp, *, policy: GuardPolicy):
+    def __init__(self, app: ASGIApp, *, policy: GuardPolicy, throttle: Throttle | None = None):
         self.app = app
         self.policy = policy
+        self.throttle = throttle if throttle is not None else Throttle()
         self._token = policy.token.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -176,9 +182,10 @@ class GuardMiddleware:
             return 403, "cross-site request refused", {}
 
         dashboard = is_dashboard(path)
-        if (self._token and not dashboard and not p.public(method, path)
-                and not self._bearer_ok(headers.get(b"authorization", b""))):
-            return 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
+        if self._token and not dashboard and not p.public(method, path):
+            refusal = self._token_refusal(scope, headers.get(b"authorization"))
+            if refusal is not None:
+                return refusal
         if method in SAFE_METHODS:
             return None
         length = headers.get(b"content-length")
@@ -222,6 +229,21 @@ class GuardMiddleware:
         key = _origin_key(value)
         return key == own or key in self.policy.allowed_origins or (
             ingest and key in self.policy.ingest_origins)
+
+    def _token_refusal(self, scope: Scope,
+                       given: bytes | None) -> tuple[int, str, dict[str, str]] | None:
+        client = client_key(scope)
+        wait = self.throttle.retry_after(client)
+        if wait > 0:
+            return (429, "too many wrong bearer tokens from this address: try again later",
+                    retry_after_header(wait))
+        if given is not None and self._bearer_ok(given):
+            return None
+        if given is not None:  # a guess; a request without any token guesses nothing
+            wait = self.throttle.failed(client)
+            if wait > 0:
+                log.warning("wrong bearer tokens from %s: it waits %.3g s", client, wait)
+        return 401, "missing or wrong bearer token", {"WWW-Authenticate": "Bearer"}
 
     def _bearer_ok(self, given: bytes) -> bool:
         scheme, _, value = given.strip().partition(b" ")

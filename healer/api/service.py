@@ -67,7 +67,11 @@ class ApiService:
                                 server_header=False, timeout_graceful_shutdown=5,
                                 http=protocol_class(s.header_timeout_s),
                                 timeout_keep_alive=s.keepalive_s,  # type: ignore[arg-type]
-                                limit_concurrency=s.max_connections, backlog=BACKLOG)
+                                limit_concurrency=s.max_connections, backlog=BACKLOG,
+                                # X-Forwarded-* only from api.trusted_proxies: otherwise any
+                                # local client could pick the address it is throttled as.
+                                proxy_headers=bool(s.trusted_proxies),
+                                forwarded_allow_ips=[p.strip() for p in s.trusted_proxies])
         self._server = Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))
         while not self._server.started:

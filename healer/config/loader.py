@@ -7,6 +7,7 @@ variables → ``--set`` flags. Each layer is checked against the schema before i
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import json
 import os
 import typing
@@ -287,6 +288,17 @@ def _check_semantics(s: Settings) -> None:
     if s.api.token and s.api.token != s.api.token.strip():
         raise ConfigError("the token has leading or trailing white space", file="settings",
                           key="api.token", expected="a token without surrounding white space")
+    for proxy in s.api.trusted_proxies:
+        try:
+            ipaddress.ip_network(proxy.strip(), strict=False)
+        except ValueError as exc:
+            raise ConfigError(f"{proxy!r} is not an address or network", file="settings",
+                              key="api.trusted_proxies",
+                              expected="IP addresses or CIDR networks (10.0.0.0/8)") from exc
+    if s.api.throttle.max_delay_s < s.api.throttle.base_delay_s:
+        raise ConfigError("the longest wait is shorter than the first", file="settings",
+                          key="api.throttle.max_delay_s",
+                          expected="at least api.throttle.base_delay_s")
 
 
 def redacted(settings: Settings) -> dict[str, Any]:

@@ -21,6 +21,26 @@ class LogSettings:
 
 
 @dataclass
+class ThrottleSettings:
+    """Growing delays per client address for wrong API tokens and wrong dashboard logins
+    (one bucket each): ``free_failures`` cost nothing, then each further one doubles the wait
+    from ``base_delay_s`` up to ``max_delay_s``; while a client waits, its requests get 429
+    with ``Retry-After``. Nobody else waits."""
+
+    free_failures: int = setting(
+        5, "Wrong tokens (or logins) a client address may send before it must wait.",
+        minimum=0, maximum=1000)
+    base_delay_s: float = setting(
+        1.0, "The first wait, in seconds; each further failure doubles it.", minimum=0.001)
+    max_delay_s: float = setting(300.0, "The longest wait, in seconds.", minimum=0.001)
+    forget_after_s: float = setting(
+        3600.0, "A client address with no failure for this long starts afresh.", minimum=1)
+    max_clients: int = setting(
+        10000, "Client addresses remembered at most (least recently seen are forgotten "
+        "first), so a spray of addresses cannot exhaust memory.", minimum=16)
+
+
+@dataclass
 class ApiSettings:
     host: str = setting(
         "127.0.0.1", "Address the HTTP API binds to. Binding off loopback requires `api.token`.",
@@ -66,6 +86,21 @@ class ApiSettings:
     max_connections: int = setting(
         2048, "Open connections and requests in flight at most (uvicorn `limit_concurrency`); "
         "past it new requests get 503.", minimum=16)
+    trusted_proxies: list[str] = setting(
+        [], "Addresses or networks (`127.0.0.1`, `10.0.0.0/8`) of reverse proxies whose "
+        "`X-Forwarded-For` and `X-Forwarded-Proto` are believed. Empty (the default): the "
+        "client address is the socket's peer and those headers are ignored, so a client cannot "
+        "pick the address it is throttled as. A TLS-terminating proxy on this machine needs "
+        "`127.0.0.1` here.", items={"type": "string", "minLength": 1},
+    )
+    throttle: ThrottleSettings = section(
+        ThrottleSettings, "Per-client delays after wrong tokens and wrong logins.")
+    session_ttl_s: float = setting(
+        12 * 3600.0, "How long a dashboard login lasts (seconds); logging out or ending the "
+        "session in the dashboard revokes it sooner, also across restarts.", minimum=60)
+    max_sessions: int = setting(
+        32, "Dashboard sessions kept at most; a login past it ends the least recently used.",
+        minimum=1, maximum=10000)
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The dashboard's routes: pages at ``/`` and ``/ui/…``, live events, login, four actions
-(mark handled, heal again, approve, deny).
+"""The dashboard's routes: pages at ``/`` and ``/ui/…``, live events, login, the session list
+(``GET /ui/sessions``, JSON), five actions (mark handled, heal again, approve, deny, end a
+session) and logout.
 
 Every route is made by ``_page``, ``_action`` or ``_public`` — so none can forget its check:
 pages need read access, actions a logged-in session and its CSRF token, and only the login
@@ -15,19 +16,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, quote
 
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import BaseRoute, Route
 
 from healer.api.dashboard import actions, live, panels
 from healer.api.dashboard import incidents as inc_view
-from healer.api.dashboard.auth import ACT, COOKIE, NONE, SESSION_S, DashboardAuth
+from healer.api.dashboard.auth import ACT, COOKIE, NONE, DashboardAuth
 from healer.api.dashboard.render import render
+from healer.api.dashboard.sessions import Sessions
+from healer.api.throttle import client_key, retry_after_header
 from healer.core import seeds
 from healer.core.audit import AUDIT_FILE
 from healer.core.names import is_safe_name
@@ -50,6 +60,7 @@ SECURITY_HEADERS = {
     "Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Resource-Policy": "same-origin",
 }
 MAX_FORM_FIELDS = 10
+_SID = re.compile(r"[0-9a-f]{16}")
 
 Handler = Callable[[Request], Awaitable[Response]]
 View = Callable[[Request, int], Awaitable[Response]]
@@ -71,7 +82,11 @@ class Dashboard:
     def __init__(self, ctx: Any):
         self.ctx = ctx
         api = ctx.settings.api
-        self.auth = DashboardAuth(api.token, api.host)
+        self.auth = DashboardAuth(
+            api.token, api.host,
+            Sessions(ctx.store, api.token, ttl_s=api.session_ttl_s,
+                     max_sessions=api.max_sessions),
+            bearer=ctx.throttles.bearer, login=ctx.throttles.login)
         self.live = live.Broadcaster(self._marks)
         ctx.services.setdefault("dashboard", self)
         self._attach()
@@ -133,6 +148,11 @@ class Dashboard:
     def _problem(self, request: Request, access: int, code: int, reason: str) -> Response:
         return self._page_html(request, "problem.html", access, topics="", status=code,
                                code=code, reason=reason)
+
+    def _sessions(self, request: Request) -> list[dict[str, Any]]:
+        current = self.auth.session_id(request)
+        return [{**s.to_json(), "current": s.id == current}
+                for s in self.auth.sessions.list()]
 
     def _to_login(self, request: Request) -> Response:
         target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -244,7 +264,15 @@ class Dashboard:
     async def healer(self, request: Request, access: int) -> Response:
         data = await asyncio.to_thread(panels.healer_health, self.ctx.settings,
                                        self.ctx.services, self.ctx.store)
-        return self._page_html(request, "healer.html", access, topics="sse:healer", **data)
+        sessions = self._sessions(request) if self.auth.can_log_in else []
+        ended = request.query_params.get("ended", "")
+        return self._page_html(request, "healer.html", access, topics="sse:healer",
+                               sessions=sessions, ended=ended if _SID.fullmatch(ended) else "",
+                               **data)
+
+    async def session_list(self, request: Request, access: int) -> Response:
+        """The live sessions as JSON, for scripts (read access): never their secrets."""
+        return JSONResponse({"sessions": self._sessions(request)}, headers=_headers())
 
     async def events(self, request: Request, access: int) -> Response:
         if self.live.full:
@@ -275,15 +303,23 @@ class Dashboard:
     async def deny(self, request: Request, form: dict[str, str]) -> str:
         return await self._verdict(request, form, False)
 
+    async def end_session(self, request: Request, form: dict[str, str]) -> str:
+        sid = request.path_params["sid"]
+        if not _SID.fullmatch(sid):
+            raise UsageError("not a session id")
+        if not self.auth.sessions.end(sid):
+            raise NotFoundError("dashboard session", sid)
+        log.info("dashboard session %s ended by session %s", sid, self.auth.session_id(request))
+        return f"/ui/healer?ended={sid}#h-sessions"
+
     async def _verdict(self, request: Request, form: dict[str, str], approve: bool) -> str:
         from healer.api.routes.incidents import _services
 
         iid = request.path_params["id"]
         if not is_safe_name(iid):
             raise UsageError("not an incident id")
-        session = self.auth.session_of(request)
         name = " ".join(form.get("by", "").split())[:60]
-        tag = f"dashboard session {session.split('.')[1][:8]}"
+        tag = f"dashboard session {self.auth.session_id(request)[:8]}"  # the list shows 16
         by = f"{name} ({tag})" if name else tag
         # In the event loop: an approved run starts as a task of this server.
         out = actions.verdict(self.ctx.settings, self.ctx.store, iid, approve=approve, by=by,
@@ -293,6 +329,7 @@ class Dashboard:
         return f"/ui/incidents/{quote(iid)}?done={out['verdict']}"
 
     async def logout(self, request: Request, form: dict[str, str]) -> Response:
+        self.auth.sessions.end(self.auth.session_id(request))
         resp = RedirectResponse("/ui/login?bye=1", 303, headers=_headers())
         resp.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
         return resp
@@ -302,24 +339,39 @@ class Dashboard:
     async def login_form(self, request: Request) -> Response:
         return self._login_page(request, "", 200)
 
-    def _login_page(self, request: Request, error: str, status: int) -> Response:
+    def _login_page(self, request: Request, error: str, status: int,
+                    headers: dict[str, str] | None = None) -> Response:
         nxt = _local(request.query_params.get("next", "/"))
-        return self._page_html(request, "login.html", self.auth.access(request), topics="",
+        page = self._page_html(request, "login.html", self.auth.access(request), topics="",
                                status=status, error=error, next=nxt,
                                bye=bool(request.query_params.get("bye")))
+        page.headers.update(headers or {})
+        return page
 
     async def login(self, request: Request) -> Response:
         form = await self._form(request)
         if not self.auth.can_log_in:
             return self._login_page(request, "no api.token is set: there is nothing to log in "
                                     "with (the dashboard is read-only on loopback)", 400)
-        if self.auth.locked_out():
-            return self._login_page(request, "too many wrong tokens: wait a minute", 429)
+        client = client_key(request.scope)
+        wait = self.auth.login.retry_after(client)
+        if wait > 0:
+            after = retry_after_header(wait)
+            return self._login_page(request, "too many wrong tokens from your address: try "
+                                    f"again in {after['Retry-After']} s", 429, after)
         if not self.auth.check_token(form.get("token", "")):
-            self.auth.failed()
+            wait = self.auth.login.failed(client)
+            if wait > 0:
+                log.warning("wrong dashboard logins from %s: it waits %.3g s", client, wait)
             return self._login_page(request, "wrong token", 401)
+        # A new session every login; the one this browser brought (if any) ends: a cookie
+        # planted before the login is worth nothing after it.
+        self.auth.sessions.end(self.auth.session_id(request))
+        sid, cookie = await asyncio.to_thread(
+            self.auth.sessions.create, client, request.headers.get("user-agent", ""))
+        log.info("dashboard login from %s: session %s", client, sid)
         resp = RedirectResponse(_local(form.get("next", "/")), 303, headers=_headers())
-        resp.set_cookie(COOKIE, self.auth.new_session(), max_age=SESSION_S, path="/",
+        resp.set_cookie(COOKIE, cookie, max_age=int(self.auth.sessions.ttl_s), path="/",
                         httponly=True, samesite="strict", secure=request.url.scheme == "https")
         return resp
 
@@ -343,10 +395,12 @@ class Dashboard:
             self._page("/ui/plays", self.plays),
             self._page("/ui/healer", self.healer),
             self._page("/ui/events", self.events),
+            self._page("/ui/sessions", self.session_list),
             self._action("/ui/human/{name}/handled", self.handled),
             self._action("/ui/human/{name}/heal-again", self.heal_again),
             self._action("/ui/incidents/{id}/approve", self.approve),
             self._action("/ui/incidents/{id}/deny", self.deny),
+            self._action("/ui/sessions/{sid}/end", self.end_session),
             self._action("/ui/logout", self.logout),
             self._public("/ui/login", self.login_form),
             self._public("/ui/login", self.login, ("POST",)),
