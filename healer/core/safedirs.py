@@ -30,6 +30,7 @@ import secrets
 import stat
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from healer.errors import UnsafeDirError
 
@@ -267,3 +268,24 @@ def replace_file(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644) -> N
         with contextlib.suppress(OSError):
             os.unlink(tmp, dir_fd=dir_fd)
         raise
+
+
+def own_dirs(settings: Any) -> list[tuple[str, Path, tuple[str, ...]]]:
+    """The folders every start checks: (label, configured dir, subdirs healer writes).
+
+    ``settings`` is healer's Settings, typed ``Any`` so that core does not import config.
+    """
+    return [
+        ("state", settings.state_path, ()),
+        ("results", settings.results_path, ("applied", "rejected")),
+        ("fleet messages", settings.fleet_path, ("human",)),
+    ]
+
+
+def ensure_own_dirs(settings: Any) -> None:
+    """At every start (``healer loop``, ``serve``, ``node``): create (0700) or check healer's
+    folders; ``UnsafeDirError`` names the first that is not safe."""
+    for _, path, subs in own_dirs(settings):
+        ensure_private_dir(path)
+        for sub in subs:
+            ensure_private_dir(path, sub)
