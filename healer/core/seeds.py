@@ -169,6 +169,14 @@ def inbox(fleet_dir: Path | str, to: str) -> list[Path]:
     return [folder / n for n in sorted(names) if NAME_RE.fullmatch(n)]
 
 
+def reject(path: Path | str, reason: str) -> None:
+    """Move a seed file that was refused to ``rejected/`` beside it, with a ``.reason``."""
+    path = Path(path)
+    with safedirs.opened(path.parent) as src, safedirs.opened(path.parent, "rejected") as dst:
+        dest = safedirs.move(src, path.name, dst)
+        safedirs.create_file(dst, dest + ".reason", f"{reason}\n".encode())
+
+
 def archive(path: Path | str) -> Path:
     """Move a handled seed file to ``archive/`` beside it."""
     path = Path(path)

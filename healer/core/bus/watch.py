@@ -350,11 +350,12 @@ class ResultsBus(Ledger):
         except FileNotFoundError:
             return
         except RejectedFile as exc:
-            with contextlib.suppress(OSError), \
-                    safedirs.opened(path.parent) as src, \
-                    safedirs.opened(path.parent, "rejected") as dst:
-                dest = safedirs.move(src, path.name, dst)
-                safedirs.create_file(dst, dest + ".reason", f"{exc.reason}\n".encode())
+            try:
+                seeds.reject(path, exc.reason)
+            except OSError:
+                pass
+            except UnsafeDirError as unsafe:
+                log.error("bus: seed %s left in the inbox: %s", path.name, unsafe)
             log.warning("bus: rejected seed %s: %s", path.name, exc.reason)
             return
         for fn in list(self._seed_subs):
