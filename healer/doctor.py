@@ -119,8 +119,9 @@ def _own_dir(label: str, folder: Path, subs: tuple[str, ...]) -> Check:
     user owns it, not group/other-writable; ``healer.core.safedirs``), then written to."""
     try:
         safedirs.ensure_private_dir(folder)
-        for sub in subs:
-            safedirs.ensure_private_dir(folder, sub)
+        problem = safedirs.check_dir(folder, *subs)
+        if problem:
+            return Check(label, False, f"{folder}: {problem}")
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
             pass
         return Check(label, True, f"{folder}: ok (no symlink, yours, not group/other-writable)")

@@ -284,8 +284,13 @@ def own_dirs(settings: Any) -> list[tuple[str, Path, tuple[str, ...]]]:
 
 def ensure_own_dirs(settings: Any) -> None:
     """At every start (``healer loop``, ``serve``, ``node``): create (0700) or check healer's
-    folders; ``UnsafeDirError`` names the first that is not safe."""
+    folders; ``UnsafeDirError`` names the first that is not safe. Subdirs are checked where
+    they exist (``human/`` appears with the first escalation, so a person sees one waiting)."""
     for _, path, subs in own_dirs(settings):
-        ensure_private_dir(path)
-        for sub in subs:
-            ensure_private_dir(path, sub)
+        with opened(path) as fd:
+            for sub in subs:
+                try:
+                    os.close(open_subdir(fd, sub, create=False, shown=os.path.join(path, sub)))
+                except UnsafeDirError as exc:
+                    if exc.reason != "does not exist":
+                        raise

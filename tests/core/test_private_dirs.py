@@ -180,9 +180,17 @@ def test_doctor_shows_a_line_per_folder(cli, dirs) -> None:  # type: ignore[no-u
 
 def test_folders_healer_creates_are_private(tmp_path: Path) -> None:
     safedirs.ensure_own_dirs(_settings(tmp_path))
+    _bus(tmp_path).check_dirs()
     for rel in ("state", "results", "results/applied", "results/rejected", "fleet",
-                "fleet/human"):
+                "fleet/me"):
         assert (tmp_path / rel).stat().st_mode & 0o777 == 0o700, rel
+
+
+def test_a_human_inbox_planted_as_a_symlink_stops_the_start(tmp_path: Path) -> None:
+    (tmp_path / "fleet").mkdir()
+    (tmp_path / "fleet" / "human").symlink_to(_elsewhere(tmp_path))
+    with pytest.raises(UnsafeDirError, match="fleet/human: is a symlink"):
+        safedirs.ensure_own_dirs(_settings(tmp_path))
 
 
 def test_an_ancestor_symlink_only_roots_is_followed(tmp_path: Path) -> None:
