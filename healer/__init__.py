@@ -48,6 +48,7 @@ _EXPORTS = {
     "ConflictError": "healer.errors",
     "NotFoundError": "healer.errors",
     "RejectedFile": "healer.errors",
+    "UnsafeDirError": "healer.errors",
     "ExecutorError": "healer.errors",
     "AgentUnavailableError": "healer.errors",
     "AgentProcessError": "healer.errors",

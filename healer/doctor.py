@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from healer.config import Settings
+from healer.core import safedirs
+from healer.errors import UnsafeDirError
 from healer.resources import optional
 
 # The play healer's GitHub watcher: reachable, as whom, scopes, rate limit (None: not set up).
@@ -112,22 +114,26 @@ def tools(settings: Settings) -> list[Check]:
     ]
 
 
-def _writable(label: str, folder: Path) -> Check:
+def _own_dir(label: str, folder: Path, subs: tuple[str, ...]) -> Check:
+    """Created (0700) if missing, then checked as every start checks it (no symlink, healer's
+    user owns it, not group/other-writable; ``healer.core.safedirs``), then written to."""
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        safedirs.ensure_private_dir(folder)
+        problem = safedirs.check_dir(folder, *subs)
+        if problem:
+            return Check(label, False, f"{folder}: {problem}")
         with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
             pass
-        return Check(label, True, str(folder))
+        return Check(label, True, f"{folder}: ok (no symlink, yours, not group/other-writable)")
+    except UnsafeDirError as exc:
+        return Check(label, False, str(exc))
     except OSError as exc:
         return Check(label, False, f"{folder}: {exc.strerror}")
 
 
 def folders(settings: Settings) -> list[Check]:
-    return [
-        _writable("dir: state", settings.state_path),
-        _writable("dir: results", settings.results_path),
-        _writable("dir: fleet messages", settings.fleet_path),
-    ]
+    return [_own_dir(f"dir: {label}", path, subs)
+            for label, path, subs in safedirs.own_dirs(settings)]
 
 
 def executor_choice(settings: Settings) -> Check:

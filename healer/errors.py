@@ -13,6 +13,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
+    ├── UnsafeDirError               a directory healer writes is not private (path, reason) exit 2
     ├── GitHubError                  the GitHub watcher's request failed (status, path)
     │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     ├── ExecutorError                an agent run failed (run_id, agent)
@@ -124,6 +125,22 @@ class RejectedFile(HealerError):
     def __init__(self, reason: str):
         self.reason = reason
         super().__init__(reason)
+
+
+class UnsafeDirError(HealerError):
+    """A directory healer creates or writes into is not safe to use: a symlink, owned by
+    another user, writable by group/others, or not a directory (``path``, ``reason``).
+
+    healer refuses to start on one (like OpenSSH's ``StrictModes``) rather than let another
+    local user redirect or read what it writes.
+    """
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, path: str, reason: str):
+        self.path = path
+        self.reason = reason
+        super().__init__(f"unsafe directory {path}: {reason}")
 
 
 class ExecutorError(HealerError):

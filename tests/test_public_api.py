@@ -18,6 +18,7 @@ EXPECTED = {
     "Dispatcher", "dispatcher", "AgentTask", "RunOutcome", "select_executor",
     "SlotPool", "Store", "open_store", "Seed", "HealerError", "UsageError", "ConfigError",
     "UnsafeNameError", "StoreError", "ConflictError", "NotFoundError", "RejectedFile",
+    "UnsafeDirError",
     "ExecutorError", "AgentUnavailableError", "AgentProcessError", "AgentResultError",
     "AgentTimeoutError", "SlotWaitError", "UnavailableError",
 }

@@ -42,6 +42,9 @@ def main(argv: list[str]) -> int:
         from healer.fleet.node import NodeDaemon, serve
 
         settings = settings_from(args)
+        from healer.core import safedirs
+
+        safedirs.ensure_own_dirs(settings)  # private and healer's own, or no start
         try:
             if args.node_id:
                 safe_name(args.node_id, "node id")

@@ -35,11 +35,16 @@ from healer.config.sections import (
 class Settings:
     """The whole settings tree. Paths are relative to the working directory."""
 
-    state_dir: str = setting(".healer", "Where records, the ledger and worktrees live.",
+    state_dir: str = setting(".healer", "Where records, the ledger and worktrees live. Private: "
+                             "created 0700; healer refuses a symlink, another user's or a "
+                             "group/other-writable folder.",
                              env="HEALER_STATE_DIR")
-    results_dir: str = setting("/tmp/atlas-agent-results", "Where agents drop result JSON.",
+    results_dir: str = setting("/tmp/atlas-agent-results", "Where agents drop result JSON. "
+                               "Checked like state_dir at every start (in /tmp, so that no "
+                               "other user can own it first).",
                                env="HEALER_RESULTS_DIR")
-    fleet_dir: str = setting(".fleet-messages", "Seed-file folders, one per recipient.",
+    fleet_dir: str = setting(".fleet-messages", "Seed-file folders, one per recipient. "
+                             "Checked like state_dir.",
                              env="HEALER_FLEET_DIR")
     node_id: str = setting("", "This machine's fleet node id; empty derives it from the "
                            "hostname.", env="HEALER_NODE_ID")

@@ -12,6 +12,10 @@ also keeps **one open seed file** per key: while that file is still in ``human/`
 not moved it to ``archive/``), the next escalation rewrites it in place instead of adding a
 file, and its forge issue gets a comment (at most once per ``comment_every_s`` while the title
 stays the same). The record of the open escalation is ``escalations/<dedup_key>`` in the store.
+
+The seed folder is opened with ``healer.core.safedirs``: when ``human/`` (or a folder above it
+healer owns) is a symlink, another user's or group/other-writable, nothing is written and an
+ERROR line names the folder and why; the issue and notification still go out.
 """
 
 from __future__ import annotations
@@ -24,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from healer.core import seeds
-from healer.core.files import atomic_write_bytes
+from healer.core import safedirs, seeds
 from healer.core.publish.forge_issues import IssueRef, Issues, dedup_key
 from healer.core.publish.notify import post_discord
 from healer.core.store import Store
+from healer.errors import UnsafeDirError
 
 log = logging.getLogger(__name__)
 
@@ -164,13 +168,17 @@ async def escalate(settings: Any, store: Store, esc: Escalation, *,
                           type=esc.kind, severity=esc.severity, incident=esc.incident)
         if prior:
             seed_path = Path(prior["seed_file"])
-            atomic_write_bytes(seed_path, seeds.render(seed).encode())
+            with safedirs.opened(seed_path.parent, create=False) as fd:
+                safedirs.replace_file(fd, seed_path.name, seeds.render(seed).encode())
             updated = True
         else:
             seed_path = seeds.write(settings.fleet_path, seed)
             if esc.one_open:  # found again from any working directory
                 seed_path = seed_path.resolve()
         _count(metrics, "seed")
+    except UnsafeDirError as exc:
+        seed_path = None
+        log.error("escalation seed file for %s not written: %s", esc.target, exc)
     except Exception:
         log.exception("escalation seed file for %s could not be written", esc.target)
     ref: IssueRef | None = None

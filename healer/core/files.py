@@ -1,6 +1,10 @@
 """The one way healer writes files: temp file in the same folder, fsync, rename.
 
 A reader never sees half a file, and a crash leaves either the old content or the new one.
+The temp file is created ``O_CREAT | O_EXCL | O_NOFOLLOW`` (a planted name or symlink is never
+written through), and the rename replaces a symlink at ``path`` rather than following it.
+Folders healer owns are opened with ``healer.core.safedirs`` first; this module trusts the
+folder it is given.
 """
 
 from __future__ import annotations
@@ -8,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -25,19 +29,30 @@ def _fsync_dir(folder: Path) -> None:
 
 def _write_temp(path: Path, data: bytes, mode: int, durable: bool = True) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # O_EXCL | O_NOFOLLOW: a name someone planted (a symlink to a file of theirs or ours) is
+    # never written through; a fresh random name is tried instead.
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        break
+    else:
+        raise FileExistsError(f"no free temp name beside {path}")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
+            os.fchmod(fh.fileno(), mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return Path(tmp)
+    return tmp
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,

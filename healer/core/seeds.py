@@ -5,13 +5,16 @@
 The front matter (``schemas/seed-file.schema.json``) says who, to whom, what about; the body is
 Markdown a person can act on without other context. Human escalations go to ``human/``.
 Handled files move to ``<to>/archive/``. Two files from one node in one second get ``-2``,
-``-3`` … after the time stamp, so nothing is overwritten.
+``-3`` … after the time stamp, so nothing is overwritten. Every folder is opened with
+``healer.core.safedirs`` (no symlink followed, private, healer's own): a ``human/`` planted as
+a symlink gets ``UnsafeDirError``, and nothing is written through it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import secrets
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -20,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from healer.core.files import atomic_create_bytes
+from healer.core import safedirs
 from healer.core.names import safe_name
 from healer.core.schemas import errors as schema_errors
 from healer.errors import RejectedFile
@@ -89,14 +92,29 @@ def write(fleet_dir: Path | str, seed: Seed, *, clock: float | None = None) -> P
     safe_name(seed.sender, "seed sender")
     text = render(seed).encode()
     folder = Path(fleet_dir) / seed.to
-    folder.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if clock is None else clock))
-    for seq in range(1, 10000):
-        middle = stamp if seq == 1 else f"{stamp}-{seq}"
-        path = folder / f"{middle}-from-{seed.sender}.md"
-        if atomic_create_bytes(path, text):
-            return path
+    with safedirs.opened(fleet_dir, seed.to) as fd:
+        for seq in range(1, 10000):
+            middle = stamp if seq == 1 else f"{stamp}-{seq}"
+            name = f"{middle}-from-{seed.sender}.md"
+            if _create(fd, name, text):
+                return folder / name
     raise RejectedFile(f"too many seed files from {seed.sender} in one second")
+
+
+def _create(dir_fd: int, name: str, data: bytes) -> bool:
+    """Create ``name`` whole or not at all: written to a temp name, then linked (which fails
+    if the name is taken), so a reader never sees half a seed."""
+    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
+    if not safedirs.create_file(dir_fd, tmp, data, mode=0o644):
+        return False
+    try:
+        os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+    except FileExistsError:
+        return False
+    finally:
+        os.unlink(tmp, dir_fd=dir_fd)
+    return True
 
 
 def parse(text: str, *, path: Path | None = None) -> Seed:
@@ -151,15 +169,21 @@ def inbox(fleet_dir: Path | str, to: str) -> list[Path]:
     return [folder / n for n in sorted(names) if NAME_RE.fullmatch(n)]
 
 
+def reject(path: Path | str, reason: str) -> None:
+    """Move a seed file that was refused to ``rejected/`` beside it, with a ``.reason``."""
+    path = Path(path)
+    with safedirs.opened(path.parent) as src, safedirs.opened(path.parent, "rejected") as dst:
+        dest = safedirs.move(src, path.name, dst)
+        safedirs.create_file(dst, dest + ".reason", f"{reason}\n".encode())
+
+
 def archive(path: Path | str) -> Path:
     """Move a handled seed file to ``archive/`` beside it."""
     path = Path(path)
-    dest_dir = path.parent / "archive"
-    dest_dir.mkdir(exist_ok=True)
-    dest = dest_dir / path.name
-    n = 1
-    while dest.exists():
-        n += 1
-        dest = dest_dir / f"{path.stem}.{n}{path.suffix}"
-    os.rename(path, dest)
-    return dest
+    with safedirs.opened(path.parent) as src, safedirs.opened(path.parent, "archive") as dst:
+        dest, n = path.name, 1
+        while safedirs.exists(dst, dest):
+            n += 1
+            dest = f"{path.stem}.{n}{path.suffix}"
+        os.rename(path.name, dest, src_dir_fd=src, dst_dir_fd=dst)
+    return path.parent / "archive" / dest

@@ -36,8 +36,8 @@ from starlette.routing import Route
 
 from healer import __version__
 from healer.config import NodeEntry, Settings
-from healer.core import seeds
-from healer.errors import RejectedFile, UsageError
+from healer.core import safedirs, seeds
+from healer.errors import HealerError, RejectedFile, UsageError
 from healer.fleet import messages
 from healer.fleet.channels import CHANNELS, FleetContext, Outcome
 from healer.fleet.natslink import HEARTBEATS, NatsLink, subject
@@ -186,8 +186,8 @@ class NodeDaemon:
         if action == "reconnect_nats":
             await self.link.reconnect()
         elif action == "self_check":
-            with contextlib.suppress(OSError):
-                await asyncio.to_thread(self.inbox.mkdir, parents=True, exist_ok=True)
+            with contextlib.suppress(OSError, HealerError):  # private, no symlink followed
+                await asyncio.to_thread(safedirs.ensure_private_dir, self.inbox)
             if not self.link.connected:
                 await self.link.reconnect()
             await self.link.publish(subject(self.node_id, "heartbeat"), self.heartbeat())
@@ -255,7 +255,7 @@ class NodeDaemon:
                 for path in await asyncio.to_thread(seeds.inbox, self.settings.fleet_path,
                                                     self.node_id):
                     await self._take_seed(path)
-            except (OSError, UsageError) as exc:
+            except (OSError, HealerError) as exc:
                 self.error(f"seed inbox: {exc}")
             await asyncio.sleep(interval)
 
@@ -267,13 +267,11 @@ class NodeDaemon:
             return
         except (RejectedFile, UsageError) as exc:
             self.error(f"seed file {path.name} rejected: {exc}")
-            rejected = path.parent / "rejected"
-            with contextlib.suppress(OSError):
-                rejected.mkdir(exist_ok=True)
-                os.replace(path, rejected / path.name)
+            with contextlib.suppress(OSError, HealerError):
+                await asyncio.to_thread(seeds.reject, path, str(exc))
             return
         await self.handle(msg, "seed")
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, HealerError):
             await asyncio.to_thread(seeds.archive, path)
 
     # -- HTTP ----------------------------------------------------------------------------
@@ -340,8 +338,8 @@ class NodeDaemon:
                 raise OSError(f"node daemon could not serve on {self.host}:{self.port}")
             await asyncio.sleep(0.01)
         self.url = f"http://{self.host}:{self.port}"
-        with contextlib.suppress(OSError):
-            self.inbox.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(OSError, HealerError):  # private, no symlink followed
+            safedirs.ensure_private_dir(self.inbox)
         await self.link.subscribe(subject(self.node_id, "message"), self._on_message)
         await self.link.subscribe(subject(self.node_id, "ping"), self._on_ping)
         await self.link.subscribe(HEARTBEATS, self._on_heartbeat)

@@ -28,6 +28,7 @@ from healer import __version__
 from healer.agents import dispatcher
 from healer.api.metrics import Metrics
 from healer.config import Settings
+from healer.core import safedirs
 from healer.core.bus import AgentResult, ResultsBus
 from healer.core.files import atomic_write_json
 from healer.core.seeds import Seed
@@ -174,7 +175,8 @@ async def run(settings: Settings, *, once: bool = False, duration: float | None 
               on_started: Callable[[Healer], None] | None = None) -> int:
     """Run the loop until a signal, ``once`` (one pass) or ``duration`` seconds;
     ``on_started`` is called once every service is up (``healer serve`` prints its URL)."""
-    settings.state_path.mkdir(parents=True, exist_ok=True)
+    # healer's folders are private and its own, or it does not start (UnsafeDirError).
+    safedirs.ensure_own_dirs(settings)
     lock = FileLock(settings.state_path / "loop.lock", timeout=0)
     try:
         lock.acquire()

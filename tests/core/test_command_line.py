@@ -51,7 +51,7 @@ class TestDoctor:
         names = {c["name"]: c for c in report["checks"]}
         assert report["ok"] is True
         assert names["tool: git"]["ok"]
-        assert names["dir: state"]["detail"] == str(dirs.state)
+        assert names["dir: state"]["detail"].startswith(f"{dirs.state}: ok")
         assert "executor" in names
 
     def test_unwritable_dir_fails(self, cli, dirs) -> None:  # type: ignore[no-untyped-def]

@@ -24,6 +24,7 @@ from healer.agents.definitions import AgentDefinition, get_definition
 from healer.agents.prompts import DEFAULT_TEMPLATE, render_task, templates
 from healer.agents.sandbox import Sandbox, Wrapped, checkout_paths, parse_endpoint, sandbox_for
 from healer.agents.task import AgentTask, RunOutcome, new_run_id
+from healer.core import safedirs
 from healer.core.bus.results import read_result
 from healer.core.files import atomic_write_bytes
 from healer.core.slots import Slot, SlotPool
@@ -189,10 +190,10 @@ class Executor(abc.ABC):
         results_dir = self.settings.results_path.resolve()
         path = results.reserve_result_path(results_dir, kind, task.target)
         if create:
-            results_dir.mkdir(parents=True, exist_ok=True)
-            run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            if not own:
-                Path(cwd).mkdir(exist_ok=True)
+            # Private, healer's own, no symlink followed (UnsafeDirError otherwise).
+            safedirs.ensure_private_dir(results_dir)
+            run_parts = ("agents", "runs", run_id) if own else ("agents", "runs", run_id, "work")
+            safedirs.ensure_private_dir(self.settings.state_path, *run_parts)
             _prune(runs_root, KEEP_RUN_DIRS)
         staged = run_dir / path.name
         run = RunInfo(agent=task.agent, kind=kind, target=task.target, run_id=task.run_id,

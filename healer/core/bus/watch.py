@@ -14,6 +14,16 @@ written: it is waited for while it changes or its writer holds it open, up to
 unchanged for ``bus.settle_s``. Dot-files and ``*.tmp``/``*.part`` files are writes in
 progress and are left alone (until they are abandoned for 10 minutes).
 
+A name that is not UTF-8 or holds control characters is rejected at once (under a hashed
+``<sha256>.bad`` name, its raw bytes quoted in the ``.reason``), even if it looks like a write
+in progress.
+
+The results dir, ``applied/``, ``rejected/`` and the seed inbox are healer's own
+(``healer.core.safedirs``): created 0700, checked at start (``UnsafeDirError`` refuses a
+symlink, another user's folder or a group/other-writable one), and every move goes through
+descriptors of the checked folders, so a folder swapped for a symlink later is refused too
+(the file stays where it is, and an ERROR line says why).
+
 The same watcher also takes the fleet's seed files from this node's inbox.
 """
 
@@ -34,7 +44,7 @@ from typing import Any
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from healer.core import seeds
+from healer.core import safedirs, seeds
 from healer.core.bus.ledger import AgentResult, Ledger
 from healer.core.bus.validate import (
     RESULT_NAME,
@@ -43,9 +53,8 @@ from healer.core.bus.validate import (
     PartialFiles,
     check_file,
 )
-from healer.core.files import atomic_write_bytes
 from healer.core.store.base import Store
-from healer.errors import RejectedFile
+from healer.errors import RejectedFile, UnsafeDirError
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +137,7 @@ class ResultsBus(Ledger):
 
     def start(self) -> None:
         """Recover, scan what arrived while down, then watch."""
-        self.results_dir.mkdir(parents=True, exist_ok=True)
-        for sub in SUBDIRS:
-            (self.results_dir / sub).mkdir(exist_ok=True)
+        self.check_dirs()
         self.recover()
         self._stop.clear()
         self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
@@ -142,10 +149,19 @@ class ResultsBus(Ledger):
         self._observer.schedule(handler, str(self.results_dir), recursive=False)
         inbox = self.inbox_dir
         if inbox is not None:
-            inbox.mkdir(parents=True, exist_ok=True)
             self._observer.schedule(handler, str(inbox), recursive=False)
         self._observer.daemon = True
         self._observer.start()
+
+    def check_dirs(self) -> None:
+        """Create (0700) or check the results dir, ``applied/``, ``rejected/`` and the seed
+        inbox: ``UnsafeDirError`` if one is a symlink, another user's or group/other-writable
+        (see ``healer.core.safedirs``)."""
+        safedirs.ensure_private_dir(self.results_dir)
+        for sub in SUBDIRS:
+            safedirs.ensure_private_dir(self.results_dir, sub)
+        if self.fleet_dir is not None and self.node:
+            safedirs.ensure_private_dir(self.fleet_dir, self.node)
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._observer is not None:
@@ -240,6 +256,9 @@ class ResultsBus(Ledger):
         name = path.name
         if name in SUBDIRS or not os.path.lexists(path):
             return
+        if _odd_name(name):
+            self._reject(path, "name is not UTF-8 or holds control characters")
+            return
         if _IN_PROGRESS.search(name):
             self._maybe_abandoned(path)
             return
@@ -292,27 +311,36 @@ class ResultsBus(Ledger):
         self._file_event(result, path.name)
         self._move(path, "applied")
 
-    def _move(self, path: Path, sub: str) -> Path:
-        dest = self.results_dir / sub / path.name
-        if len(path.name.encode()) > 200:
-            dest = dest.with_name(hashlib.sha256(path.name.encode()).hexdigest()[:32] + ".bad")
-        n = 1
-        while os.path.lexists(dest):
-            n += 1
-            dest = dest.with_name(f"{dest.name}.{n}")
-        with contextlib.suppress(FileNotFoundError):
-            os.rename(path, dest)
+    def _move(self, path: Path, sub: str, reason: str | None = None) -> str | None:
+        """Move ``path`` into ``sub``/ (and write its ``.reason``) through descriptors of the
+        checked folders; the name it got, or None if it vanished or a folder is unsafe."""
+        raw = os.fsencode(path.name)
+        dest = path.name
+        if len(raw) > 200 or _odd_name(path.name):
+            dest = hashlib.sha256(raw).hexdigest()[:32] + ".bad"
+        try:
+            with safedirs.opened(self.results_dir) as src, \
+                    safedirs.opened(self.results_dir, sub) as dst:
+                try:
+                    dest = safedirs.move(src, path.name, dst, dest)
+                except FileNotFoundError:
+                    return None
+                if reason is not None:
+                    with contextlib.suppress(OSError):
+                        safedirs.create_file(dst, dest + ".reason", (
+                            f"{reason}\nfile: {_shown(path.name)}\n").encode())
+        except UnsafeDirError as exc:
+            log.error("bus: %s; %s stays in the results dir", exc, _shown(path.name))
+            return None
         return dest
 
     def _reject(self, path: Path, reason: str) -> None:
-        dest = self._move(path, "rejected")
-        with contextlib.suppress(OSError):
-            atomic_write_bytes(dest.with_name(dest.name + ".reason"),
-                               f"{reason}\nfile: {path.name!r}\n".encode())
+        self._move(path, "rejected", reason)
+        name = _printable(path.name)
         self.stats.rejected += 1
-        self.stats.last_rejections = [*self.stats.last_rejections[-19:], (path.name, reason)]
-        log.warning("bus: rejected %r: %s", path.name, reason)
-        self._file_event(None, path.name, reason)
+        self.stats.last_rejections = [*self.stats.last_rejections[-19:], (name, reason)]
+        log.warning("bus: rejected %s: %s", _shown(path.name), reason)
+        self._file_event(None, name, reason)
 
     def _process_seed(self, path: Path) -> None:
         if _IN_PROGRESS.search(path.name) or not seeds.NAME_RE.fullmatch(path.name):
@@ -322,11 +350,12 @@ class ResultsBus(Ledger):
         except FileNotFoundError:
             return
         except RejectedFile as exc:
-            dest = path.parent / "rejected"
-            dest.mkdir(exist_ok=True)
-            with contextlib.suppress(OSError):
-                os.rename(path, dest / path.name)
-                atomic_write_bytes(dest / (path.name + ".reason"), f"{exc.reason}\n".encode())
+            try:
+                seeds.reject(path, exc.reason)
+            except OSError:
+                pass
+            except UnsafeDirError as unsafe:
+                log.error("bus: seed %s left in the inbox: %s", path.name, unsafe)
             log.warning("bus: rejected seed %s: %s", path.name, exc.reason)
             return
         for fn in list(self._seed_subs):
@@ -334,9 +363,33 @@ class ResultsBus(Ledger):
                 fn(seed)
             except Exception:
                 log.exception("bus: seed subscriber failed on %s", path.name)
-        with contextlib.suppress(FileNotFoundError):
+        try:
             seeds.archive(path)
+        except FileNotFoundError:
+            pass
+        except UnsafeDirError as exc:
+            log.error("bus: seed %s not archived: %s", path.name, exc)
         self.stats.seeds += 1
+
+
+def _not_utf8(name: str) -> bool:
+    return any(0xDC80 <= ord(c) <= 0xDCFF for c in name)  # surrogate-escaped raw bytes
+
+
+def _odd_name(name: str) -> bool:
+    """Not UTF-8 or holds control characters: kept out of the names healer writes."""
+    return _not_utf8(name) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+
+
+def _printable(name: str) -> str:
+    """A file name as it may appear in an event or the stats: the raw bytes' repr when it is
+    not UTF-8, so the record itself stays valid text."""
+    return repr(os.fsencode(name)) if _not_utf8(name) else name
+
+
+def _shown(name: str) -> str:
+    """A file name quoted for a log line or a ``.reason`` file."""
+    return repr(os.fsencode(name)) if _not_utf8(name) else repr(name)
 
 
 class _Handler(FileSystemEventHandler):
