@@ -49,21 +49,23 @@ class TestSignatures:
         assert beats.record(doc) is None
         assert refusals.snapshot() == {"heartbeat:replayed": 1}
 
-    @pytest.mark.parametrize("doc,why", [
-        (beat(host="127.0.0.99"), "unsigned"),
-        (sign(beat(), "another-fleets-secret-000000", "heartbeat"), "bad_signature"),
-        ({**sign(beat(), SECRET, "heartbeat"), "host": "127.0.0.99"}, "bad_signature"),
-        ({**sign(beat(), SECRET, "heartbeat"), "interactive_session": True}, "bad_signature"),
-        (sign(beat(), SECRET, "message"), "bad_signature"),
-        (sign(beat(), SECRET, "heartbeat", now=1000.0), "stale"),
-        ({**beat(), "sig": {"v": 1, "ts": "soon", "nonce": "x", "mac": "y"}}, "malformed"),
+    @pytest.mark.parametrize("make,why", [
+        (lambda: beat(host="127.0.0.99"), "unsigned"),
+        (lambda: sign(beat(), "another-fleets-secret-000000", "heartbeat"), "bad_signature"),
+        (lambda: {**sign(beat(), SECRET, "heartbeat"), "host": "127.0.0.99"}, "bad_signature"),
+        (lambda: {**sign(beat(), SECRET, "heartbeat"), "interactive_session": True},
+         "bad_signature"),
+        (lambda: sign(beat(), SECRET, "message"), "bad_signature"),
+        (lambda: sign(beat(), SECRET, "heartbeat", now=1000.0), "stale"),
+        (lambda: {**beat(), "sig": {"v": 1, "ts": "soon", "nonce": "x", "mac": "y"}},
+         "malformed"),
     ])
-    def test_forged_heartbeats_are_refused_and_counted(self, doc: Any, why: str) -> None:
+    def test_forged_heartbeats_are_refused_and_counted(self, make: Any, why: str) -> None:
         """Unsigned, wrongly keyed, altered after signing, signed for another purpose, stale
         or malformed: refused, remembered nowhere, counted by reason."""
         refusals = Refusals()
         beats = Heartbeats(Verifier(SECRET, refusals=refusals))
-        assert beats.record(doc) is None and beats.get("n3") is None
+        assert beats.record(make()) is None and beats.get("n3") is None
         assert refusals.snapshot() == {f"heartbeat:{why}": 1}
 
     def test_an_older_heartbeat_cannot_move_a_node_back(self) -> None:
