@@ -13,7 +13,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
-    ├── BadSignature                 a fleet document unsigned, forged, stale, replayed (reason)
+    ├── SignatureError               a fleet document unsigned, forged, stale, replayed (reason)
     ├── GitHubError                  the GitHub watcher's request failed (status, path)
     │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     ├── ExecutorError                an agent run failed (run_id, agent)
@@ -127,7 +127,7 @@ class RejectedFile(HealerError):
         super().__init__(reason)
 
 
-class BadSignature(HealerError):
+class SignatureError(HealerError):
     """A heartbeat, fleet message or identity proof whose signature does not hold.
 
     ``reason`` is one of a short fixed set (``unsigned``, ``malformed``, ``stale``,

@@ -52,7 +52,7 @@ def parse(raw: bytes) -> dict[str, Any]:
 
 
 def parse_signed(raw: bytes, verifier: Verifier) -> dict[str, Any]:
-    """Bytes off the network → a validated message whose signature holds (``BadSignature``
+    """Bytes off the network → a validated message whose signature holds (``SignatureError``
     otherwise: unsigned, forged, stale or replayed)."""
     return validate(verifier.check(_load(raw), "message"))
 

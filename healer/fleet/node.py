@@ -43,7 +43,7 @@ from starlette.routing import Route
 from healer import __version__
 from healer.config import NodeEntry, Settings
 from healer.core import seeds
-from healer.errors import BadSignature, RejectedFile, UsageError
+from healer.errors import RejectedFile, SignatureError, UsageError
 from healer.fleet import messages
 from healer.fleet.channels import CHANNELS, FleetContext, Outcome
 from healer.fleet.natslink import HEARTBEATS, NatsAuth, NatsLink, subject
@@ -238,7 +238,7 @@ class NodeDaemon:
         try:
             msg = messages.parse_signed(m.data, self.verifier)
             _, reply = await self.handle(msg, "nats")
-        except BadSignature as exc:
+        except SignatureError as exc:
             reply = {"status": "error", "error": f"message refused: {exc.reason}"}
         except UsageError as exc:
             reply = {"status": "error", "error": str(exc)}
@@ -320,7 +320,7 @@ class NodeDaemon:
         raw = await request.body()
         try:
             msg = messages.parse_signed(raw, self.verifier)
-        except BadSignature as exc:
+        except SignatureError as exc:
             return JSONResponse({"status": "error", "error": f"message refused: {exc.reason}"},
                                 status_code=401)
         except UsageError as exc:

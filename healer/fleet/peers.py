@@ -30,7 +30,7 @@ from healer.agents.context import ChannelStatus, Peer
 from healer.config import MultifleetConfig, NodeEntry, Settings, load_multifleet
 from healer.core.files import atomic_write_bytes
 from healer.core.names import safe_host, safe_name, safe_port
-from healer.errors import BadSignature, ConfigError, UnsafeNameError, UsageError
+from healer.errors import ConfigError, SignatureError, UnsafeNameError, UsageError
 from healer.fleet.signing import Verifier, signed_at
 
 log = logging.getLogger(__name__)
@@ -238,7 +238,7 @@ class Heartbeats:
     def record(self, data: Any) -> Announcement | None:
         try:
             body = self.verifier.check(data, "heartbeat")
-        except BadSignature:
+        except SignatureError:
             return None  # counted and logged by the verifier
         try:
             beat = parse_heartbeat(body, self.clock())

@@ -7,7 +7,7 @@ node.
    document (sorted keys, no ``sig``, no ``relayed_by`` — the chief adds that when it relays,
    and the sender's signature must still hold).
 2. ``Verifier.check(doc, purpose)`` returns the document without ``sig`` or raises
-   ``BadSignature`` with one reason of a fixed set:
+   ``SignatureError`` with one reason of a fixed set:
 
    ==============  ======================================================================
    ``no_secret``   this side has no fleet secret: nothing can be verified, so nothing is
@@ -41,7 +41,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from healer.errors import BadSignature, ConfigError
+from healer.errors import ConfigError, SignatureError
 
 log = logging.getLogger(__name__)
 
@@ -105,41 +105,41 @@ class Verifier:
         self._seen: OrderedDict[str, float] = OrderedDict()
 
     def check(self, doc: Any, purpose: str) -> dict[str, Any]:
-        """``doc`` without its signature, or ``BadSignature`` (counted in ``refusals``)."""
+        """``doc`` without its signature, or ``SignatureError`` (counted in ``refusals``)."""
         try:
             return self._check(doc, purpose)
-        except BadSignature as exc:
+        except SignatureError as exc:
             self.refusals.count(purpose, exc.reason, exc.detail)
             raise
 
     def _check(self, doc: Any, purpose: str) -> dict[str, Any]:
         if len(self.secret) < MIN_SECRET:
-            raise BadSignature("no_secret", "no fleet secret configured here")
+            raise SignatureError("no_secret", "no fleet secret configured here")
         if not isinstance(doc, dict) or FIELD not in doc:
-            raise BadSignature("unsigned", f"a {purpose} without a signature")
+            raise SignatureError("unsigned", f"a {purpose} without a signature")
         sig = doc[FIELD]
         if not isinstance(sig, dict) or sig.get("v") != 1:
-            raise BadSignature("malformed", "unknown signature version")
+            raise SignatureError("malformed", "unknown signature version")
         ts, nonce, mac = sig.get("ts"), sig.get("nonce"), sig.get("mac")
         if (not isinstance(ts, int | float) or isinstance(ts, bool) or not math.isfinite(ts)
                 or not isinstance(nonce, str) or not 16 <= len(nonce) <= 64
                 or not isinstance(mac, str) or len(mac) != 64):
-            raise BadSignature("malformed", "signature fields of the wrong type or size")
+            raise SignatureError("malformed", "signature fields of the wrong type or size")
         now = self.clock()
         if abs(now - ts) > self.window_s:
-            raise BadSignature("stale", f"signed {now - ts:.0f} s from now "
+            raise SignatureError("stale", f"signed {now - ts:.0f} s from now "
                                f"(window ±{self.window_s:.0f} s)")
         try:
             body = canonical(doc)
         except (TypeError, ValueError) as exc:
-            raise BadSignature("malformed", "not canonical JSON") from exc
+            raise SignatureError("malformed", "not canonical JSON") from exc
         want = _mac(self.secret, purpose.encode(), repr(float(ts)).encode(), nonce.encode(),
                     body)
         if not hmac.compare_digest(want.encode(), mac.encode()):
-            raise BadSignature("bad_signature", f"the {purpose}'s MAC does not match")
+            raise SignatureError("bad_signature", f"the {purpose}'s MAC does not match")
         self._forget(now)
         if nonce in self._seen:
-            raise BadSignature("replayed", f"the {purpose}'s nonce was seen already")
+            raise SignatureError("replayed", f"the {purpose}'s nonce was seen already")
         self._seen[nonce] = now
         while len(self._seen) > self.max_nonces:
             self._seen.popitem(last=False)

@@ -17,7 +17,7 @@ import pytest
 
 from healer.agents import AgentTask, PlaybookExecutor
 from healer.config import load_settings
-from healer.errors import BadSignature
+from healer.errors import SignatureError
 from healer.fleet import messages
 from healer.fleet.natslink import subject
 from healer.fleet.peers import Heartbeats, update_address
@@ -80,7 +80,7 @@ class TestSignatures:
 
     def test_without_a_secret_nothing_verifies(self) -> None:
         """A side with no secret refuses everything instead of trusting everything."""
-        with pytest.raises(BadSignature) as info:
+        with pytest.raises(SignatureError) as info:
             Verifier("").check(sign(beat(), SECRET, "heartbeat"), "heartbeat")
         assert info.value.reason == "no_secret"
 
