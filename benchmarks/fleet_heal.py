@@ -121,7 +121,8 @@ async def fan_out(fleet: LocalFleet, root: Path, peers: int) -> dict[str, float]
     async def never_answer(m: Any) -> None:
         return None
 
-    silent = await nats.connect(fleet.node("n1").nats_url)
+    silent = await nats.connect(fleet.node("n1").nats_url, user=fleet.nats_user,
+                                password=fleet.nats_password)
     await silent.subscribe("fleet.*.ping", cb=never_answer)
     ctx = FleetContext.open(settings)
     try:

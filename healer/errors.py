@@ -14,6 +14,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
     ├── UnsafeDirError               a directory healer writes is not private (path, reason) exit 2
+    ├── SignatureError               a fleet document unsigned, forged, stale, replayed (reason)
     ├── GitHubError                  the GitHub watcher's request failed (status, path)
     │   └── GitHubRateLimitError     a rate limit holds further requests (until, secondary)
     ├── ExecutorError                an agent run failed (run_id, agent)
@@ -141,6 +142,19 @@ class UnsafeDirError(HealerError):
         self.path = path
         self.reason = reason
         super().__init__(f"unsafe directory {path}: {reason}")
+
+
+class SignatureError(HealerError):
+    """A heartbeat, fleet message or identity proof whose signature does not hold.
+
+    ``reason`` is one of a short fixed set (``unsigned``, ``malformed``, ``stale``,
+    ``bad_signature``, ``replayed``, ``no_secret``): it labels a metric, so it stays bounded.
+    """
+
+    def __init__(self, reason: str, detail: str = ""):
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{reason}: {detail}" if detail else reason)
 
 
 class ExecutorError(HealerError):

@@ -76,6 +76,7 @@ def test_three_kinds_four_incidents_each_never_more_than_two_agents(tmp_path: Pa
     env = healer_env(
         tmp_path / "state", tmp_path / "results", tmp_path / "fleet",
         HEALER_FLEET_CONFIG=str(fleet_config), HEALER__API__ENABLED="true",
+        HEALER_FLEET_SECRET="one-limit-test-fleet-secret",
         HEALER_PORT=str(port), HEALER_EXECUTOR="command", HEALER_TOKEN=TOKEN,
         HEALER__EXECUTOR__COMMANDS=json.dumps(
             {"*": [sys.executable, str(script), str(probe), "{result_file}"]}),

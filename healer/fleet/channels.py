@@ -100,7 +100,7 @@ class NatsChannel(Channel):
 
     async def send(self, ctx: FleetContext, node: NodeEntry, msg: dict[str, Any],
                    timeout: float) -> Outcome:
-        return await self._request(ctx, node, "message", msg, timeout)
+        return await self._request(ctx, node, "message", ctx.signed(msg), timeout)
 
     async def _request(self, ctx: FleetContext, node: NodeEntry, what: str,
                        data: dict[str, Any], timeout: float) -> Outcome:
@@ -160,7 +160,8 @@ async def _health(ctx: FleetContext, url: str, node: NodeEntry, timeout: float) 
 async def _post(ctx: FleetContext, url: str, msg: dict[str, Any], timeout: float) -> Outcome:
     start = time.monotonic()
     try:
-        resp = await ctx.http.post(url, json=msg, headers=ctx.auth(), timeout=timeout)
+        resp = await ctx.http.post(url, json=ctx.signed(msg), headers=ctx.auth(),
+                                   timeout=timeout)
     except Exception as exc:
         return Outcome(False, reason(exc), None, "failed")
     try:

@@ -15,8 +15,9 @@ from typing import Any
 
 from healer.config import NodeEntry, Settings
 from healer.core.git import git_async
-from healer.fleet.natslink import NatsLink
+from healer.fleet.natslink import NatsAuth, NatsLink
 from healer.fleet.peers import FleetView, Heartbeats
+from healer.fleet.signing import sign
 
 
 class FleetContext:
@@ -28,7 +29,7 @@ class FleetContext:
                  heartbeats: Heartbeats | None = None):
         self.settings = settings
         self.view = view
-        self.heartbeats = heartbeats or Heartbeats()
+        self.heartbeats = heartbeats or Heartbeats.for_settings(settings)
         self._nats = nats
         self._own_nats = nats is None
         self._http: Any = None
@@ -66,7 +67,8 @@ class FleetContext:
         if self._nats is None:
             self._nats = NatsLink(self.view.nats_url() if self.view.exists
                                   else self.settings.store.nats_urls[0],
-                                  name=f"healer-{self.self_id}")
+                                  name=f"healer-{self.self_id}",
+                                  auth=NatsAuth.from_fleet(self.fleet))
         self._nats.start()
         return self._nats
 
@@ -83,6 +85,11 @@ class FleetContext:
 
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.fleet.token}"} if self.fleet.token else {}
+
+    def signed(self, msg: dict[str, Any]) -> dict[str, Any]:
+        """``msg`` signed for the network (a fresh nonce per send). Without a fleet secret it
+        goes unsigned, and the node refuses it with ``message refused: unsigned``."""
+        return sign(msg, self.fleet.secret, "message") if self.fleet.secret else msg
 
     async def git_repo(self) -> bool:
         """Whether the fleet dir is in a git work tree (checked once a minute)."""

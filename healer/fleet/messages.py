@@ -3,7 +3,8 @@
 Required ``type``, ``to``, ``from``; optional ``id`` (uuid4), ``timestamp`` (ISO 8601),
 ``payload{subject ≤200 chars, body ≤50,000, action, target}``, ``priority``. A message is
 validated when it is made and again when a daemon receives it: nothing from the network is
-trusted.
+trusted. On NATS and HTTP a message also carries ``sig`` (``healer.fleet.signing``), checked
+by ``parse_signed`` before anything else looks at it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 from healer.core.schemas import errors as schema_errors
 from healer.core.seeds import Seed, now_iso
 from healer.errors import UsageError
+from healer.fleet.signing import Verifier
 
 REPAIR = "repair"
 MAX_MESSAGE_BYTES = 64 * 1024
@@ -46,13 +48,22 @@ def validate(data: Any) -> dict[str, Any]:
 
 def parse(raw: bytes) -> dict[str, Any]:
     """Bytes off the wire → a validated message."""
+    return validate(_load(raw))
+
+
+def parse_signed(raw: bytes, verifier: Verifier) -> dict[str, Any]:
+    """Bytes off the network → a validated message whose signature holds (``SignatureError``
+    otherwise: unsigned, forged, stale or replayed)."""
+    return validate(verifier.check(_load(raw), "message"))
+
+
+def _load(raw: bytes) -> Any:
     if len(raw) > MAX_MESSAGE_BYTES:
         raise BadMessage(f"message larger than {MAX_MESSAGE_BYTES} bytes")
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise BadMessage(f"message is not JSON: {exc}") from exc
-    return validate(data)
 
 
 def encode(msg: dict[str, Any]) -> bytes:

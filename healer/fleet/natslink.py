@@ -6,6 +6,10 @@ not to start), so ``NatsLink`` keeps trying in the background and re-applies its
 to every new connection. ``reconnect()`` drops the connection and starts a fresh one — what a
 daemon does when told its NATS link is stale.
 
+Credentials (``NatsAuth``: user and password, a token, or a ``.creds`` file — NATS's own
+security model; subject permissions are the server's) come from ``fleet.nats_*`` and go only
+to nats-py: never into a log line, an error or ``repr``.
+
 Subjects::
 
     fleet.<node>.message     request: a fleet message → reply {"status": "delivered"}
@@ -20,6 +24,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -34,6 +39,32 @@ def subject(node: str, what: str) -> str:
 HEARTBEATS = "fleet.*.heartbeat"
 
 
+@dataclass(frozen=True)
+class NatsAuth:
+    """How a NATS client proves who it is; ``repr`` never shows a secret."""
+
+    user: str = ""
+    password: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)
+    credentials: str = ""
+
+    @classmethod
+    def from_fleet(cls, fleet: Any) -> NatsAuth:
+        return cls(fleet.nats_user, fleet.nats_password, fleet.nats_token,
+                   fleet.nats_credentials)
+
+    def options(self) -> dict[str, Any]:
+        """nats-py ``connect()`` keyword arguments."""
+        opts: dict[str, Any] = {}
+        if self.user:
+            opts.update(user=self.user, password=self.password)
+        if self.token:
+            opts["token"] = self.token
+        if self.credentials:
+            opts["user_credentials"] = self.credentials
+        return opts
+
+
 class LinkDown(Exception):
     """No NATS connection right now."""
 
@@ -42,8 +73,9 @@ class NatsLink:
     """A self-healing NATS client connection."""
 
     def __init__(self, url: str, *, name: str = "healer", connect_timeout: float = 2.0,
-                 reconnect_wait: float = 0.5):
+                 reconnect_wait: float = 0.5, auth: NatsAuth | None = None):
         self.url = url
+        self.auth = auth or NatsAuth()
         self.name = name
         self.connect_timeout = connect_timeout
         self.reconnect_wait = reconnect_wait
@@ -80,7 +112,8 @@ class NatsLink:
             servers=[self.url], name=self.name, connect_timeout=self.connect_timeout,
             allow_reconnect=True, max_reconnect_attempts=-1,
             reconnect_time_wait=self.reconnect_wait, ping_interval=5, max_outstanding_pings=2,
-            error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect)
+            error_cb=on_error, disconnected_cb=on_disconnect, reconnected_cb=on_reconnect,
+            **self.auth.options())
 
     async def _keep(self) -> None:
         while not self._closing:

@@ -11,6 +11,11 @@
 - Repair messages (``type: repair``) carry an allow-listed ``payload.action``: ``notify``
   (log it), ``reconnect_nats`` (drop and redo the NATS connection), ``self_check`` (recreate
   the inbox, reconnect NATS if down, heartbeat now). Nothing else is ever executed.
+- Who said it: heartbeats it publishes are signed with ``fleet.secret``; heartbeats and
+  messages it receives over NATS or HTTP count only with a valid, fresh, unreplayed signature
+  (``healer.fleet.signing``) — the rest is counted in ``/health``'s ``refused`` and logged at
+  most once a minute per reason. ``GET /identity?nonce=…`` answers the identity challenge of a
+  config updater that found this node at a new address. No secret, no daemon (exit 2).
 - ``interactive_session`` is true while the node's interactive marker file exists
   (``interactive_marker`` in its config entry, else ``fleet.interactive_marker``, relative to
   the home directory): a person is working there, so healer will not restart this daemon.
@@ -23,6 +28,7 @@ import contextlib
 import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from collections import deque
@@ -37,17 +43,19 @@ from starlette.routing import Route
 from healer import __version__
 from healer.config import NodeEntry, Settings
 from healer.core import safedirs, seeds
-from healer.errors import HealerError, RejectedFile, UsageError
+from healer.errors import HealerError, RejectedFile, SignatureError, UsageError
 from healer.fleet import messages
 from healer.fleet.channels import CHANNELS, FleetContext, Outcome
-from healer.fleet.natslink import HEARTBEATS, NatsLink, subject
+from healer.fleet.natslink import HEARTBEATS, NatsAuth, NatsLink, subject
 from healer.fleet.peers import FleetView, Heartbeats
+from healer.fleet.signing import Refusals, Verifier, prove, require_secret, sign
 
 log = logging.getLogger(__name__)
 
 # Tunnel ports belong to the machine that runs healer, so the chief relays over these two.
 RELAY_CHANNELS = ("nats", "http")
 ACTIONS = ("notify", "reconnect_nats", "self_check")
+NONCE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 class NodeDaemon:
@@ -57,6 +65,7 @@ class NodeDaemon:
                  host: str | None = None, port: int | None = None, nats_url: str | None = None,
                  pid_file: str | Path | None = None):
         self.settings = settings
+        self.secret = require_secret(settings.fleet.secret)
         self.view = FleetView(settings, self_id=node_id or settings.node)
         self.node_id = self.view.self_id
         entry = self._entry()
@@ -68,8 +77,11 @@ class NodeDaemon:
                                 else settings.store.nats_urls[0])
         self.pid_file = Path(pid_file) if pid_file else None
         self.started = time.time()
-        self.heartbeats = Heartbeats()
-        self.link = NatsLink(self.nats_url, name=f"node-{self.node_id}", reconnect_wait=0.5)
+        self.refusals = Refusals()
+        self.heartbeats = Heartbeats(Verifier(self.secret, refusals=self.refusals))
+        self.verifier = Verifier(self.secret, refusals=self.refusals)  # fleet messages
+        self.link = NatsLink(self.nats_url, name=f"node-{self.node_id}", reconnect_wait=0.5,
+                             auth=NatsAuth.from_fleet(settings.fleet))
         self.ctx = FleetContext(settings, self.view, nats=self.link, heartbeats=self.heartbeats)
         self.recent_errors: deque[dict[str, Any]] = deque(maxlen=20)
         self.received: deque[dict[str, Any]] = deque(maxlen=100)
@@ -153,9 +165,14 @@ class NodeDaemon:
             "recent_errors": list(self.recent_errors),
             "interactive_session": self.interactive_session,
             "messages_received": self.received_count,
+            "refused": self.refusals.snapshot(),
         }
 
     def heartbeat(self) -> dict[str, Any]:
+        """This node's heartbeat, signed."""
+        return sign(self._announcement(), self.secret, "heartbeat")
+
+    def _announcement(self) -> dict[str, Any]:
         return {"nodeId": self.node_id, "host": self.host, "port": self.port,
                 "natsUrl": self.nats_url, "ts": time.time(),
                 "uptime_s": round(time.time() - self.started, 1),
@@ -219,8 +236,10 @@ class NodeDaemon:
 
     async def _on_message(self, m: Any) -> None:
         try:
-            msg = messages.parse(m.data)
+            msg = messages.parse_signed(m.data, self.verifier)
             _, reply = await self.handle(msg, "nats")
+        except SignatureError as exc:
+            reply = {"status": "error", "error": f"message refused: {exc.reason}"}
         except UsageError as exc:
             reply = {"status": "error", "error": str(exc)}
         if m.reply:
@@ -298,15 +317,31 @@ class NodeDaemon:
                                 status_code=401)
         raw = await request.body()
         try:
-            msg = messages.parse(raw)
+            msg = messages.parse_signed(raw, self.verifier)
+        except SignatureError as exc:
+            return JSONResponse({"status": "error", "error": f"message refused: {exc.reason}"},
+                                status_code=401)
         except UsageError as exc:
             return JSONResponse({"status": "error", "error": str(exc)}, status_code=400)
         code, reply = await self.handle(msg, "http")
         return JSONResponse(reply, status_code=code)
 
+    async def _http_identity(self, request: Request) -> JSONResponse:
+        """The identity challenge: prove holding the fleet secret for the caller's nonce and
+        the address this daemon listens on."""
+        nonce = request.query_params.get("nonce", "")
+        if not NONCE.fullmatch(nonce):
+            return JSONResponse({"status": "error", "error": "nonce must be 16-128 characters "
+                                 "of A-Z a-z 0-9 _ -"}, status_code=400)
+        return JSONResponse({"nodeId": self.node_id, "nonce": nonce, "host": self.host,
+                             "port": self.port,
+                             "proof": prove(self.secret, self.node_id, nonce, self.host,
+                                            self.port)})
+
     def app(self) -> Starlette:
         return Starlette(routes=[
             Route("/health", self._http_health, methods=["GET"]),
+            Route("/identity", self._http_identity, methods=["GET"]),
             Route("/message", self._http_message, methods=["POST"]),
         ])
 

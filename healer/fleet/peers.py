@@ -5,15 +5,19 @@ names, hosts and users never get past it), knows which node is this one and whic
 and re-reads the file when it changes. A node whose entry is invalid is disabled — left out,
 logged with the reason, and listed in ``skipped`` — while the other nodes keep working.
 ``Heartbeats`` remembers what each peer last announced (its address, its NATS server, whether
-a person's interactive session is active there).
+a person's interactive session is active there) — only from heartbeats signed with the fleet
+secret (``healer.fleet.signing``), newer than the last one heard from that node.
 ``update_address`` is the one way the fleet config is rewritten: atomically, one node's
 address fields only, under a lock.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import os
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,7 +30,8 @@ from healer.agents.context import ChannelStatus, Peer
 from healer.config import MultifleetConfig, NodeEntry, Settings, load_multifleet
 from healer.core.files import atomic_write_bytes
 from healer.core.names import safe_host, safe_name, safe_port
-from healer.errors import ConfigError, UnsafeNameError, UsageError
+from healer.errors import ConfigError, SignatureError, UnsafeNameError, UsageError
+from healer.fleet.signing import Verifier, signed_at
 
 log = logging.getLogger(__name__)
 
@@ -208,18 +213,44 @@ def parse_heartbeat(data: Any, now: float) -> Announcement:
 
 
 class Heartbeats:
-    """The latest heartbeat of every peer, and how old it is."""
+    """The latest signed heartbeat of every peer, and how old it is.
 
-    def __init__(self, clock: Callable[[], float] = time.time):
+    A heartbeat counts only when ``verifier`` accepts its signature (no replay inside the
+    window) and it was signed after the last one accepted from that node, so an older beat
+    replayed with its own nonce cannot move a node back to where it was.
+    """
+
+    def __init__(self, verifier: Verifier, clock: Callable[[], float] = time.time):
+        self.verifier = verifier
         self.clock = clock
         self._seen: dict[str, Announcement] = {}
+        self._signed: dict[str, float] = {}
+
+    @classmethod
+    def for_settings(cls, settings: Settings, **kw: Any) -> Heartbeats:
+        return cls(Verifier(settings.fleet.secret), **kw)
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """Heartbeats refused, by ``heartbeat:<reason>``."""
+        return self.verifier.refusals.snapshot()
 
     def record(self, data: Any) -> Announcement | None:
         try:
-            beat = parse_heartbeat(data, self.clock())
+            body = self.verifier.check(data, "heartbeat")
+        except SignatureError:
+            return None  # counted and logged by the verifier
+        try:
+            beat = parse_heartbeat(body, self.clock())
         except UsageError as exc:
             log.debug("ignored a malformed heartbeat: %s", exc)
             return None
+        at = signed_at(data)
+        if at <= self._signed.get(beat.node_id, float("-inf")):
+            self.verifier.refusals.count("heartbeat", "replayed",
+                                         f"{beat.node_id}: older than the last one heard")
+            return None
+        self._signed[beat.node_id] = at
         self._seen[beat.node_id] = beat
         return beat
 
@@ -265,12 +296,7 @@ def update_address(path: str | Path, node: str, host: str, port: int) -> NodeEnt
             entry["lan_ip"] = host
         text = json.dumps(data, indent=2, ensure_ascii=False) + "\n"
         mode = p.stat().st_mode & 0o777
-        tmp = p.with_name(f".{p.name}.check")
-        try:
-            tmp.write_text(text, encoding="utf-8")
-            checked = load_multifleet(tmp)  # validate before it replaces the real file
-        finally:
-            tmp.unlink(missing_ok=True)
+        checked = _check_candidate(p, text)
         if node in checked.skipped:
             raise ConfigError(checked.skipped[node], file=str(p), key=f"nodes.{node}",
                               expected="a valid node entry")
@@ -278,3 +304,30 @@ def update_address(path: str | Path, node: str, host: str, port: int) -> NodeEnt
     log.info("fleet config: %s moved %s → %s:%s", node, old, host, port)
     return replace(checked.nodes[node])
 
+
+
+def _check_candidate(path: Path, text: str) -> MultifleetConfig:
+    """Validate ``text`` as the fleet config by loading it from a temp file beside ``path``.
+
+    The temp file is made fresh (``O_CREAT | O_EXCL | O_NOFOLLOW``, mode 0600) under a random
+    name: a symlink planted there is never followed, its target never written.
+    """
+    fd, name = _exclusive_temp(path.parent, f".{path.name}.", ".check")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        return load_multifleet(Path(name))
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(name)
+
+
+def _exclusive_temp(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        name = str(folder / f"{prefix}{secrets.token_hex(8)}{suffix}")
+        try:
+            return os.open(name, flags, 0o600), name
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temp file name in {folder}")

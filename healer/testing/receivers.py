@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -11,17 +12,28 @@ from typing import Any
 class WebhookReceiver:
     """An HTTP server on ``host`` (127.0.0.1; any loopback address works) that records every
     POST (path, headers, JSON body) in ``posts`` and every request of any method (method,
-    path) in ``requests``."""
+    path) in ``requests``. With ``answer``, a GET is answered 200 with ``answer(path)`` as
+    JSON (an impostor of a node daemon, say)."""
 
-    def __init__(self, status: int = 204, *, host: str = "127.0.0.1"):
+    def __init__(self, status: int = 204, *, host: str = "127.0.0.1",
+                 answer: Callable[[str], Any] | None = None):
         self.posts: list[dict[str, Any]] = []
         self.requests: list[dict[str, str]] = []
         self.status = status
+        self.answer = answer
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
                 receiver.requests.append({"method": "GET", "path": self.path})
+                if receiver.answer is not None:
+                    raw = json.dumps(receiver.answer(self.path)).encode()
+                    self.send_response(200)
+                    self.send_header("content-type", "application/json")
+                    self.send_header("content-length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+                    return
                 self.send_response(receiver.status)
                 self.end_headers()
 

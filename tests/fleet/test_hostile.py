@@ -16,6 +16,7 @@ from healer.agents import AgentTask, PlaybookExecutor
 from healer.config import ConfigError, NodeEntry, load_multifleet, load_settings
 from healer.errors import UnsafeNameError, UsageError
 from healer.fleet.peers import Heartbeats, update_address
+from healer.fleet.signing import Verifier, sign
 from healer.fleet.ssh import run_remote, ssh_command, tunnel_argv
 
 GOOD = {"host": "127.0.0.2", "user": "fleet", "port": 8855}
@@ -150,12 +151,20 @@ class TestDefenceInDepth:
 
     def test_hostile_heartbeats_are_ignored(self) -> None:
         """A heartbeat announcing a hostile name or address is dropped, not remembered."""
-        beats = Heartbeats()
-        assert beats.record({"nodeId": "n1", "host": "-oProxyCommand=x", "port": 1}) is None
-        assert beats.record({"nodeId": "../n1", "host": "127.0.0.2", "port": 1}) is None
-        assert beats.record({"nodeId": "n1", "host": "127.0.0.2", "port": "22; x"}) is None
+        secret = "a-fleet-secret-for-this-test"
+        beats = Heartbeats(Verifier(secret))
+
+        def signed(doc: dict[str, Any]) -> dict[str, Any]:  # even a holder of the secret
+            return sign(doc, secret, "heartbeat")
+
+        assert beats.record(signed({"nodeId": "n1", "host": "-oProxyCommand=x",
+                                    "port": 1})) is None
+        assert beats.record(signed({"nodeId": "../n1", "host": "127.0.0.2", "port": 1})) is None
+        assert beats.record(signed({"nodeId": "n1", "host": "127.0.0.2",
+                                    "port": "22; x"})) is None
         assert beats.get("n1") is None
-        assert beats.record({"nodeId": "n1", "host": "127.0.0.2", "port": 8855}) is not None
+        assert beats.record(signed({"nodeId": "n1", "host": "127.0.0.2",
+                                    "port": 8855})) is not None
 
     async def test_discovery_command_output_is_validated(self, tmp_path: Path) -> None:
         """A discovery command answering with a hostile address changes nothing."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from healer.core import seeds
 from healer.fleet import messages
 from healer.fleet.natslink import subject
+from healer.fleet.signing import sign
 from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -25,7 +27,9 @@ def url(fleet: Any, node: str, path: str) -> str:
 
 
 def post(fleet: Any, node: str, body: Any) -> httpx.Response:
-    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    """POST ``body`` (a dict: signed with the fleet secret, as healer sends it; bytes: as is)."""
+    raw = body if isinstance(body, bytes) else json.dumps(
+        sign(body, fleet.secret, "message")).encode()
     return httpx.post(url(fleet, node, "/message"), content=raw, timeout=5, trust_env=False,
                       headers={"content-type": "application/json"})
 
@@ -94,7 +98,8 @@ class TestMessages:
         pong = await link.request(subject("n3", "ping"), {"from": "ops"}, 2)
         assert pong["nodeId"] == "n3"
         msg = messages.make("message", "n3", "ops", subject="over nats")
-        assert (await link.request(subject("n3", "message"), msg, 2))["status"] == "delivered"
+        reply = await link.request(subject("n3", "message"), fctx.signed(msg), 2)
+        assert reply["status"] == "delivered"
 
     def test_seed_inbox_is_read_and_archived(self, fleet: Any) -> None:
         """A seed file in the node's inbox is taken as a message and moved to archive/."""
@@ -144,8 +149,19 @@ class TestCommand:
         r = subprocess.run([sys.executable, "-m", "healer", "node", "--node-id", "n2",
                             "--host", n.host, "--port", str(n.port), "--nats-url", n.nats_url,
                             "--state-dir", str(tmp_path)],
-                           capture_output=True, text=True, timeout=30)
+                           capture_output=True, text=True, timeout=30,
+                           env={**os.environ, "HEALER_FLEET_SECRET": fleet.secret})
         assert r.returncode == 3 and "cannot listen" in r.stderr and "Traceback" not in r.stderr
+
+    def test_no_fleet_secret_exits_2(self, tmp_path: Any) -> None:
+        """Without a fleet secret the daemon does not start: it could neither sign its
+        heartbeats nor check anyone else's. One clear line, exit 2."""
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+        r = subprocess.run([sys.executable, "-m", "healer", "node", "--node-id", "n9",
+                            "--host", "127.0.0.1", "--port", "0", "--state-dir", str(tmp_path)],
+                           capture_output=True, text=True, timeout=30, env=env, cwd=tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert "fleet.secret" in r.stderr and "Traceback" not in r.stderr
 
     def test_hostile_node_id_exits_2(self, tmp_path: Any) -> None:
         """A node id with a path separator is refused before anything starts."""

@@ -71,6 +71,10 @@ def connect_options(settings: Any) -> dict[str, Any]:
                             "name": f"healer-{settings.node}"}
     if s.credentials:
         opts["user_credentials"] = s.credentials
+    if s.nats_user:
+        opts["user"], opts["password"] = s.nats_user, s.nats_password
+    if s.nats_token:
+        opts["token"] = s.nats_token
     if s.tls_ca or s.tls_cert:
         import ssl
 
@@ -100,12 +104,19 @@ class JetStreamStore(Store):
         # Reconnects retry forever (a NATS restart must not lose the store), so the first
         # connection is bounded here instead.
         first = float(options.get("connect_timeout", 5)) + 1.0
+        seen: list[str] = []  # the server's reason (e.g. an authorization violation)
+
+        async def on_error(exc: Exception) -> None:
+            seen[:] = [str(exc)[:200]]
+
         try:
-            self.nc = self._io.run(nats.connect(**options), timeout=first)
+            self.nc = self._io.run(nats.connect(**{"error_cb": on_error, **options}),
+                                   timeout=first)
         except Exception as exc:
             self._io.stop()
-            raise UnavailableError(f"cannot connect to NATS at {options.get('servers')}: "
-                                   f"{exc}") from exc
+            why = str(exc) or type(exc).__name__
+            raise UnavailableError(f"cannot connect to NATS at {options.get('servers')}: {why}"
+                                   + (f" ({seen[0]})" if seen else "")) from exc
         self.js = self.nc.jetstream()
         try:
             self.kv = self._io.run(self._bucket(bucket, history))

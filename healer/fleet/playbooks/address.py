@@ -13,8 +13,9 @@ from healer.agents.playbooks import PlaybookContext, playbook
 from healer.config import NodeEntry
 from healer.core.names import safe_host, safe_port
 from healer.core.proc import run_async
-from healer.errors import UnsafeNameError
+from healer.errors import ConfigError, UnsafeNameError
 from healer.fleet.channels import FleetContext
+from healer.fleet.moves import challenge, destination_refusal
 from healer.fleet.natslink import subject
 from healer.fleet.peers import update_address
 from healer.fleet.playbooks.common import as_result, last_line, open_fleet, probe_one, probe_until
@@ -107,8 +108,10 @@ async def _discover(fctx: FleetContext, node: NodeEntry) -> tuple[str, int] | No
 
 @playbook("config-updater")
 async def update_config(ctx: PlaybookContext) -> dict[str, Any]:
-    """Find the node's current address (heartbeat, else discovery command), verify it is that
-    node, rewrite the fleet config atomically, re-probe."""
+    """Find the node's current address (signed heartbeat, else discovery command); move the
+    node there only when the address lies inside the fleet's networks and the node there
+    proves its identity (``healer.fleet.moves``) — anything else goes to a person; rewrite the
+    fleet config atomically, re-probe."""
     async with open_fleet(ctx) as (fctx, node):
         actions: list[str] = []
         now = await probe_one(fctx, node, "http")
@@ -131,6 +134,19 @@ async def update_config(ctx: PlaybookContext) -> dict[str, Any]:
             return {"status": "failed", "actions_taken": actions, "error": now.detail,
                     "summary": f"{node.node_id} announces its configured address, which does "
                                f"not answer ({now.detail})."}
+        try:
+            refusal = await destination_refusal(host, fctx.fleet.allowed_networks,
+                                                fctx.view.nodes.values())
+        except ConfigError as exc:
+            refusal = str(exc)
+        if refusal:
+            actions.append(f"refused the move before any connection: {refusal}")
+            return _refused(node, host, port, source, refusal, actions)
+        proven, detail = await challenge(fctx.http, fctx.fleet.secret, node.node_id, host, port,
+                                         fctx.timeout("http"))
+        actions.append(detail)
+        if not proven:
+            return _refused(node, host, port, source, detail, actions)
         moved = dataclasses.replace(node, host=host, port=port)
         check = await probe_one(fctx, moved, "http")
         actions.append(f"GET http://{host}:{port}/health: {check.detail}")
@@ -155,3 +171,15 @@ async def update_config(ctx: PlaybookContext) -> dict[str, Any]:
                            f"{host}:{port}; the fleet config says so now.",
                 "data": {"old_host": node.host, "old_port": node.port, "new_host": host,
                          "new_port": port, "source": source}}
+
+
+def _refused(node: NodeEntry, host: str, port: int, source: str, why: str,
+             actions: list[str]) -> dict[str, Any]:
+    """A move healer will not make: a person decides (the episode escalates at once)."""
+    return {"status": "escalated", "actions_taken": actions, "error": why,
+            "summary": f"{source} says {node.node_id} moved to {host}:{port}, but healer "
+                       f"refused to follow: {why}. The fleet config is unchanged; if the move "
+                       "is real, edit the node's host and port in the fleet config (or widen "
+                       "fleet.allowed_networks).",
+            "data": {"refused_host": host, "refused_port": port, "source": source,
+                     "reason": why}}
