@@ -15,7 +15,8 @@ from typing import Any
 
 from healer.config import NodeEntry, Settings
 from healer.core.git import git_async
-from healer.fleet.natslink import NatsAuth, NatsLink
+from healer.core.nats_auth import NatsAuth
+from healer.fleet.natslink import NatsLink
 from healer.fleet.peers import FleetView, Heartbeats
 from healer.fleet.signing import sign
 

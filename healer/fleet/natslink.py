@@ -6,9 +6,8 @@ not to start), so ``NatsLink`` keeps trying in the background and re-applies its
 to every new connection. ``reconnect()`` drops the connection and starts a fresh one — what a
 daemon does when told its NATS link is stale.
 
-Credentials (``NatsAuth``: user and password, a token, or a ``.creds`` file — NATS's own
-security model; subject permissions are the server's) come from ``fleet.nats_*`` and go only
-to nats-py: never into a log line, an error or ``repr``.
+Credentials (``healer.core.nats_auth.NatsAuth``: user and password, a token, or a ``.creds``
+file; subject permissions are the server's) come from ``fleet.nats_*``.
 
 Subjects::
 
@@ -24,8 +23,9 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from healer.core.nats_auth import NatsAuth
 
 log = logging.getLogger(__name__)
 
@@ -37,32 +37,6 @@ def subject(node: str, what: str) -> str:
 
 
 HEARTBEATS = "fleet.*.heartbeat"
-
-
-@dataclass(frozen=True)
-class NatsAuth:
-    """How a NATS client proves who it is; ``repr`` never shows a secret."""
-
-    user: str = ""
-    password: str = field(default="", repr=False)
-    token: str = field(default="", repr=False)
-    credentials: str = ""
-
-    @classmethod
-    def from_fleet(cls, fleet: Any) -> NatsAuth:
-        return cls(fleet.nats_user, fleet.nats_password, fleet.nats_token,
-                   fleet.nats_credentials)
-
-    def options(self) -> dict[str, Any]:
-        """nats-py ``connect()`` keyword arguments."""
-        opts: dict[str, Any] = {}
-        if self.user:
-            opts.update(user=self.user, password=self.password)
-        if self.token:
-            opts["token"] = self.token
-        if self.credentials:
-            opts["user_credentials"] = self.credentials
-        return opts
 
 
 class LinkDown(Exception):

@@ -43,10 +43,11 @@ from starlette.routing import Route
 from healer import __version__
 from healer.config import NodeEntry, Settings
 from healer.core import safedirs, seeds
+from healer.core.nats_auth import NatsAuth
 from healer.errors import HealerError, RejectedFile, SignatureError, UsageError
 from healer.fleet import messages
 from healer.fleet.channels import CHANNELS, FleetContext, Outcome
-from healer.fleet.natslink import HEARTBEATS, NatsAuth, NatsLink, subject
+from healer.fleet.natslink import HEARTBEATS, NatsLink, subject
 from healer.fleet.peers import FleetView, Heartbeats
 from healer.fleet.signing import Refusals, Verifier, prove, require_secret, sign
 

@@ -27,6 +27,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from healer.core.names import safe_name
+from healer.core.nats_auth import NatsAuth
 from healer.core.store.base import Record, Store
 from healer.errors import ConflictError, StoreError, UnavailableError
 
@@ -69,12 +70,7 @@ def connect_options(settings: Any) -> dict[str, Any]:
     opts: dict[str, Any] = {"servers": list(s.nats_urls), "connect_timeout": s.connect_timeout_s,
                             "max_reconnect_attempts": -1, "reconnect_time_wait": 0.5,
                             "name": f"healer-{settings.node}"}
-    if s.credentials:
-        opts["user_credentials"] = s.credentials
-    if s.nats_user:
-        opts["user"], opts["password"] = s.nats_user, s.nats_password
-    if s.nats_token:
-        opts["token"] = s.nats_token
+    opts.update(NatsAuth.from_store(s).options())
     if s.tls_ca or s.tls_cert:
         import ssl
 
