@@ -253,6 +253,19 @@ def move(src_fd: int, name: str, dst_fd: int, dst_name: str | None = None) -> st
         dest = f"{base}.{n}"
 
 
+def move_aside(folder: Path | str, name: str, sub: str, *, dest_name: str | None = None,
+               reason: str | None = None) -> str:
+    """Move ``name`` from the checked ``folder`` into its checked ``sub``/ (``move``), with a
+    ``<name>.reason`` beside it when ``reason`` is given (best effort: the move is what
+    counts). Returns the name it got; ``FileNotFoundError`` if it vanished."""
+    with opened(folder) as src, opened(folder, sub) as dst:
+        dest = move(src, name, dst, dest_name)
+        if reason is not None:
+            with contextlib.suppress(OSError):
+                create_file(dst, dest + ".reason", reason.encode())
+    return dest
+
+
 def replace_file(dir_fd: int, name: str, data: bytes, *, mode: int = 0o644) -> None:
     """Atomically replace ``name`` in the checked ``dir_fd`` (a symlink at ``name`` is
     replaced, never followed)."""

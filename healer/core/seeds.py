@@ -172,9 +172,7 @@ def inbox(fleet_dir: Path | str, to: str) -> list[Path]:
 def reject(path: Path | str, reason: str) -> None:
     """Move a seed file that was refused to ``rejected/`` beside it, with a ``.reason``."""
     path = Path(path)
-    with safedirs.opened(path.parent) as src, safedirs.opened(path.parent, "rejected") as dst:
-        dest = safedirs.move(src, path.name, dst)
-        safedirs.create_file(dst, dest + ".reason", f"{reason}\n".encode())
+    safedirs.move_aside(path.parent, path.name, "rejected", reason=f"{reason}\n")
 
 
 def archive(path: Path | str) -> Path:

@@ -29,7 +29,6 @@ The same watcher also takes the fleet's seed files from this node's inbox.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import heapq
 import logging
@@ -319,20 +318,14 @@ class ResultsBus(Ledger):
         if len(raw) > 200 or _odd_name(path.name):
             dest = hashlib.sha256(raw).hexdigest()[:32] + ".bad"
         try:
-            with safedirs.opened(self.results_dir) as src, \
-                    safedirs.opened(self.results_dir, sub) as dst:
-                try:
-                    dest = safedirs.move(src, path.name, dst, dest)
-                except FileNotFoundError:
-                    return None
-                if reason is not None:
-                    with contextlib.suppress(OSError):
-                        safedirs.create_file(dst, dest + ".reason", (
-                            f"{reason}\nfile: {_shown(path.name)}\n").encode())
+            return safedirs.move_aside(
+                self.results_dir, path.name, sub, dest_name=dest,
+                reason=None if reason is None else f"{reason}\nfile: {_shown(path.name)}\n")
+        except FileNotFoundError:
+            return None
         except UnsafeDirError as exc:
             log.error("bus: %s; %s stays in the results dir", exc, _shown(path.name))
             return None
-        return dest
 
     def _reject(self, path: Path, reason: str) -> None:
         self._move(path, "rejected", reason)
