@@ -304,8 +304,12 @@ class ContextHealer:
         cx = self.settings.context
         key = inc["key"]
         self.book.audit.write("iteration_started", key, attempt_id=aid, iteration=n)
+        # An attempt resumed after a hold runs its iterations again: under run ids of their own.
+        holds_before = sum(1 for h in (self.book.attempts.get(aid) or {}).get("history", [])
+                           if h.get("status") == st.HELD)
+        run_id = f"{aid}-r{holds_before}-i{n}" if holds_before else f"{aid}-i{n}"
         task = AgentTask(
-            agent=AGENT, target=key, kind="context", incident=key, run_id=f"{aid}-i{n}",
+            agent=AGENT, target=key, kind="context", incident=key, run_id=run_id,
             cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context=iteration_vars(
                 base_vars, iteration=n, max_iterations=cx.max_iterations,
                 previous_failure=previous, branch=tree.branch))
