@@ -49,7 +49,7 @@ class AttemptView(TypedDict):
     attempt_id: str
     fingerprint: str
     status: Literal["investigating", "pr_open", "pr_merged", "failed", "unfixable", "timeout",
-                    "anonymization_failed", "awaiting_approval"]
+                    "anonymization_failed", "awaiting_approval", "held"]
     error_type: NotRequired[str]
     call_site: NotRequired[str]
     severity: NotRequired[str]
@@ -66,6 +66,9 @@ class AttemptView(TypedDict):
     escalation: NotRequired[str]  # the seed file in .fleet-messages/human/, once escalated
     held: NotRequired[dict[str, Any]]  # awaiting_approval: why the fix waits for a person
     approved_by: NotRequired[dict[str, Any]]  # who let a held fix be published
+    # held: what healer's own model access waits for (code, class, title, until, since)
+    hold: NotRequired[dict[str, Any]]
+    held_at: NotRequired[float]
 
 
 class HealingStatus(TypedDict):
@@ -132,8 +135,10 @@ def build_server(service: SelfHealService) -> Any:
             = 20,
     ) -> HealingStatus:
         """The healing attempts of one fingerprint, or the latest ones: investigating, pr_open,
-        pr_merged, failed, unfixable, timeout, anonymization_failed or awaiting_approval (a
-        finished fix a person must approve before its PR is opened)."""
+        pr_merged, failed, unfixable, timeout, anonymization_failed, awaiting_approval (a
+        finished fix a person must approve before its PR is opened) or held (waiting for
+        healer's own model access — a rejected key, a rate limit — and resumed by itself
+        when that is over; not a failure)."""
         try:
             return service.status(fingerprint, limit)  # type: ignore[return-value]
         except UsageError as exc:

@@ -298,7 +298,10 @@ class ClaudeExecutor(Executor):
         env = self.run_environment()
         marker = await asyncio.to_thread(limits.disabled, self.settings, env)
         if marker is not None:
-            raise AgentUnavailableError(limits.refusal(marker), **ids)
+            refused = AgentUnavailableError(limits.refusal(marker), **ids)
+            # The result names the hold, so the attempt waits for it instead of failing.
+            refused.failure = limits.refusal_failure(marker)  # type: ignore[attr-defined]
+            raise refused
         cli = self.cli_path or claude_cli(self.settings)
         if not cli:
             raise AgentUnavailableError(

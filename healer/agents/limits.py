@@ -20,6 +20,13 @@ Two small file records under ``<state>/agents/``, shared by every healer process
 
 Both are written atomically; a lost update between two processes failing at once costs at most
 one step of the back-off.
+
+Either is a **hold** of healer's own model access, and so is a spent daily agent budget
+(``healer.agents.budget``): a run it stopped says so in its result (``held_by``: status
+``deferred``, or ``failed`` with a rejected credential's ``failure``). A code attempt such a
+run ended is ``held`` (``healer.selfheal.attempts``), not failed: no escalation of its own (the
+cause was told once, here or by the budget), no breaker, no cooldown; it resumes through the
+gate once the hold is over (``resumable``).
 """
 
 from __future__ import annotations
@@ -252,6 +259,43 @@ async def escalate_disabled(settings: Any, marker: Mapping[str, Any], *,
         with contextlib.suppress(Exception):
             store.close()
     return record.seed_file
+
+
+# -- holds: what a code attempt waits for -----------------------------------------------------
+
+
+def held_by(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The hold of healer's model access that ended a run, from its result document (None
+    when the run ended for any other reason): ``code``, ``class``, ``title`` and ``until``
+    (Unix seconds; None for a rejected credential, which holds until it changes)."""
+    if not isinstance(result, Mapping):
+        return None
+    failure = result.get("failure") if isinstance(result.get("failure"), Mapping) else {}
+    code = str(failure.get("code") or "")
+    if result.get("status") == "deferred":
+        until = result.get("retry_at")
+        return {"code": code or "budget", "class": str(failure.get("class") or "transient"),
+                "title": str(failure.get("title") or "the daily agent budget is spent"),
+                "until": float(until) if isinstance(until, int | float) else None}
+    if result.get("status") == "failed" and code in DISABLING:
+        return {"code": code, "class": CODES[code].cls, "title": CODES[code].title,
+                "until": None}
+    return None
+
+
+def resumable(hold: Mapping[str, Any], *, now: float) -> bool:
+    """Whether a run ``hold`` stopped may be tried again by now: its ``until`` has passed (a
+    rejected credential has none: the gate's model check says whether it still holds)."""
+    until = hold.get("until")
+    return not isinstance(until, int | float) or until <= now
+
+
+def refusal_failure(marker: Mapping[str, Any]) -> dict[str, Any]:
+    """The failure a run refused by the stop marker carries (its result names the hold)."""
+    code = str(marker.get("code") or "X1")
+    return {"code": code, "class": CODES[code].cls if code in CODES else "terminal",
+            "title": str(marker.get("title") or ""), "detail": str(marker.get("reason") or ""),
+            "status": marker.get("status"), "provider": "anthropic"}
 
 
 def doctor_check(settings: Any) -> tuple[bool, str]:

@@ -17,6 +17,10 @@
                 approved — healer.selfheal.publication)
         └─► every iteration rejected, or the agent says unfixable/escalated
               → escalation (seed file, forge issue, Discord) → incident escalated
+        └─► a run stopped by healer's own model access (a rejected key, a rate limit, the
+            day's budget; healer.agents.limits.held_by)
+              → attempt held, incident still healing; no escalation of its own (the
+              runtime told the cause once); resumed through the gate when the hold is over
 
 Either way the attempt (``heal-attempts``, shared with report_error) ends, incident memory gains
 an entry, and every step is in the audit trail. A tampered git dir ends the attempt ``failed``
@@ -35,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.agents.executors import secret_env_names
+from healer.agents.limits import held_by, holds
 from healer.agents.results import DEFERRED
 from healer.agents.sandbox import sandbox_for
 from healer.context import outcomes
@@ -45,6 +50,7 @@ from healer.context.layers import LayerError, Layers, append_memory
 from healer.context.outcomes import Iteration
 from healer.context.prompt import context_vars, iteration_vars
 from healer.context.scenarios import Verdict, verify
+from healer.core import gate
 from healer.core import verify as core_verify
 from healer.core.escalation import escalate
 from healer.core.git import git
@@ -70,7 +76,7 @@ class HealOutcome:
     incident: str
     attempt_id: str
     # fixed | escalated | failed | stopped (resolved at its source) | awaiting_approval
-    # | deferred
+    # | deferred | held (healer's model access is held; resumed later)
     status: str
     iterations: list[Iteration] = field(default_factory=list)
     pr_url: str = ""
@@ -161,6 +167,11 @@ class ContextHealer:
         """Whether a living-context-healer can run here (the gate's last question): True,
         or the gate's reason why not (``no_model``, ``no_sandbox``)."""
         if self.executor is not None:
+            # An executor of its own (a test's, a rotated key's): only a stop marker that
+            # holds for its credential says no (``healer.agents.limits``).
+            env = getattr(self.executor, "run_environment", None)
+            if callable(env) and holds(self.settings, env()) is not None:
+                return gate.NO_MODEL
             return True
         from healer.agents.executors import availability
 
@@ -228,6 +239,9 @@ class ContextHealer:
         for text in (error.message, error.stack_trace, *error.sentry.get("breadcrumbs", [])):
             self.sanitizer.ensure_publishable(text, "healing prompt")
         repo = await asyncio.to_thread(self._repo)
+        earlier = (self.book.attempts.get(aid) or {}).get("worktree")
+        if earlier:  # resumed after a hold: the clone of the run it stopped
+            await asyncio.to_thread(wt.remove, "", earlier)
         tree = await asyncio.to_thread(wt.create, repo, self.settings.state_path, aid,
                                        inc["fingerprint"], sh.base_branch)
         self.book.attempts.update(aid, branch=tree.branch, base=tree.base,
@@ -262,6 +276,8 @@ class ContextHealer:
             it = await self._iteration(inc, aid, n, tree, layers, error, env, base_vars,
                                        previous)
             iterations.append(it)
+            if it.hold is not None:  # earlier iterations were rejected: nothing is lost
+                return self._held(inc, aid, iterations, it.hold)
             if it.agent_status == DEFERRED and not it.commits:
                 return self._deferred(inc, aid, iterations)
             verdict = verdict_of(it)
@@ -288,8 +304,12 @@ class ContextHealer:
         cx = self.settings.context
         key = inc["key"]
         self.book.audit.write("iteration_started", key, attempt_id=aid, iteration=n)
+        # An attempt resumed after a hold runs its iterations again: under run ids of their own.
+        holds_before = sum(1 for h in (self.book.attempts.get(aid) or {}).get("history", [])
+                           if h.get("status") == st.HELD)
+        run_id = f"{aid}-r{holds_before}-i{n}" if holds_before else f"{aid}-i{n}"
         task = AgentTask(
-            agent=AGENT, target=key, kind="context", incident=key, run_id=f"{aid}-i{n}",
+            agent=AGENT, target=key, kind="context", incident=key, run_id=run_id,
             cwd=str(tree.path), timeout_s=cx.agent_timeout_s, context=iteration_vars(
                 base_vars, iteration=n, max_iterations=cx.max_iterations,
                 previous_failure=previous, branch=tree.branch))
@@ -303,12 +323,15 @@ class ContextHealer:
         it = Iteration(number=n, agent_status=outcome.status,
                        agent_summary=self.sanitizer.scrub(str(result.get("summary", "")))[:2000],
                        agent_error=self.sanitizer.scrub(outcome.error or "")[:2000])
+        it.hold = held_by(outcome.result)
         self.book.audit.write("agent_finished", key, attempt_id=aid, iteration=n,
                               status=outcome.status, run_id=outcome.run_id, error=it.agent_error)
         # Before any other git command of healer's in the clone (GitDirTamperedError ends it).
         await asyncio.to_thread(tree.require_untouched, f"after iteration {n}")
         if it.agent_status in STOP_STATUSES:
             return it
+        if it.hold is not None:
+            return it  # the run was stopped short: nothing of it to commit or verify
         await asyncio.to_thread(commit_leftovers, tree, n)
         commits = await asyncio.to_thread(tree.commits)
         it.commits = len(commits)
@@ -331,6 +354,23 @@ class ContextHealer:
         return it
 
     # --- endings -------------------------------------------------------------------------------
+
+    def _held(self, inc: dict[str, Any], aid: str, iterations: list[Iteration],
+              hold: dict[str, Any]) -> HealOutcome:
+        """healer's own model access stopped the run: the attempt waits (``held``), the
+        incident stays healing, nobody is told about this attempt (the runtime told the
+        cause once); ``ContextService.watch`` resumes it when the hold is over."""
+        why = self.sanitizer.scrub(f"the healing run waits for healer's model access: "
+                                   f"{iterations[-1].agent_error}")[:1000]
+        try:
+            self.book.attempts.transition(aid, st.HELD, expect=st.INVESTIGATING, reason=why,
+                                          hold={**hold, "since": self.clock()},
+                                          iterations=len(iterations))
+        except st.TransitionError:
+            log.warning("attempt %s was settled elsewhere; not holding it", aid)
+        self.book.audit.write("heal_held", inc["key"], attempt_id=aid,
+                              code=str(hold.get("code", "")), reason=why)
+        return HealOutcome(inc["key"], aid, "held", iterations, reason=why)
 
     def _deferred(self, inc: dict[str, Any], aid: str,
                   iterations: list[Iteration]) -> HealOutcome:

@@ -75,7 +75,8 @@ class Receipt:
     """What became of one signal."""
 
     key: str
-    action: str  # opened | duplicate | reopened | regression | resolved | ignored | dropped
+    # opened | duplicate | reopened | regression | resolved | ignored | dropped | resumed
+    action: str
     status: str = ""
     heal: bool = False  # admitted: a healing run should start now
     attempt_id: str = ""
@@ -359,6 +360,31 @@ class IncidentBook:
         return gate.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
                           replace(self.policy, lane=tr.lane(level)), self.model_available,
                           self._admission, record=record)
+
+    def resume_held(self) -> list[Receipt]:
+        """Resume this capability's attempts on hold (healer's own model access was held)
+        whose hold is over: the gate admits each again under its own id (back to
+        ``dispatch_pending``); a receipt with ``heal`` for each, to start its run."""
+        from healer.agents.limits import resumable
+        from healer.selfheal import attempts as st
+
+        out = []
+        for att in self.attempts.on_hold():
+            key = att.get("incident")
+            inc = self.get(key) if key else None
+            if inc is None or not resumable(att.get("hold") or {}, now=self.clock()):
+                continue
+            aid = att["attempt_id"]
+            decision = gate.resume(
+                self.store, att["fingerprint"], aid, self.clock(),
+                replace(self.policy, lane=str(att.get("lane") or "")), self.model_available,
+                record=lambda a: self.attempts.transition(a, st.DISPATCH_PENDING,
+                                                          expect=st.HELD, hold=None,
+                                                          reason=None))
+            if decision.accepted:
+                out.append(Receipt(key, "resumed", HEALING, heal=True, attempt_id=aid,
+                                   decision=decision.reason, message=decision.message))
+        return out
 
     def retry_held(self) -> list[Receipt]:
         """Admit again the open incidents the gate held back for a while (the cap, the

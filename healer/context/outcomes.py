@@ -29,6 +29,8 @@ class Iteration:
     verdict: Mapping[str, Any] | None = None
     commits: int = 0
     markdown: str = ""  # the verdict as shown in a PR body
+    # The hold of healer's model access that stopped the run (``limits.held_by``), if any.
+    hold: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:

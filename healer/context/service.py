@@ -6,7 +6,8 @@ route answers. The loop adds two periodic jobs (``create_service``):
 
 * ``context-watch`` (``context.watch_interval_s``): asks the forge about fix PRs — a merged fix
   starts its watch, a fix that holds for ``context.watch_s`` resolves the incident, a closed PR
-  reopens it — and admits again incidents the concurrency cap held back;
+  reopens it — resumes attempts ``held`` by healer's own model access once the hold is over,
+  and admits again incidents the concurrency cap held back;
 * ``context-loki`` (``context.loki_interval_s``, when ``context.loki_url`` is set): the LogQL
   rule runner.
 
@@ -159,11 +160,21 @@ class ContextService:
     async def watch(self) -> None:
         """Follow fix PRs, end watches, retry held incidents, forget old deliveries."""
         await asyncio.to_thread(self._watch_fixes)
+        self.dispatch(await asyncio.to_thread(self.resume_held))
         receipts = await asyncio.to_thread(self.book.retry_held)
         self.dispatch(receipts)
         if self.clock() - self._pruned > PRUNE_EVERY_S:
             self._pruned = self.clock()
             await asyncio.to_thread(self.book.prune_deliveries)
+
+    def resume_held(self) -> list[Receipt]:
+        """The attempts held by healer's own model access whose hold is over, admitted again
+        (the model check taken afresh: a rotated key counts at once); ``dispatch`` starts
+        them."""
+        if not self.book.attempts.on_hold():
+            return []
+        self._model = (0.0, False)
+        return self.book.resume_held()
 
     def _watch_fixes(self) -> None:
         from healer.core.publish import forge as fg
@@ -241,8 +252,8 @@ class ContextService:
         n = 0
         for inc in self.book.all(HEALING):
             att = self.book.attempts.get(inc.get("attempt_id", "")) or {}
-            if att.get("status") in st.ACTIVE:
-                continue
+            if att.get("status") in st.ACTIVE or att.get("status") == st.HELD:
+                continue  # still running, or waiting for healer's model access
             if att.get("status") == st.PR_OPEN:
                 self.book.update(inc["key"], event="recovered", status=FIXED, fix={
                     "pr_url": att.get("pr_url", ""), "pr_number": att.get("pr_number"),

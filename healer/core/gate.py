@@ -24,6 +24,11 @@ claim are one compare-and-set on the admission record (``heal-admission/gate``),
 of processes racing with one key start exactly one attempt and the caps hold across processes.
 Refusals never feed the breaker, and neither does a ``deferred`` outcome (the agent's model
 API was rate-limited or overloaded: no attempt was made, so no cooldown starts either).
+
+An attempt **on hold** (healer's own model access is held: a rejected key, a rate limit, a
+spent budget) keeps its key (``on_hold``: a duplicate joins it) but no slot, feeds nothing to
+the breaker and starts no cooldown; ``resume`` runs gates 5–8 for it again and, if they pass,
+makes it active under the same attempt id.
 """
 
 from __future__ import annotations
@@ -114,13 +119,19 @@ _OLD_FAILURES = frozenset({"failed", "timeout", "anonymization_failed"})
 
 
 def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
-           available: Callable[[], bool | str]) -> Decision:
+           available: Callable[[], bool | str], *, resuming: str = "") -> Decision:
     """Gates 4–8 over the admission record; pure, so it can run inside compare-and-set.
-    ``available()`` is True, or False (no model), or the reason why not (``NO_SANDBOX``)."""
+    ``available()`` is True, or False (no model), or the reason why not (``NO_SANDBOX``).
+    ``resuming``: the attempt on hold for ``novelty`` that asks again (its own hold is no
+    duplicate)."""
     active = adm["active"].get(novelty)
     if active:
         return Decision(ALREADY_INVESTIGATING, "This error is already under investigation",
                         active["attempt_id"])
+    waiting = adm.get("on_hold", {}).get(novelty)
+    if waiting and waiting != resuming:
+        return Decision(ALREADY_INVESTIGATING, "This error is already under investigation: "
+                        "the attempt waits for healer's model access to come back", waiting)
     held = adm["open_prs"].get(novelty)
     if held:
         return Decision(ALREADY_INVESTIGATING, "This error is already under investigation: a "
@@ -158,7 +169,7 @@ def decide(adm: dict[str, Any], novelty: str, now: float, policy: Policy,
 
 
 def empty_admission() -> dict[str, Any]:
-    return {"active": {}, "open_prs": {}, "ended": {}, "outcomes": []}
+    return {"active": {}, "open_prs": {}, "ended": {}, "outcomes": [], "on_hold": {}}
 
 
 class AdmissionReader:
@@ -236,6 +247,46 @@ def admit(store: Store, novelty: str, new_id: Callable[[], str], now: float, pol
     return Decision(d.reason, d.message, attempt_id)
 
 
+def resume(store: Store, novelty: str, attempt_id: str, now: float, policy: Policy,
+           available: Callable[[], bool | str], *, record: Callable[[str], object]
+           ) -> Decision:
+    """Ask gates 5–8 again for ``attempt_id``, on hold under ``novelty``; if they pass, make
+    it active again (claim and slot, one atomic write), then ``record(attempt_id)`` (a
+    failure there puts it back on hold). A refusal leaves it on hold."""
+    outcome: dict[str, Decision] = {}
+
+    def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+        adm = cur or empty_admission()
+        if adm.get("on_hold", {}).get(novelty) != attempt_id:
+            outcome["d"] = Decision(ALREADY_INVESTIGATING, "the attempt is no longer on hold",
+                                    attempt_id)
+            return None
+        decision = decide(adm, novelty, now, policy, available, resuming=attempt_id)
+        outcome["d"] = decision
+        if not decision.accepted:
+            return None
+        del adm["on_hold"][novelty]
+        adm["active"][novelty] = {"attempt_id": attempt_id, "since": now, "kind": policy.kind}
+        return adm
+
+    store.update(ADMISSION, GATE_KEY, fn)
+    d = outcome["d"]
+    if not d.accepted:
+        return d
+    try:
+        record(attempt_id)
+    except BaseException:
+        settle(store, novelty, attempt_id, now=now, kind=policy.kind, ended=False,
+               on_hold=True)
+        raise
+    return Decision(d.reason, "Healing agent dispatched (resumed after the hold)", attempt_id)
+
+
+def holding(adm: dict[str, Any]) -> dict[str, str]:
+    """The attempts on hold: novelty key → attempt id."""
+    return dict(adm.get("on_hold") or {})
+
+
 def release(store: Store, novelty: str, attempt_id: str) -> None:
     """Undo a claim whose attempt was never recorded (no cooldown, nothing for the breaker)."""
 
@@ -250,7 +301,7 @@ def release(store: Store, novelty: str, attempt_id: str) -> None:
 
 def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str,
            ended: bool, outcome: str = "", breaker: bool = False, held: bool = False,
-           cooldown: bool = True, lane: str = "") -> None:
+           cooldown: bool = True, lane: str = "", on_hold: bool = False) -> None:
     """Reflect an attempt's change in the admission record.
 
     ``held``: a fix waits for review (the key stays taken, not running); ``ended``: the
@@ -258,14 +309,22 @@ def settle(store: Store, novelty: str, attempt_id: str, *, now: float, kind: str
     and, unless ``outcome`` is empty, the breaker of the kind's ``lane`` learns it
     (``breaker``: it counts as a failure). A ``DEFERRED`` outcome only frees the key: no
     cooldown, nothing for the breaker (whatever ``breaker`` says), as if the attempt had not
-    been made."""
+    been made. ``on_hold``: the attempt waits for healer's model access — its key stays
+    taken (not running), nothing else changes."""
     if outcome == DEFERRED:
         cooldown = False
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
         adm = cur or empty_admission()
-        if adm["active"].get(novelty, {}).get("attempt_id") == attempt_id and (held or ended):
+        waiting = adm.setdefault("on_hold", {})
+        if adm["active"].get(novelty, {}).get("attempt_id") == attempt_id and (
+                held or ended or on_hold):
             del adm["active"][novelty]
+        if on_hold:
+            waiting[novelty] = attempt_id
+            return adm
+        if waiting.get(novelty) == attempt_id:
+            del waiting[novelty]
         if held:
             adm["open_prs"][novelty] = attempt_id
         elif adm["open_prs"].get(novelty) == attempt_id:
@@ -318,13 +377,14 @@ def cooling(adm: dict[str, Any], prefix: str, *, now: float, cooldown_s: float
 
 
 def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str],
-              held_status: str | frozenset[str] = "", now: float, kind: str = "code") -> None:
+              held_status: str | frozenset[str] = "", now: float, kind: str = "code",
+              on_hold_status: str = "") -> None:
     """Drop ``kind``'s admission entries whose attempts finished or vanished (after a crash).
 
     ``statuses`` are that kind's attempts: another kind's entries are not judged by them
     (a play remediation or a fleet episode has no code attempt, and outlives 60 s). Held
     keys (fixes awaiting review or a person's approval) are judged only with ``held_status``
-    (one status or several)."""
+    (one status or several), keys on hold only with ``on_hold_status``."""
     held = frozenset({held_status}) if isinstance(held_status, str) else held_status
 
     def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -342,6 +402,10 @@ def reconcile(store: Store, statuses: dict[str, str], *, running: frozenset[str]
         for key, aid in list(cur["open_prs"].items() if held - {""} else ()):
             if statuses.get(aid) not in held:
                 del cur["open_prs"][key]
+                changed = True
+        for key, aid in list((cur.get("on_hold") or {}).items() if on_hold_status else ()):
+            if statuses.get(aid) != on_hold_status:
+                del cur["on_hold"][key]
                 changed = True
         return cur if changed else None
 

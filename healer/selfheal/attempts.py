@@ -3,9 +3,19 @@
 ::
 
     dispatch_pending ─► investigating ─► pr_open ─► pr_merged
-          │                  │   ▲          └─────► failed
-          │                  │   └── awaiting_approval ─► failed (a person denied)
+          │   ▲              │   ▲          └─────► failed
+          │   │              │   └── awaiting_approval ─► failed (a person denied)
           └─► failed         ├─► failed | unfixable | anonymization_failed | timeout
+              │              │
+              └──── held ◄───┘   (resumed through the gate) ─► failed
+
+``held``: the agent run was stopped by healer's own model access, not by the problem — a
+rejected API key (X1–X3), a rate limit or overload past the run's time limit, the day's agent
+budget (``healer.agents.limits.held_by``). That cause is escalated once, by the runtime; the
+attempt itself is not escalated, feeds no breaker and starts no cooldown. Its fingerprint
+stays taken (a duplicate report joins it) without a slot, and its incident stays ``healing``.
+The retry passes resume it through the gate (``gate.resume``) once the hold is over: the
+same attempt goes back to ``dispatch_pending`` and runs again in a fresh clone.
 
 ``awaiting_approval``: the fix is done and verified but its diff is sensitive
 (``healer.core.publish.policy``: CI, dependencies, healer's configuration, weakened tests);
@@ -65,17 +75,19 @@ UNFIXABLE = "unfixable"
 TIMEOUT = "timeout"
 ANONYMIZATION_FAILED = "anonymization_failed"
 AWAITING_APPROVAL = "awaiting_approval"
+HELD = "held"
 
 STATUSES = (DISPATCH_PENDING, INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
-            ANONYMIZATION_FAILED, AWAITING_APPROVAL)
+            ANONYMIZATION_FAILED, AWAITING_APPROVAL, HELD)
 TRANSITIONS: dict[str, frozenset[str]] = {
     DISPATCH_PENDING: frozenset({INVESTIGATING, FAILED}),
     INVESTIGATING: frozenset({PR_OPEN, FAILED, UNFIXABLE, ANONYMIZATION_FAILED, TIMEOUT,
-                              AWAITING_APPROVAL}),
+                              AWAITING_APPROVAL, HELD}),
+    HELD: frozenset({DISPATCH_PENDING, FAILED}),
     AWAITING_APPROVAL: frozenset({PR_OPEN, FAILED}),
     PR_OPEN: frozenset({PR_MERGED, FAILED}),
 }
-HELD = frozenset({PR_OPEN, AWAITING_APPROVAL})  # the fingerprint stays taken, nothing runs
+WAITING_REVIEW = frozenset({PR_OPEN, AWAITING_APPROVAL})  # the fingerprint stays taken
 ACTIVE = frozenset({DISPATCH_PENDING, INVESTIGATING})  # count against the concurrency cap
 TERMINAL = frozenset({PR_MERGED, FAILED, UNFIXABLE, TIMEOUT, ANONYMIZATION_FAILED})
 BREAKER_FAILURES = frozenset({FAILED, TIMEOUT, ANONYMIZATION_FAILED})  # unfixable: not counted
@@ -303,6 +315,8 @@ class Attempts:
             raise ValueError(f"unknown status {to!r}")
         now = self.clock()
         previous: dict[str, str] = {}
+        if to in ACTIVE:
+            self.store.add_member(UNFINISHED, attempt_id)  # resumed: recovery sees it again
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
             if cur is None:
@@ -315,7 +329,11 @@ class Attempts:
             cur["status"] = to
             cur["updated_at"] = now
             cur["history"] = [*cur.get("history", []), {"status": to, "at": now}]
-            if status in ACTIVE and to not in ACTIVE:
+            if to == HELD:
+                cur["held_at"] = now
+            elif status == HELD and to not in ACTIVE:
+                cur["ended_at"] = now  # given up while on hold: no investigation to escalate
+            elif status in ACTIVE and to not in ACTIVE:
                 cur["ended_at"] = now
                 if to in ESCALATES and not cur.get("incident") and not cur.get("deferred"):
                     cur["escalation_due"] = True
@@ -328,18 +346,27 @@ class Attempts:
         if to not in ACTIVE:
             self.store.remove_member(UNFINISHED, attempt_id)
         att = rec.data
-        ended = previous["status"] in ACTIVE and to not in ACTIVE
+        ended = previous["status"] in ACTIVE and to not in ACTIVE and to != HELD
+        given_up = previous["status"] == HELD and to not in ACTIVE
         # The investigation is over: the cooldown starts, the breaker learns (an UNFIXABLE
-        # verdict says nothing about healer's health, so it is not an outcome for it).
+        # verdict says nothing about healer's health, so it is not an outcome for it). Given
+        # up while on hold: no attempt was made, so neither happens.
         gate.settle(self.store, att["fingerprint"], attempt_id, now=now, kind="code",
-                    ended=ended, outcome=gate.DEFERRED if att.get("deferred") else
-                    to if ended and to != UNFIXABLE else "",
+                    ended=ended or given_up,
+                    outcome=gate.DEFERRED if att.get("deferred") or given_up
+                    else to if ended and to != UNFIXABLE else "",
                     breaker=to in BREAKER_FAILURES and not att.get("stopped"),
-                    held=to in HELD, lane=str(att.get("lane") or ""))
-        self._sync_incident(att, to)
+                    held=to in WAITING_REVIEW, lane=str(att.get("lane") or ""),
+                    on_hold=to == HELD)
+        self._sync_incident(att, to, previous["status"])
         return att
 
-    def _sync_incident(self, att: dict[str, Any], to: str) -> None:
+    def on_hold(self) -> list[dict[str, Any]]:
+        """The attempts on hold (from the admission record: O(held), not O(attempts))."""
+        found = (self.get(aid) for aid in gate.holding(self.admission()).values())
+        return [a for a in found if a is not None and a.get("status") == HELD]
+
+    def _sync_incident(self, att: dict[str, Any], to: str, previous: str = "") -> None:
         """Move the attempt's incident with it (living-context attempts move theirs)."""
         iid = att.get("incident_id")
         if not iid or att.get("incident"):
@@ -348,6 +375,14 @@ class Attempts:
         aid = att["attempt_id"]
         if to == INVESTIGATING:
             ledger.update(iid, doing="a healing agent is investigating in a worktree")
+        elif to == HELD:
+            hold = att.get("hold") or {}
+            ledger.update(iid, "attempt_held", doing=f"waiting for healer's model access "
+                          f"({hold.get('code', '?')}: {hold.get('title', '')}); resumes by "
+                          "itself when that is over"[:300])
+        elif previous == HELD and to == DISPATCH_PENDING:
+            ledger.update(iid, "attempt_resumed",
+                          doing="a healing agent is being dispatched (resumed after a hold)")
         elif to == AWAITING_APPROVAL:
             ledger.held(iid, aid, list((att.get("held") or {}).get("reasons") or []))
         elif to == PR_OPEN:
@@ -480,8 +515,13 @@ class Attempts:
             att = self.get(aid) if isinstance(aid, str) and aid else None
             if att is not None:
                 statuses[aid] = att["status"]
-        gate.reconcile(self.store, statuses, running=ACTIVE, held_status=HELD,
-                       now=self.clock())
+        ids |= set(gate.holding(adm).values())
+        for aid in ids - set(statuses):
+            att = self.get(aid) if isinstance(aid, str) and aid else None
+            if att is not None:
+                statuses[aid] = att["status"]
+        gate.reconcile(self.store, statuses, running=ACTIVE, held_status=WAITING_REVIEW,
+                       now=self.clock(), on_hold_status=HELD)
 
 
 def public_view(att: dict[str, Any]) -> dict[str, Any]:
@@ -491,7 +531,8 @@ def public_view(att: dict[str, Any]) -> dict[str, Any]:
     when it ended without a fix (the file may since have moved to ``archive/``)."""
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
-            "reason", "unfixable_reason", "findings", "escalation", "held", "approved_by")
+            "reason", "unfixable_reason", "findings", "escalation", "held", "approved_by",
+            "hold", "held_at")
     out = {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
     # The protocol's statuses; waiting for a worker is part of investigating.
     if out.get("status") == DISPATCH_PENDING:
@@ -500,4 +541,4 @@ def public_view(att: dict[str, Any]) -> dict[str, Any]:
 
 
 PUBLIC_STATUSES = (INVESTIGATING, PR_OPEN, PR_MERGED, FAILED, UNFIXABLE, TIMEOUT,
-                   ANONYMIZATION_FAILED, AWAITING_APPROVAL)
+                   ANONYMIZATION_FAILED, AWAITING_APPROVAL, HELD)

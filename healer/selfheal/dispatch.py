@@ -25,12 +25,16 @@ or personal data in the diff or PR text
 no commits, or commits whose diff holds    ``failed``; no PR, no forge call (the reason
 nothing to review (empty, net zero,        names the marker files)
 whitespace only, only marker files)
+no commits, and the run was stopped by     ``held`` (the hold on the record): not
+healer's own model access (a rejected      escalated, no breaker, no cooldown; resumed
+key, a rate limit, the day's budget)       through the gate when the hold is over
 =========================================  ==========================================
 
-Every end but ``pr_open`` is then escalated to a person (``healer.selfheal.escalate``: a seed
-file in ``.fleet-messages/human/`` and a forge issue, one per fingerprint, updated by later
-failures); the attempt records the seed file as ``escalation``. An escalation that fails is
-logged and left for ``recover()``; it never fails the run.
+Every end but ``pr_open`` and ``held`` is then escalated to a person
+(``healer.selfheal.escalate``: a seed file in ``.fleet-messages/human/`` and a forge issue, one
+per fingerprint, updated by later failures); the attempt records the seed file as
+``escalation``. An escalation that fails is logged and left for ``recover()``; it never fails
+the run.
 
 Run it in-process (``await Dispatcher(...).run(id)``) or as a detached worker process:
 ``python -m healer.selfheal.dispatch ATTEMPT_ID`` with the settings as JSON on stdin — that
@@ -204,6 +208,8 @@ class Dispatcher:
         sh = self.settings.selfheal
         aid, fp = att["attempt_id"], att["fingerprint"]
         repo = await asyncio.to_thread(self._repo)
+        if att.get("worktree"):  # resumed after a hold: the clone of the run it stopped
+            await asyncio.to_thread(wt.remove, "", att["worktree"])
         tree = await asyncio.to_thread(wt.create, repo, self.settings.state_path, aid, fp,
                                        sh.base_branch)
         self.attempts.update(aid, branch=tree.branch, base=tree.base, base_sha=tree.base_sha,
@@ -231,6 +237,12 @@ class Dispatcher:
             return st.UNFIXABLE, {"unfixable_reason": self._clean(_cut_words(unfixable)),
                                   "reason": "the healing agent found this is not a code bug"}
         commits = await asyncio.to_thread(tree.commits)
+        hold = outcome.detail.get("hold")
+        if not commits and isinstance(hold, dict):
+            # healer's own model access stopped the run (a rejected key, a rate limit, the
+            # day's budget): the cause is told once by the runtime; this attempt waits.
+            return st.HELD, {"hold": {**hold, "since": self.clock()}, "reason": self._why(
+                "the healing run waits for healer's model access", outcome)}
         if not commits and outcome.detail.get("status") == DEFERRED:
             # The model API kept refusing (rate limit, overload), or the day's agent budget
             # is spent: not a failed attempt — no breaker, no cooldown, no escalation; the

@@ -43,7 +43,8 @@ def result_path_for(results_dir: Path, fingerprint: str, now: float | None = Non
 
 @dataclass(frozen=True)
 class RunResult:
-    """How the agent run ended (the worktree tells what it did)."""
+    """How the agent run ended (the worktree tells what it did). ``detail["hold"]``: the hold
+    of healer's model access that stopped it (``healer.agents.limits.held_by``), if any."""
 
     ok: bool
     timed_out: bool = False
@@ -116,11 +117,14 @@ class ExecutorRunner:
         # the run's result file once the run has ended.
         outcome = await dispatcher(self.settings).run(agent_task, executor=self.resolved(),
                                                       env=env)
+        from healer.agents.limits import held_by
+
         return RunResult(ok=outcome.ok, timed_out=outcome.status == "timeout",
                          error=outcome.error, detail={"run_id": outcome.run_id,
                                                       "status": outcome.status,
                                                       "executor": outcome.executor,
-                                                      "result_path": outcome.result_path})
+                                                      "result_path": outcome.result_path,
+                                                      "hold": held_by(outcome.result)})
 
 
 def task_context(task: HealingTask) -> dict[str, Any]:

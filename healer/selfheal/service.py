@@ -11,6 +11,8 @@ The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
 * ``start_approved(incident_id)`` — after a person approved: the gate again, and the start;
 * ``status(fingerprint=None, limit=20)`` — the attempts of one fingerprint, or the latest;
 * ``refresh()`` — ask the forge about open PRs (``pr_open`` → ``pr_merged`` / ``failed``);
+* ``resume_held()`` — attempts ``held`` by healer's own model access (a rejected key, a rate
+  limit, the day's budget) go through the gate again once the hold is over, and run;
 * ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping; recovery
   also writes the escalations still due (``healer.selfheal.escalate``), including those of the
   attempts it settled.
@@ -308,6 +310,35 @@ class SelfHealService:
                     self._launch(decision.attempt_id)
         return out
 
+    def resume_held(self, *, launch: bool = True) -> list[str]:
+        """Resume the report_error attempts on hold (healer's own model access was held)
+        whose hold is over: the hold's time passed, and the gate — its model check taken
+        afresh, so a rotated key counts at once — admits them again. Each goes back to
+        ``dispatch_pending`` under its own id; returns those ids (``launch=False``: the
+        caller starts them). The loop runs this with ``retry_held``."""
+        from healer.agents.limits import resumable
+
+        held = [a for a in self.attempts.on_hold() if not a.get("incident")]
+        if not held:
+            return []
+        self._model = (0.0, False)  # ask again: the hold may have cleared a moment ago
+        out = []
+        for att in held:
+            if not resumable(att.get("hold") or {}, now=self.clock()):
+                continue
+            aid = att["attempt_id"]
+            decision = gate.resume(
+                self.store, att["fingerprint"], aid, self.clock(),
+                dataclasses.replace(self.policy, lane=str(att.get("lane") or "")),
+                self.model_available, record=lambda a: self.attempts.transition(
+                    a, st.DISPATCH_PENDING, expect=st.HELD, hold=None, reason=None))
+            if not decision.accepted:
+                continue  # still held (no model yet), or the cap: the next pass asks again
+            out.append(aid)
+            if launch:
+                self._launch(aid)
+        return out
+
     def _readmit(self, inc: dict[str, Any]) -> gate.Decision:
         """The approval step and gates 4–8 again for an open incident's kept report."""
         level = trust_of(inc)
@@ -527,6 +558,8 @@ def create_loop_service(healer: Any) -> None:
 
     async def retry() -> None:
         # Decide off the event loop; start in it (``selfheal.worker: task`` needs the loop).
+        for attempt_id in await asyncio.to_thread(svc.resume_held, launch=False):
+            svc._launch(attempt_id)
         for attempt_id in await asyncio.to_thread(svc.retry_held, launch=False):
             svc._launch(attempt_id)
 

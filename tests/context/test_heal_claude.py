@@ -13,7 +13,7 @@ from healer.agents import get_definition
 from healer.agents.executors import claude_cli
 from healer.context.layers import Layers
 from healer.context.sentry import from_sentry
-from healer.testing import ScriptedModel, text, tool_use
+from healer.testing import ScriptedModel, http_error, text, tool_use
 from healer.testing.webhooks import sentry_event_alert
 
 pytestmark = [pytest.mark.e2e]
@@ -71,3 +71,54 @@ class TestClaudeCode:
         head = git(project, "show", f"{inc['fix']['branch']}:app/payment.py")
         assert GOOD_FIX.strip() in head and "float" not in head
         assert Layers.load(context_dir).incidents[-1].root_cause == "integer division, guarded"
+
+
+class TestRejectedKey:
+    async def test_a_rejected_key_holds_the_heal_without_an_escalation_of_its_own(
+            self, service_for: Any, project: Path) -> None:
+        """The model answers 401 to the Sentry incident's first run: Claude runs on the node
+        stop with the runtime's one escalation, and the attempt is held — no iteration
+        after it, no "[HEAL-CTX]" escalation, the incident still healing. With a new key the
+        watch resumes the same attempt through the gate and its fix is verified."""
+        from healer.agents import limits
+        from healer.agents.claude import ClaudeExecutor
+        from healer.core import gate, seeds
+
+        script = [http_error(401, "authentication_error", "invalid x-api-key", times=1),
+                  *one_run(BUGGY, GOOD_FIX, "integer division, guarded")]
+        with ScriptedModel(script) as model:
+            svc = service_for()
+            if claude_cli(svc.settings) is None:
+                pytest.skip("the Claude Code CLI bundled with claude-agent-sdk is missing")
+            svc.healer.executor = ClaudeExecutor(svc.settings,
+                                                 env={**model.env(), **CLAUDE_TEST_ENV})
+            (sig,) = from_sentry("event_alert", sentry_event_alert(line=6), project)
+            (receipt,) = await svc.ingest([sig])
+            assert receipt.heal
+            await svc.drain(240)
+
+            inc = svc.book.get("sentry-4242")
+            att = svc.book.attempts.require(receipt.attempt_id)
+            assert att["status"] == "held" and att["hold"]["code"] == "X1", att.get("reason")
+            assert att["iterations"] == 1  # no second iteration against a rejected key
+            assert inc["status"] == "healing" and not inc.get("escalation"), inc
+            human = sorted((svc.settings.fleet_path / seeds.HUMAN).glob("*.md"))
+            assert len(human) == 1 and "Claude runs stopped" in human[0].read_text()
+            events = [e["event"] for e in svc.book.audit.read("sentry-4242")]
+            assert "heal_held" in events and "escalated" not in events
+            adm = gate.admission(svc.store)
+            assert adm["outcomes"] == [] and adm["ended"] == {}
+
+            # The same key: the watch resumes nothing.
+            await svc.watch()
+            assert svc.book.attempts.require(receipt.attempt_id)["status"] == "held"
+
+            svc.healer.executor = ClaudeExecutor(svc.settings, env={
+                **model.env(), **CLAUDE_TEST_ENV, "ANTHROPIC_API_KEY": "sk-ant-rotated"})
+            await svc.watch()
+            await svc.drain(240)
+        inc = svc.book.get("sentry-4242")
+        assert inc["status"] == "fixed", inc.get("escalation")
+        assert inc["fix"]["attempt_id"] == receipt.attempt_id
+        assert len(sorted((svc.settings.fleet_path / seeds.HUMAN).glob("*.md"))) == 1
+        assert not limits.disabled_path(svc.settings).exists()

@@ -1,9 +1,10 @@
-"""A healing run the model API keeps refusing (529) is deferred: not a failed attempt.
+"""A healing run the model API keeps refusing (529) is deferred: the attempt is held, not failed.
 
 The real Claude Code CLI runs against the scripted model on 127.0.0.1, which answers every
-request with 529 overloaded. The attempt ends without commits, marked deferred: no cooldown
-starts for its fingerprint, the breaker learns nothing, and nobody is paged about an outage
-that heals itself.
+request with 529 overloaded. The run ends ``deferred``; the attempt ends without commits,
+``held`` until the limit's ``retry_at``: no cooldown starts for its fingerprint, the breaker
+learns nothing, nobody is paged about an outage that heals itself, and a new report of the
+error joins the held attempt; once the retry time has passed the retry pass resumes it.
 """
 
 from __future__ import annotations
@@ -48,14 +49,26 @@ async def test_an_overloaded_model_defers_the_attempt(make_settings: Callable[..
         assert out["accepted"], out
         att = await Dispatcher(settings, svc.store, runner=runner).run(out["attempt_id"])
         assert len([r for r in model.requests if r.method == "POST"]) >= 2  # tried again
-    assert att["status"] == "failed" and att.get("deferred") is True, att
+    assert att["status"] == "held", att
+    assert att["hold"]["code"] == "T2" and att["hold"]["until"] is not None
     assert "deferred" in att["reason"] and not att.get("escalation_due")
     adm = svc.store.get(gate.ADMISSION, gate.GATE_KEY)
     assert adm is not None
     assert adm.data["outcomes"] == []  # the breaker learnt nothing
-    assert att["fingerprint"] not in adm.data["ended"]  # no cooldown: the next report may try
+    assert att["fingerprint"] not in adm.data["ended"]  # no cooldown
     again = svc.report({"error_type": "ValueError", "error_message": "bad input",
                         "traceback": "Traceback (most recent call last):\n  File \"app.py\"",
                         "call_site": "app.py:3"})
-    assert again["accepted"], again
+    assert again["reason"] == gate.ALREADY_INVESTIGATING, again
+    assert again["attempt_id"] == att["attempt_id"]
     assert not (Path(settings.fleet_path) / "human").exists()
+    # Before the retry time nothing resumes; after it, the same attempt does.
+    def at(when: float) -> SelfHealService:
+        return SelfHealService(settings, svc.store, runner=runner, launcher=lambda _a: None,
+                               env={}, clock=lambda: when)
+
+    assert at(att["hold"]["until"] - 0.5).resume_held(launch=False) == []
+    later = SelfHealService(settings, svc.store, runner=runner, launcher=lambda _a: None,
+                            env={}, clock=lambda: att["hold"]["until"] + 1)
+    assert later.resume_held(launch=False) == [att["attempt_id"]]
+    assert later.attempts.require(att["attempt_id"])["status"] == "dispatch_pending"

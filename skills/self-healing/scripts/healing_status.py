@@ -44,6 +44,9 @@ MEANING = {
                           "approves publication (held.reasons)",
                           "tell the user; never approve it yourself: `healer approve` is "
                           "for the person"),
+    "held": ("waiting for healer's own model access (a rejected API key, a rate limit, the "
+             "day's agent budget; hold.code): not a failure, and resumed by itself when that "
+             "is over", "carry on; a person was told about the cause once — not per report"),
 }
 NEEDS_PERSON = {"failed", "timeout", "unfixable", "anonymization_failed", "awaiting_approval"}
 
