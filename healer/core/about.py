@@ -19,7 +19,7 @@ A wrong name or type is the capability's bug (``UsageError``); text is never ref
 cut. Text that came from outside (a Sentry event, a cluster object) is scrubbed by the
 capability's sanitizer before it is put here.
 
-What the kinds put here (``docs/detection.md`` "What an incident is about"):
+What the kinds put here (``docs/self-healing.md``, "What an incident is about"):
 
 - ``code``: ``culprit`` (``file:function``), ``line``, ``error_type``, ``release``,
   ``environment``, and ``releases``: release → ``{first, last, count}`` (``tally``);
