@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from typing import Any
 
 from healer.config import Settings
 from healer.core import gate, seeds
+from healer.core.about import describe
 from healer.core.incidents import Ledger, public_view
 from healer.core.store import Store
+from healer.errors import UsageError
 
 ACTIVE_SHOWN = 10
 
@@ -255,6 +258,7 @@ def render(data: dict[str, Any]) -> str:
         lines.append(f"  - {i['id']} [{state}] {i.get('summary', '')[:80]} "
                      f"(×{i.get('count', 1)}, attempts {i.get('attempts', 0)})"
                      + (f": {' '.join(doing.split())[:100]}" if doing else ""))
+        lines += [f"      {line[:150]}" for line in describe(i.get("about"))[:1]]
         if i.get("target"):
             link = (i.get("links") or {}).get("dashboard", "")
             lines.append(f"      on {i['target']}" + (f" → {link}" if link else ""))
@@ -262,6 +266,7 @@ def render(data: dict[str, Any]) -> str:
         seed = (i.get("escalation") or {}).get("seed_file", "")
         lines.append(f"  - {i['id']} [escalated] {i.get('summary', '')[:80]}"
                      + (f" → {seed}" if seed else ""))
+        lines += [f"      {line[:150]}" for line in describe(i.get("about"))[:1]]
         if i.get("target"):
             lines.append(f"      on {i['target']}")
     claims = data["gate"]["claims"]
@@ -310,4 +315,34 @@ def render(data: dict[str, Any]) -> str:
                  + (" in " + str(os.path.dirname(human[0]["file"])) if human else ""))
     for h in human[:10]:
         lines.append(f"  - [{h['severity']}] {h['subject']}")
+    return "\n".join(lines)
+
+
+INCIDENT_ID = re.compile(r"(?:play|code|fleet)-[A-Za-z0-9._-]{1,120}")
+
+
+def incident(store: Store, iid: str) -> dict[str, Any]:
+    """One incident as the API shows it (``GET /api/v1/incidents/{id}``, without the audit):
+    ``UsageError`` naming the id when there is none."""
+    data = Ledger(store).get(iid) if INCIDENT_ID.fullmatch(iid) else None
+    if data is None:
+        raise UsageError(f"no incident {iid!r} (ids are listed by `healer status`)")
+    return {**public_view(data), "history": data.get("history", [])}
+
+
+def render_incident(view: dict[str, Any]) -> str:
+    """One incident for the terminal: what it is, what it is about, where it stands."""
+    state = view["status"] + (", anonymous" if view.get("trust") == "anonymous" else "")
+    lines = [f"{view['id']} [{state}] {view.get('summary', '')}",
+             f"  kind {view['kind']}, severity {view.get('severity', '?')}, "
+             f"seen ×{view.get('count', 1)}, attempts {view.get('attempts', 0)}"]
+    lines += [f"  about: {line}" for line in describe(view.get("about"))]
+    if view.get("target"):
+        lines.append(f"  on {view['target']}")
+    doing = view.get("doing") or (view.get("gate") or {}).get("message", "")
+    if doing:
+        lines.append(f"  {' '.join(str(doing).split())[:200]}")
+    seed = (view.get("escalation") or {}).get("seed_file", "")
+    if seed:
+        lines.append(f"  escalated → {seed}")
     return "\n".join(lines)

@@ -15,6 +15,8 @@ examples:
                                    waiting for a person) and the latest healing attempts
   healer status 3f2a9c1d8e7b       the attempts of one fingerprint (a prefix is enough)
   healer status --refresh --json   ask the forge about open PRs first (pr_open → pr_merged)
+  healer status code-sentry-4242   one incident: what it is about (culprit, release, alert
+                                   code and object, peer and channel), where it stands
 
 An attempt that ended without a fix shows the escalation file written for a person
 (.fleet-messages/human/…); --json has it as "escalation". The overview shows today's agent
@@ -26,9 +28,11 @@ approval (a code agent to start, a held fix to publish) is listed with the `heal
 and `healer deny` commands; what the flood limits dropped is counted.
 
 exit codes: 0 ok, 1 something needs a person (an escalation file or an approval waiting, or a
-listed attempt failed, timed out, was unfixable or blocked by anonymization), 2 bad input.
+listed attempt failed, timed out, was unfixable or blocked by anonymization; the incident
+asked for is escalated), 2 bad input (also: no such incident).
 """
 
+INCIDENT_KINDS = ("code-", "play-", "fleet-")  # an incident id, not a fingerprint
 _NEEDS_PERSON = {"failed", "timeout", "anonymization_failed", "unfixable", "awaiting_approval"}
 
 
@@ -60,9 +64,21 @@ def _table(data: dict[str, Any]) -> None:
             print(f"{'':<25} escalated to a person: {a['escalation']}")
 
 
+def _incident(store: Any, iid: str, as_json: bool) -> int:
+    from healer.overview import incident, render_incident
+
+    view = incident(store, iid)
+    if as_json:
+        print_json({"incident": view})
+    else:
+        print(render_incident(view))
+    return 1 if view["status"] == "escalated" else 0
+
+
 def main(argv: list[str]) -> int:
     p = parser("status", HELP, EPILOG)
-    p.add_argument("fingerprint", nargs="?", help="a fingerprint or its prefix (≥4 hex digits)")
+    p.add_argument("fingerprint", nargs="?", help="a fingerprint or its prefix (≥4 hex "
+                   "digits), or an incident id (code-…, play-…, fleet-…)")
     p.add_argument("--limit", type=int, default=20, help="at most this many attempts (20)")
     p.add_argument("--refresh", action="store_true",
                    help="poll the forge for open PRs first (records merges)")
@@ -77,6 +93,8 @@ def main(argv: list[str]) -> int:
 
         settings = settings_from(args)
         service = open_service(settings)
+        if args.fingerprint and args.fingerprint.startswith(INCIDENT_KINDS):
+            return _incident(service.store, args.fingerprint, args.json)
         if args.refresh:
             service.refresh()
         data = service.status(args.fingerprint, args.limit)

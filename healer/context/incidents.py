@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
+from healer.core import about as ab
 from healer.core import approval, gate
 from healer.core import incidents as core
 from healer.core import trust as tr
@@ -261,10 +262,14 @@ class IncidentBook:
                 return "reopened"
             return "duplicate"
 
+        now = self.clock()
+        count = max(1, signal.count)
+        about = self._about(error, ident.error_type if ident else "", count, now) \
+            if error is not None and signal.status == FIRING else {}
         sig = core.Signal(kind="code", key=signal.key, source=signal.source,
                           status=signal.status, severity=severity, summary=summary,
-                          detail=dict(signal.detail), count=max(1, signal.count),
-                          trust=signal.trust, reporters=signal.reporters())
+                          detail=dict(signal.detail), count=count,
+                          trust=signal.trust, reporters=signal.reporters(), about=about)
         new = signal.status == FIRING and self.ledger.get(sig.id) is None
         if new and signal.trust == tr.ANONYMOUS:
             why = tr.admit_new(self.store, signal.origin or signal.source, self.floods,
@@ -284,6 +289,7 @@ class IncidentBook:
         if error is not None and signal.status == FIRING:
             def merge(cur: dict[str, Any]) -> None:
                 _merge_repeat(cur, error, signal.users)
+                _tally_release(cur, error, count, now)
         got = self.ledger.receive(sig, fields=fields, refire=refire, merge=merge)
         data = got.incident
         if data is not None and data.get("intake") != INTAKE and signal.status == FIRING:
@@ -302,6 +308,22 @@ class IncidentBook:
             # a slot free, a model back).
             return self.admit(signal.key, receipt)
         return receipt
+
+    def _about(self, error: NormalizedError, error_type: str, count: int, now: float
+               ) -> dict[str, Any]:
+        """What the incident is about (``healer.core.about``): the culprit ``file:function``
+        and line, the exception type, release and environment, and the first and last time
+        each release showed it. ``error`` is scrubbed already; the file and type are too."""
+        s = self.sanitizer.scrub
+        culprit = ":".join(p for p in (s(error.file), error.function) if p)
+        release = str(error.sentry.get("release") or "")
+        about: dict[str, Any] = {
+            "culprit": culprit, "line": error.line, "error_type": s(error_type),
+            "release": release,
+            "environment": error.environment or str(error.sentry.get("environment") or "")}
+        if release:
+            ab.tally(about, "releases", release, now, count)
+        return about
 
     # --- the gate -----------------------------------------------------------------------------
 
@@ -428,6 +450,17 @@ def _merge_repeat(cur: dict[str, Any], error: NormalizedError, users: tuple[str,
         block["users"] = len(cur["user_hashes"])
     block["events"] = int(cur.get("count", 1))
     cur["error"] = {**cur["error"], "sentry": block}
+
+
+def _tally_release(cur: dict[str, Any], error: NormalizedError, count: int, now: float
+                   ) -> None:
+    """One more sighting of the incident in the release ``error`` names (``about.releases``:
+    release → first, last, count; the most recent releases kept)."""
+    release = str(error.sentry.get("release") or "")
+    if release:
+        about = dict(cur.get("about") or {})
+        ab.tally(about, "releases", release, now, count)
+        cur["about"] = about
 
 
 def _in_repo(root: str, file: str) -> bool:

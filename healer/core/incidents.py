@@ -17,7 +17,10 @@ Every incident carries the trust of its sources (``trust``: ``trusted`` once any
 source reported it, else ``anonymous``; ``healer.core.trust``), the distinct users or
 releases that reported it (``reporters``), and a person's verdicts (``approvals``:
 ``healer.core.approval``): ``judge`` applies one (a denial resolves the incident), ``held``
-notes a fix waiting for a person before publication.
+notes a fix waiting for a person before publication. What it is about — the culprit of a
+code incident, the alert code and object of a play one, the peer and channel of a fleet one —
+is its ``about`` block (``healer.core.about``): set by the capability at intake, shown by
+``public_view``.
 
 Records: ``incidents/<kind>-<key>``. Indexes kept with every write, so no read lists the
 whole folder: a store set per status (``incidents-open`` …), the set of active anonymous
@@ -42,6 +45,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from healer.core import about as _about
 from healer.core import approval
 from healer.core.audit import Audit
 from healer.core.gate import Decision
@@ -81,7 +85,9 @@ class Signal:
     (``healer.core.trust``). Left empty, a code signal is anonymous (its intake must say it
     authenticated the sender) and a play or fleet signal trusted (they come from healer's own
     watchers, probes and log detection, and never start a code agent). ``reporters``: who it
-    hit (``u:<user hash>``, ``r:<release>``), counted for approval eligibility."""
+    hit (``u:<user hash>``, ``r:<release>``), counted for approval eligibility. ``about``:
+    what the incident concerns, in a few short fields the capability chooses (the culprit,
+    the alert code and its object, the peer and channel; ``healer.core.about``)."""
 
     kind: str
     key: str
@@ -93,8 +99,10 @@ class Signal:
     count: int = 1
     trust: str = ""
     reporters: tuple[str, ...] = ()
+    about: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "about", _about.clean(self.about))
         if self.kind not in KINDS:
             raise UsageError(f"unknown incident kind {self.kind!r}")
         if not is_safe_name(self.key) or len(self.key) > MAX_KEY:
@@ -303,8 +311,8 @@ class Ledger:
         resolved one reopens and a fixed one is a duplicate.
         ``decision``: what the gate already said about it, recorded in the same write (the
         hot path of a repeated report is one write).
-        ``merge(incident)``: folds what a repeat adds (users, tags, the latest breadcrumbs)
-        into an existing incident, in the same write."""
+        ``merge(incident)``: folds what a repeat adds (users, tags, the latest breadcrumbs,
+        a count in a map of ``about``) into an existing incident, in the same write."""
         now = self.clock()
         out: dict[str, str] = {}
 
@@ -313,6 +321,8 @@ class Ledger:
                 new = self._firing(cur, signal, fields or {}, now, out, refire)
                 if cur is not None and merge is not None:
                     merge(new)
+                    if new.get("about"):  # what the capability folded in, within the limits
+                        new["about"] = _about.clean(new["about"])
             else:
                 new = _resolving(cur, signal.source, now, out)
             if new is not None and decision is not None:
@@ -343,12 +353,16 @@ class Ledger:
                    "count": signal.count, "first_seen": now, "last_seen": now,
                    "attempts": 0, "attempt_ids": [], "rejections": {},
                    "detail": dict(signal.detail), "trust": signal.trust, **fields}
+            if signal.about:
+                rec["about"] = dict(signal.about)
             if signal.reporters:
                 rec["reporters"] = approval.merge_reporters([], signal.reporters)
             _hist(rec, now, "opened", source=signal.source, trust=signal.trust)
             return rec
         cur["count"] = int(cur.get("count", 0)) + signal.count
         cur["last_seen"] = now
+        if signal.about:
+            cur["about"] = _about.update(cur.get("about"), signal.about)
         if signal.source not in cur.get("sources", []):
             cur["sources"] = [*cur.get("sources", []), signal.source][-10:]
         if signal.trust == TRUSTED and cur.get("trust") != TRUSTED:
@@ -726,7 +740,7 @@ def _resolving(cur: dict[str, Any] | None, by: str, now: float,
 def public_view(data: dict[str, Any]) -> dict[str, Any]:
     """What the API and ``healer status`` show of an incident."""
     keys = ("id", "kind", "key", "source", "sources", "trust", "status", "severity", "summary",
-            "count", "first_seen", "last_seen", "attempts", "attempt_id", "doing", "gate",
+            "about", "count", "first_seen", "last_seen", "attempts", "attempt_id", "doing", "gate",
             "approvals",
             "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
             "reopened", "target", "links", "code", "failure_class", "held", "held_total",

@@ -14,6 +14,10 @@ deferred       open, ``deferred``: another peer's repair comes first
 transient      resolved ("cleared before any repair")
 =============  ===============================================================
 
+Each incident says what it is about (``healer.core.about``): ``peer``, and ``channel`` — the
+broken channels of the episode (``ssh, nats``), or ``heartbeat`` for the watchdog's ladder
+(with its ``problem``).
+
 Writing here never fails an episode: an error is logged and the episode goes on.
 """
 
@@ -29,6 +33,7 @@ from healer.core.store import Store
 log = logging.getLogger(__name__)
 
 PREFIX = "fleet-"
+HEARTBEAT = "heartbeat"  # the channel the watchdog's repair ladder answers for
 
 
 class _Attempt(Protocol):
@@ -48,7 +53,9 @@ def _signal(episode: Any) -> inc.Signal | None:
     return inc.Signal(kind="fleet", key=key, source="fleet-probe", severity="high",
                       summary=f"{episode.peer}: {broken} broken"[:300],
                       detail={"peer": episode.peer, "problems": list(episode.problems),
-                              "broken": list(episode.broken)})
+                              "broken": list(episode.broken)},
+                      about={"peer": episode.peer,
+                             "channel": ", ".join(episode.broken or episode.problems)})
 
 
 def dispatched(store: Store, episode: Any, attempt: _Attempt) -> None:
@@ -108,7 +115,8 @@ def _ended(book: inc.Ledger, episode: Any) -> None:
 def _ladder_signal(peer: str, problem: str) -> inc.Signal:
     return inc.Signal(kind="fleet", key=inc.digest(f"{peer}-ladder"), source="heartbeat",
                       severity="high", summary=f"{peer}: {problem}"[:300],
-                      detail={"peer": peer, "problems": ["ladder"], "problem": problem})
+                      detail={"peer": peer, "problems": ["ladder"], "problem": problem},
+                      about={"peer": peer, "channel": HEARTBEAT, "problem": problem})
 
 
 def ladder_started(store: Store, peer: str, problem: str, run_id: str) -> None:

@@ -30,6 +30,7 @@ from healer.core.store import Store
 from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
 from healer.errors import HealerError
 from healer.play import evaluate, workspace
+from healer.play.about import play_about
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -122,7 +123,10 @@ class Remediator:
                           summary=f"{play_id}: {issue['description']}"[:300],
                           detail={"play_id": play_id, "agent": issue.get("agent", ""),
                                   "issue_type": issue["issue_type"], "issue_id": issue["id"],
-                                  "code": issue.get("code", ""), "remediation": key})
+                                  "code": issue.get("code", ""), "remediation": key},
+                          about=play_about(str(issue.get("code") or ""), play_id,
+                                           str(issue.get("agent") or ""),
+                                           str(issue.get("target") or "")))
 
     def sighted(self, play_id: str, issue: dict[str, Any], occurrences: int = 1) -> None:
         """An issue recorded on a session (new, or seen again): its incident opens, or its

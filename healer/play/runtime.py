@@ -38,6 +38,7 @@ from healer.core.escalation import Escalation, escalate
 from healer.core.publish.forge_issues import Issues
 from healer.core.store import Store
 from healer.play import workspace
+from healer.play.about import play_about
 from healer.play.sessions import SessionRegistry, iso
 
 log = logging.getLogger(__name__)
@@ -501,7 +502,8 @@ class AgentRuntime:
         return inc.Signal(kind="play", key=inc.digest(key), source="play", severity=severity,
                           summary=summary[:300], detail={
                               **detail, "code": code, "class": failures.class_of(code),
-                              "action": failures.ACTIONS[failures.class_of(code)]})
+                              "action": failures.ACTIONS[failures.class_of(code)]},
+                          about=play_about(code, **{k: str(v) for k, v in detail.items()}))
 
     def _file(self, signal: inc.Signal, decision: gate.Decision) -> None:
         self.ledger.receive(signal, decision=decision)

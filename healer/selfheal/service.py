@@ -211,7 +211,8 @@ class SelfHealService:
                         detail={"fingerprint": fp, "error_type": error_type,
                                 "call_site": ident.call_site,
                                 "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME))},
-                        trust=trust)
+                        trust=trust, about={"culprit": ident.call_site,
+                                            "error_type": ident.error_type})
 
         # Anonymous input opens new incidents only within the flood limits (refusals of the
         # gates below are incidents too, so this comes first).
