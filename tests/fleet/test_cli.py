@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from healer.testing.wait import wait_for
+
 
 def fleet_cli(env: dict[str, str], *args: str, timeout: float = 90) -> Any:
     return subprocess.run([sys.executable, "-m", "healer", "fleet", *args], env=env,
@@ -115,6 +117,11 @@ class TestHealAndSend:
 
     def test_heal_when_all_is_well(self, env: dict[str, str]) -> None:
         """heal with nothing broken says so and exits 0."""
+        env = {**env, "HEALER__FLEET__TIMEOUTS": PATIENT}
+        # A peer healed by an earlier test may still be coming up on a busy box: heal is
+        # asked once the fleet answers on every channel.
+        wait_for(lambda: fleet_cli(env, "status", "--json").returncode == 0, timeout=120,
+                 every=1.0)
         r = fleet_cli(env, "heal")
         assert r.returncode == 0 and "every channel to every peer works" in r.stdout
 
