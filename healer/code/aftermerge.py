@@ -189,13 +189,19 @@ class AfterMerge:
     async def propose_due(self) -> list[Revert]:
         """Prepare every revert still due (the loop's ``code-aftermerge`` job)."""
         out = []
+        for aid in await asyncio.to_thread(self._due):
+            out.append(await self.propose(aid))
+        return out
+
+    def _due(self) -> list[str]:
+        found = []
         for aid in sorted(self.store.members(REVERTS_DUE)):
             att = self.attempts.get(aid)
             if att is None or (att.get("revert") or {}).get("state") != DUE:
                 self.store.remove_member(REVERTS_DUE, aid)
                 continue
-            out.append(await self.propose(aid))
-        return out
+            found.append(aid)
+        return found
 
     async def propose(self, attempt_id: str) -> Revert:
         """Prepare the draft revert PR of ``attempt_id`` and tell a person, once."""
