@@ -9,13 +9,17 @@ the attempt flow does before the PR; the merge is a real ``git merge`` seen by t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+import uvicorn
 
+from healer.api.app import ApiContext, create_app
 from healer.code.aftermerge import REVERTS_DUE, AfterMerge, revert_branch, runs_fix
 from healer.config import load_settings
 from healer.context.sentry import from_sentry
@@ -27,6 +31,7 @@ from healer.core.store import FileStore
 from healer.selfheal import attempts as st
 from healer.selfheal.service import SelfHealService
 from healer.testing.fake_github import FakeGitHub
+from healer.testing.wait import until
 from healer.testing.webhooks import sentry_event_alert
 
 BUGGY = "def average(total, count):\n    return total / count\n"
@@ -172,6 +177,33 @@ class TestReportError:
         again = svc.report(REPORT)  # the PR is open, not merged: the report joins it
         assert again["reason"] == "already_investigating"
         assert len(prs(settings)) == 1 and "revert" not in svc.attempts.require(aid)
+
+
+    async def test_over_the_real_http_route(self, merged: tuple[SelfHealService, str],
+                                            tmp_path: Path) -> None:
+        """``POST /api/v1/errors`` (token) answers ``fix_regressed``; the revert follows."""
+        svc, aid = merged
+        svc.settings.api.token = "t0ken-for-the-test"
+        app = create_app(ApiContext(settings=svc.settings, store=svc.store,
+                                    services={"selfheal": svc}))
+        server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0,
+                                               log_level="warning", lifespan="off"))
+        task = asyncio.create_task(server.serve())
+        try:
+            await until(lambda: server.started, 10)
+            port = server.servers[0].sockets[0].getsockname()[1]
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30,
+                                         headers={"Authorization": "Bearer t0ken-for-the-test"}
+                                         ) as c:
+                got = await c.post("/api/v1/errors", json=REPORT)
+            assert got.status_code == 200 and got.json()["reason"] == "fix_regressed"
+            await svc.drain(60)
+        finally:
+            server.should_exit = True
+            await task
+        assert [p["draft"] for p in prs(svc.settings)] == [True, True]
+        assert svc.attempts.require(aid)["revert"]["state"] == "proposed"
+        assert len(seeds(tmp_path)) == 1
 
 
 class TestSentryReleases:
