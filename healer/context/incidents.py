@@ -20,8 +20,11 @@
 * A firing signal for a key that is open, healing, escalated or fixed-but-not-merged is a
   duplicate (counted); an open one that is not being healed goes through the gate again (the
   cooldown may be over, a slot free). For a resolved incident it reopens it; for a fix merged
-  less than ``context.watch_s`` ago it is a **regression**: the incident reopens with the
-  regression noted (and a person is told).
+  less than ``context.watch_s`` ago it is a **regression** once the fix's release is seen
+  (``healer.code.aftermerge``: an event in a release first seen after the merge, or any event
+  where no release is known): the incident reopens with the regression noted, a draft revert
+  PR is prepared and a person is told. An event in a release seen before the merge is old code
+  still running: a duplicate.
 * A resolved signal closes what the key opened (a running heal stops at its next step); one
   for an unknown key is ignored.
 * Webhook deliveries are remembered by the SHA-256 of their raw body
@@ -43,6 +46,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from healer.code.aftermerge import runs_fix
 from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
 from healer.core import about as ab
 from healer.core import approval, gate
@@ -250,13 +254,17 @@ class IncidentBook:
         watch_s = self.settings.context.watch_s
         message = error.message if error else ""
 
+        release = str(error.sentry.get("release") or "") if error else ""
+
         def refire(cur: dict[str, Any], now: float) -> str:
             fix = cur.get("fix") or {}
             merged = fix.get("merged_at")
             if cur.get("status") == FIXED and merged and now - merged <= watch_s:
+                if not runs_fix(release, (cur.get("about") or {}).get("releases"), merged):
+                    return "duplicate"  # the fix's release is not seen yet: old code runs
                 cur["regressions"] = [*cur.get("regressions", []), {
                     "at": now, "pr_url": fix.get("pr_url", ""), "merged_at": merged,
-                    "message": message[:500]}][-20:]
+                    "release": release, "message": message[:500]}][-20:]
                 return "regression"
             if cur.get("status") == RESOLVED or (cur.get("status") == FIXED and merged):
                 return "reopened"

@@ -11,7 +11,9 @@ route answers. The loop adds two periodic jobs (``create_service``):
 * ``context-loki`` (``context.loki_interval_s``, when ``context.loki_url`` is set): the LogQL
   rule runner.
 
-A regression (the same alert after a merged fix, within the watch) is escalated to a person.
+A regression (the same alert after a merged fix, within the watch, once the fix's release is
+seen) reopens the incident; ``healer.code.aftermerge`` prepares a draft revert PR and tells a
+person.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from healer.code.aftermerge import AfterMerge
 from healer.context.heal import ContextHealer
 from healer.context.incidents import (
-    ESCALATED,
     FIX_REJECTED,
     FIXED,
     HEALING,
@@ -36,7 +38,6 @@ from healer.context.incidents import (
 )
 from healer.context.ingest import Signal
 from healer.context.layers import LayerError
-from healer.core.escalation import Escalation, escalate
 from healer.core.store import Store
 from healer.selfheal import attempts as st
 
@@ -72,6 +73,7 @@ class ContextService:
                                  model_available=self._model_available)
         self.healer = ContextHealer(settings, store, self.book, executor=executor, forge=forge,
                                     metrics=metrics, dispatcher=dispatcher, clock=clock)
+        self.aftermerge = AfterMerge(settings, store, clock=clock, forge=forge, metrics=metrics)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._model: tuple[float, bool | str] = (0.0, False)
         self._pruned = 0.0
@@ -126,34 +128,16 @@ class ContextService:
                 return
 
     async def _regression(self, key: str) -> None:
+        """The fix of ``key`` did not hold: the after-merge watch (``healer.code.aftermerge``)
+        notes it on the attempt, prepares the draft revert PR and tells a person, once."""
         inc = self.book.get(key)
-        if inc is None:
+        aid = ((inc or {}).get("fix") or {}).get("attempt_id")
+        if inc is None or not aid:
             return
         reg = (inc.get("regressions") or [{}])[-1]
-        err = inc["error"]
-        esc = Escalation(
-            title=f"[HEAL-CTX] Regression: {err.get('message', '')[:90]} fired again after "
-                  "its fix",
-            target=key, severity="high",
-            what_happened=(f"The fix of incident `{key}` ({reg.get('pr_url') or 'PR unknown'}) "
-                           f"was merged, and the same alert fired again within the post-fix "
-                           f"watch of {self.settings.context.watch_s:g} s: the fix did not hold. "
-                           "healer does not retry a fix that did not hold on its own."),
-            next_steps=["Check whether the fix was deployed, and whether it addressed the root "
-                        "cause.", "Consider reverting it, then fix by hand.",
-                        "Record the lesson (and the anti-pattern) in incident-memory.yaml."],
-            commands=[f"healer context incidents {key}",
-                      f"healer context render --incident {key}"],
-            evidence=[f"error: {err.get('message', '')[:500]}",
-                      f"fix: {reg.get('pr_url', '')}"],
-            incident=key, labels=["heal", "escalation", "living-context", "regression"],
-            dedup_key=f"ctx.regression.{key}")
-        record = await escalate(self.settings, self.store, esc, metrics=self.metrics)
-        self.book.update(key, event="escalated", status=ESCALATED, escalation={
-            "reason": "regression after a merged fix", "seed_file": str(record.seed_file or ""),
-            "at": self.clock()})
-        self.book.audit.write("escalated", key, reason="regression",
-                              seed_file=str(record.seed_file or ""))
+        await asyncio.to_thread(self.aftermerge.note, aid, release=reg.get("release", ""),
+                                at=reg.get("at"))
+        await self.aftermerge.propose(aid)
 
     # --- periodic jobs ------------------------------------------------------------------------
 

@@ -11,6 +11,10 @@ The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
 * ``start_approved(incident_id)`` — after a person approved: the gate again, and the start;
 * ``status(fingerprint=None, limit=20)`` — the attempts of one fingerprint, or the latest;
 * ``refresh()`` — ask the forge about open PRs (``pr_open`` → ``pr_merged`` / ``failed``);
+* after the merge — a report of a fix merged within ``context.watch_s`` reopens the same
+  incident and answers ``fix_regressed``: no new run; a draft revert PR is prepared in the
+  background and a person told once (``healer.code.aftermerge``; the loop's
+  ``code-aftermerge`` job prepares what is left due);
 * ``resume_held()`` — attempts ``held`` by healer's own model access (a rejected key, a rate
   limit, the day's budget) go through the gate again once the hold is over, and run;
 * ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping; recovery
@@ -39,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from healer.code.aftermerge import DUE, FIX_REGRESSED, REGRESSION, AfterMerge
 from healer.core import approval, gate
 from healer.core import trust as tr
 from healer.core.audit import Audit
@@ -182,6 +187,7 @@ class SelfHealService:
                              audit=Audit(self.settings.state_path, self.clock))
         self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
             in_healing_worktree(self.cwd)
+        self.aftermerge = AfterMerge(self.settings, self.store, clock=self.clock)
 
     # --- report_error -------------------------------------------------------------------------
 
@@ -244,6 +250,9 @@ class SelfHealService:
                           "below the investigation threshold. Continue normally.")
 
         now = self.clock()
+        regressed = self._regressed(signal, now)
+        if regressed is not None:
+            return regressed
         level = tr.combine(trust, trust_of(existing) if existing else None)
         attempt = {
             "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
@@ -284,6 +293,38 @@ class SelfHealService:
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}
+
+    # --- after the merge (healer.code.aftermerge) -----------------------------------------
+
+    def _regressed(self, signal: Signal, now: float) -> dict[str, Any] | None:
+        """A report of a fix merged and still watched: the same incident reopens, the draft
+        revert is prepared in the background, and no new healing run starts."""
+        att = self.aftermerge.recurrence(signal.key, at=now)
+        if att is None:
+            return None
+        self.ledger.receive(signal, refire=lambda cur, at: REGRESSION)
+        aid = att["attempt_id"]
+        revert = att.get("revert") or {}
+        if revert.get("state") == DUE:
+            self._propose_soon(aid)
+        return {"accepted": False, "fingerprint": signal.key, "reason": FIX_REGRESSED,
+                "attempt_id": aid, "message": "The fix merged for this error did not hold: "
+                "healer proposes reverting it (a draft PR) and a person was told. Continue "
+                "normally."}
+
+    def _propose_soon(self, attempt_id: str) -> None:
+        """Prepare the revert without blocking the report: a task in a running event loop,
+        else a thread (what a crash leaves, the loop's ``code-aftermerge`` job picks up)."""
+        make = lambda: self.aftermerge.propose(attempt_id)  # noqa: E731
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            threading.Thread(target=lambda: asyncio.run(make()), daemon=True,
+                             name=f"revert-{attempt_id}").start()
+            return
+        task = loop.create_task(make(), name=f"revert-{attempt_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def retry_held(self, *, launch: bool = True) -> list[str]:
         """Ask the gate again for the open report_error incidents it held back (the cap,
@@ -556,6 +597,8 @@ def create_loop_service(healer: Any) -> None:
     # Recovery also runs periodically: it settles runs whose worker died after start-up.
     healer.every("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
     healer.every("selfheal-reap", 3600.0, lambda: asyncio.to_thread(svc.reap))
+    # Reverts a crash (or a report without an event loop) left to prepare.
+    healer.every("code-aftermerge", sh.refresh_interval_s, svc.aftermerge.propose_due)
 
     async def retry() -> None:
         # Decide off the event loop; start in it (``selfheal.worker: task`` needs the loop).

@@ -262,8 +262,9 @@ async def _no_heal(key: str) -> None:
 class TestPostFixWatch:
     async def test_regression_after_merge_reopens_and_escalates(
             self, service_for: Any, project: Path, tmp_path: Path, dirs: Any) -> None:
-        """Fix → PR merged (seen by the watch) → the same alert again within the watch window:
-        the incident notes the regression and a person is told the fix did not hold."""
+        """Fix → PR merged (seen by the watch) → the same alert again within the watch window,
+        in a release first seen after the merge: the incident notes the regression and a
+        person is told the fix did not hold (``tests/code/test_aftermerge.py``: the revert)."""
         svc = service_for(plan=plan(tmp_path / "agent", edit(BUGGY, GOOD_FIX)))
         await svc.ingest([sentry_signal(project)])
         await svc.drain(120)
@@ -277,13 +278,15 @@ class TestPostFixWatch:
         inc = svc.book.get("sentry-4242")
         assert inc["fix"]["merged_at"] and inc["status"] == "fixed"
         assert Attempts(svc.store).require(fix["attempt_id"])["status"] == "pr_merged"
-        (reg,) = await svc.ingest([sentry_signal(project)])
+        (old,) = await svc.ingest([sentry_signal(project)])
+        assert old.action == "duplicate"  # the release from before the merge: not deployed
+        (reg,) = await svc.ingest([sentry_signal(project, release="shop@1.4.3")])
         assert reg.action == "regression"
         await svc.drain(60)
         inc = svc.book.get("sentry-4242")
         assert inc["status"] == "escalated" and inc["regressions"][0]["pr_url"] == fix["pr_url"]
         seed = "\n".join(p.read_text() for p in (dirs.fleet / "human").glob("*.md"))
-        assert "Regression" in seed and "did not hold" in seed
+        assert "did not hold" in seed and "revert proposed" in seed
 
     async def test_a_fix_that_holds_resolves_the_incident(
             self, service_for: Any, project: Path, tmp_path: Path) -> None:

@@ -28,13 +28,14 @@ class FakeHealer:
 class TestLoopWiring:
     async def test_factory_registers_everything(self, service: Any) -> None:
         """The factory registers the API service, start-up recovery, refresh/recover/reap/
-        retry-held jobs and a results subscriber; each job runs off the event loop."""
+        retry-held/after-merge jobs and a results subscriber; each job runs off the event
+        loop."""
         svc = service()
         healer = FakeHealer(svc.settings, svc.store)
         assert create_loop_service(healer) is None
         assert isinstance(healer.extras["api_services"]["selfheal"], SelfHealService)
         assert set(healer.jobs) == {"selfheal-refresh", "selfheal-recover", "selfheal-reap",
-                                    "selfheal-retry"}
+                                    "selfheal-retry", "code-aftermerge"}
         assert healer.jobs["selfheal-refresh"][0] == svc.settings.selfheal.refresh_interval_s
         for fn in [*healer.recovery, *(fn for _i, fn in healer.jobs.values())]:
             out = fn()

@@ -13,7 +13,9 @@
   token as an ``http.extraHeader`` through its environment (``healer.core.git``), only for
   ``https`` (or ``http`` to loopback).
 
-Both publish only branches under ``BRANCH_PREFIX`` (``healer/…``), open PRs as drafts, and
+Both publish only branches under ``BRANCH_PREFIX`` (``healer/…``), open PRs as drafts
+(``PullRequest.draft``, true unless a caller says otherwise; healer merges nothing), find the
+PR of a branch (``find_pr``: one revert PR per fix, ``healer.code.aftermerge``), and
 re-run the validator on everything they publish — the last line of defence — raising
 ``AnonymizationError`` instead of publishing.
 """
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from ipaddress import ip_address
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from healer import __version__
 from healer.core.files import atomic_create_bytes, atomic_write_bytes, atomic_write_text, dumps
@@ -62,6 +64,9 @@ class PullRequest:
     labels: tuple[str, ...] = ("self-healing", "automated")
     meta: dict[str, Any] = field(default_factory=dict)
     source: str = ""  # the healing clone that holds ``head`` (inspected before this)
+    # A draft waits for a person to mark it ready; healer opens every PR as one (fixes and
+    # the reverts of fixes that did not hold), and never merges.
+    draft: bool = True
 
 
 def _require_own_branch(pr: PullRequest) -> None:
@@ -83,6 +88,8 @@ class Forge(Protocol):
     def open_pr(self, pr: PullRequest) -> PrRef: ...
 
     def pr_state(self, number: int) -> str: ...
+
+    def find_pr(self, head: str) -> PrRef | None: ...
 
     def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
                    own: tuple[str, ...] = ()) -> PrRef: ...
@@ -139,7 +146,7 @@ class LocalForge:
         record: dict[str, Any] = {
             "title": pr.title, "body": pr.body, "head": pr.head, "base": pr.base,
             "head_sha": pr.head_sha, "base_sha": pr.base_sha, "labels": list(pr.labels),
-            "state": OPEN, "draft": True, "created_at": time.time(), **pr.meta,
+            "state": OPEN, "draft": pr.draft, "created_at": time.time(), **pr.meta,
         }
         # Claim the number first (create-only), then fill in the record and the diff.
         n, path = self._next(folder, ".json", dumps({**record, "state": "creating"}))
@@ -168,6 +175,17 @@ class LocalForge:
             atomic_write_bytes(self.root / "prs" / f"{int(number)}.json", dumps(rec))
             return MERGED
         return CLOSED if rec.get("state") == CLOSED else OPEN
+
+    def find_pr(self, head: str) -> PrRef | None:
+        """The PR recorded for branch ``head`` (open, merged or closed), if any."""
+        for path in sorted((self.root / "prs").glob("*.json")):
+            try:
+                rec = json.loads(path.read_bytes())
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict) and rec.get("head") == head and rec.get("number"):
+                return PrRef(int(rec["number"]), str(rec.get("url", "")))
+        return None
 
     def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
                    own: tuple[str, ...] = ()) -> PrRef:
@@ -254,7 +272,7 @@ class GitHubForge:
         self._push(pr)
         created = self._request("POST", "/pulls", {
             "title": pr.title, "head": pr.head, "base": pr.base, "body": pr.body,
-            "draft": True, "maintainer_can_modify": True,
+            "draft": pr.draft, "maintainer_can_modify": True,
         })
         number = int(created["number"])
         if pr.labels:
@@ -266,6 +284,15 @@ class GitHubForge:
         if data.get("merged") or data.get("merged_at"):
             return MERGED
         return CLOSED if data.get("state") == "closed" else OPEN
+
+    def find_pr(self, head: str) -> PrRef | None:
+        """The PR of branch ``head`` in any state (``GET …/pulls?head=owner:branch``)."""
+        owner = self.repo.split("/")[0]
+        query = urlencode({"head": f"{owner}:{head}", "state": "all", "per_page": 100})
+        for pr in self._request("GET", f"/pulls?{query}") or []:
+            if isinstance(pr, dict) and (pr.get("head") or {}).get("ref") == head:
+                return PrRef(int(pr["number"]), str(pr.get("html_url", "")))
+        return None
 
     def open_issue(self, title: str, body: str, labels: tuple[str, ...] = (), *,
                    own: tuple[str, ...] = ()) -> PrRef:
