@@ -157,7 +157,8 @@ class TestClaudePluginValidate:
     def test_the_repository_passes_strict_plugin_validation(
             self, claude: Path, bundle: Path, tmp_path: Path) -> None:
         """`claude plugin validate --strict .` passes, and the plugin provides the four skills,
-        every agent in agents/, the MCP server through bin/healer, the hooks and the bin."""
+        every agent in agents/, the MCP server through launch/healer and the hooks; no bin/
+        folder (claude.ai refuses a plugin with one)."""
         data = plugin_validate(claude, bundle, tmp_path)
         assert data["success"], json.dumps(data["manifest"], indent=1)
         assert data["manifest"]["errors"] == [] and data["manifest"]["warnings"] == []
@@ -166,11 +167,11 @@ class TestClaudePluginValidate:
         agents = {f"healer:{p.stem}" for p in (bundle / "agents").glob("*.md")}
         assert set(provides["agents"]) == agents
         targets = {s["target"] for s in provides["mcpServers"] if s["name"] == "healer"}
-        assert "${CLAUDE_PLUGIN_ROOT}/bin/healer" in targets
+        assert "${CLAUDE_PLUGIN_ROOT}/launch/healer" in targets
         assert {h["event"] for h in provides["hooks"]} == {
             "SessionStart", "SessionEnd", "Stop", "StopFailure", "SubagentStop",
             "PostToolUseFailure", "Notification"}
-        assert provides["bin"] == ["healer"]
+        assert provides["bin"] == []
 
     @pytest.mark.e2e
     def test_the_manifest_alone_and_each_agent_pass(
@@ -194,5 +195,5 @@ class TestClaudePluginValidate:
 
     def test_the_plugin_files_are_executable(self, bundle: Path) -> None:
         """The MCP launcher and the hook are executable files (Claude Code runs them as is)."""
-        for rel in ("bin/healer", "hooks/healer_session.py"):
+        for rel in ("launch/healer", "hooks/healer_session.py"):
             assert os.access(bundle / rel, os.X_OK), rel

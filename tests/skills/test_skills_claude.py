@@ -3,7 +3,7 @@
 Loaded as ``plugins=[{"type": "local", "path": <repo>}]``: the model is offered healer's
 skills (with their descriptions) and agents; a scripted turn invokes the healer skill, runs
 one of its scripts from the folder the skill names, and calls a tool of the plugin's MCP
-server (started through bin/healer); the session hook registers the session with healer.
+server (started through launch/healer); the session hook registers the session with healer.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class TestPlugin:
             "fleet_dir": str(tmp_path / "fleet"), "cto_config": str(tmp_path / "none.json")}))
         serve = ServeProcess(base_env)
         try:
-            # The plugin must work without healer on PATH: bin/healer finds it. The venv
+            # The plugin must work without healer on PATH: launch/healer finds it. The venv
             # stays last on PATH only for checkouts whose venv is not <repo>/.venv.
             path = os.environ["PATH"].replace(VENV_BIN + os.pathsep, "")
             env = {**child_env(), **CLAUDE_TEST_ENV, "PATH": f"{path}{os.pathsep}{VENV_BIN}",
