@@ -1,0 +1,1 @@
+"""The code kind: one verified path for every code fix."""
