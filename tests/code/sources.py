@@ -334,7 +334,9 @@ class Rig:
     def _drive_sentry(self) -> None:
         srv = self.server
         dsn = re.sub(r"^http://", f"http://{SENTRY_KEY}@", srv.url.rstrip("/")) + "/4"
+        # cwd: the SDK counts frames under its project root (the cwd) as in-app.
         sdk = subprocess.run([PY, "-c", SDK_SCRIPT.format(shop=str(self.repo), dsn=dsn)],
+                             cwd=self.repo,
                              capture_output=True, text=True, timeout=120)
         if sdk.returncode != 0:
             raise HarnessError(f"the sentry-sdk script failed: {sdk.stderr[-2000:]}")
