@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,9 +248,6 @@ class Outcome:
     status_json: dict[str, Any] | None
     model_turns: int
 
-    def pr_text(self) -> str:
-        return "\n".join(pr.get("body", "") for pr in self.prs)
-
 
 @dataclass
 class Rig:
@@ -446,8 +443,9 @@ def _incidents(srv: ServeProcess) -> list[dict[str, Any]]:
     return found
 
 
+@contextmanager
 def rig(root: Path, case: str) -> Iterator[Rig]:
-    """A rig for one case, closed afterwards (use from a fixture)."""
+    """A rig for one case, its processes stopped afterwards."""
     r = Rig(root, case)
     try:
         yield r

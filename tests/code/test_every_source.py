@@ -88,7 +88,7 @@ def says_why(out: Outcome) -> str:
 
 @pytest.mark.parametrize(("source", "case"), list(cases()))
 def test_every_source(source: str, case: str, tmp_path: Path) -> None:
-    for r in rig(tmp_path, case):
+    with rig(tmp_path, case) as r:
         r.drive(source)
         out = r.outcome()
         if out.model_turns == 0:
