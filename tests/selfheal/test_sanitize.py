@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import string
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,6 +12,7 @@ from hypothesis import strategies as st
 from selfheal_corpus import CASES, HARMLESS
 
 from healer.core.publish import AnonymizationError, Sanitizer, ensure_publishable, scrub, validate
+from healer.core.publish.forge import LocalForge, PullRequest
 
 FAST = Sanitizer()
 PURE_RE = Sanitizer(prefilter=False)
@@ -83,6 +86,35 @@ class TestNoOverRedaction:
         other = body + " token slack-9e107d9d372bb6826bd8"
         with pytest.raises(AnonymizationError):
             sanitizer.ensure_publishable(other, "PR body", own=own)
+
+    @pytest.mark.parametrize("key", ["sentry-62ea38b0a1ace7b5d088", "slack-fcb63cd7f39b2fdb33a0"])
+    def test_a_minted_key_under_a_name_passes_the_rules_too(self, key: str,
+                                                             tmp_path: Path) -> None:
+        """The PR body of a Sentry or Slack incident names its key under a name
+        (``- incident: `sentry-<20 hex>```), which the rule for random values under a name
+        flags as well as the census: with the key declared as healer's own, the body is
+        publishable — by the sanitiser and by the forge, which declares the PR's meta — while
+        a real secret of the same length in the same place, another key of the same shape,
+        or a secret glued to the minted one is still blocked."""
+        body = f"- incident: `{key}`\n- attempt: `20261206T023612-cca67e31`\n"
+        own = (key, "20261206T023612-cca67e31")
+        assert FAST.ensure_publishable(body, "PR body", own=own) == body
+        assert PURE_RE.findings(body, own=own) == []
+        secret = "Xy7Qp2Lm9Nv4Rt8Ks1Jd6Fh3Gz5aB"[:len(key)]
+        other = key[:-20] + "9e107d9d372bb6826bd8"
+        for leak in (body.replace(key, secret), body.replace(key, other),
+                     body.replace(key, key + "Xy7Qp2Lm9Nv4Rt8K")):
+            with pytest.raises(AnonymizationError):
+                FAST.ensure_publishable(leak, "PR body", own=own)
+
+        forge = LocalForge(tmp_path / "forge", tmp_path)
+        pr = PullRequest(title="fix(healing): ZeroDivisionError in app/payment.py", body=body,
+                         head="healer/b1519f6ff57d-cca67e31", base="main", head_sha="0" * 40,
+                         base_sha="1" * 40, diff="", meta={"incident": key,
+                                                           "attempt_id": own[1]})
+        assert forge.open_pr(pr).number == 1
+        with pytest.raises(AnonymizationError):
+            forge.open_pr(replace(pr, body=body.replace(key, secret)))
 
     def test_structure_stays_readable(self) -> None:
         """Frames, line numbers and the exception line survive around the markers."""

@@ -168,21 +168,23 @@ class Sanitizer:
         ``entropy_census=False``: the rules only — what ``scrub`` guarantees to leave clean.
         ``own``: identifiers healer minted for this text (an incident key such as
         ``sentry-<20 hex>``, an attempt id, a branch): random by construction, so the census
-        would take them for keys; exactly those strings are let through (the rules still
-        see them).
+        takes them for keys, and a rule for a random value under a name does too
+        (``incident: sentry-…``). A hit that lies wholly within an occurrence of one of them
+        is let through, by the census and the rules alike; a hit that reaches past it (a
+        secret glued to the id) or any other random value of the same shape is not.
         """
         if not text:
             return []
         view = View(text)
         census = self._census(text)
+        mine = _occurrences(text, own)
         found = [Finding(det.kind, start, end, mask(text[start:end]))
                  for i, det in enumerate(self._detectors)
                  if census is None or i in census
-                 for start, end, _rep in det.find(view)]
+                 for start, end, _rep in det.find(view) if not _within(start, end, mine)]
         if entropy_census:
-            mine = {o for o in own if o}
             found += [Finding(entropy.KIND, start, end, mask(text[start:end]))
-                      for start, end in entropy.census(text) if text[start:end] not in mine]
+                      for start, end in entropy.census(text) if not _within(start, end, mine)]
         return found
 
     def ensure_publishable(self, text: str, what: str, *, own: Iterable[str] = ()) -> str:
@@ -196,6 +198,21 @@ class Sanitizer:
     def host_allowed(self, host: str) -> bool:
         host = host.lower().rstrip(".")
         return host in self._allowed or host.endswith(self._allowed_suffixes)
+
+
+def _occurrences(text: str, own: Iterable[str]) -> list[tuple[int, int]]:
+    """The spans of ``text`` that are one of healer's own identifiers."""
+    spans = []
+    for ident in {o for o in own if o and o.strip()}:
+        at = text.find(ident)
+        while at != -1:
+            spans.append((at, at + len(ident)))
+            at = text.find(ident, at + 1)
+    return spans
+
+
+def _within(start: int, end: int, spans: list[tuple[int, int]]) -> bool:
+    return any(s <= start and end <= e for s, e in spans)
 
 
 _MAX_PASSES = 3
