@@ -252,6 +252,26 @@ class AgentsSettings:
 
 
 @dataclass
+class GateSettings:
+    thresholds: dict[str, dict[str, float]] = setting(
+        {}, "When an incident from a source becomes eligible for an agent, per source "
+        "(`report_error`, `sentry`, `alertmanager`, `loki`, `slack`): after `occurrences` "
+        "within `window_s` seconds (a sliding window; no `window_s`: since it opened), or "
+        "after `users` distinct users reported it, e.g. `{\"sentry\": {\"users\": 3}, "
+        "\"loki\": {\"occurrences\": 5, \"window_s\": 600}}`. Below it the incident is "
+        "recorded and counted with the gate decision `awaiting_occurrences`: no agent, no "
+        "notification; the next occurrence asks again. Default none: one occurrence, as "
+        "always. Play and fleet incidents have thresholds of their own (detection counts, "
+        "watchdog times) and take no rule here.",
+        propertyNames={"enum": ["report_error", "sentry", "alertmanager", "loki", "slack"]},
+        additionalProperties={
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "properties": {"occurrences": {"type": "integer", "minimum": 1, "maximum": 1000},
+                           "window_s": {"type": "number", "minimum": 0},
+                           "users": {"type": "integer", "minimum": 0, "maximum": 1000}}})
+
+
+@dataclass
 class ForgeSettings:
     kind: Literal["local", "github"] = setting(
         "local", "`local`: issues and PR records as Markdown/JSON under the state dir. "
