@@ -245,10 +245,17 @@ class AgentsSettings:
         {}, "Most US dollars agents may spend per day (UTC), counted from what runs report "
         "(a Claude run's own cost report, a command agent's result `cost_usd`; playbooks cost "
         "nothing): per kind (`code`, `play`, `fleet`) and `all` over every kind, e.g. "
-        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it ends "
-        "`deferred` until the next midnight UTC (not a failed attempt) and a person is told "
-        "once per day and budget; `healer status` and `/metrics` show the spend. Empty, or 0 "
-        "for a key, means no limit.")
+        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it waits "
+        "until the next midnight UTC or until the budget is raised (a code attempt is held "
+        "and resumes by itself; other runs end `deferred` and are tried again — never a "
+        "failed attempt) and a person is told once per day and budget; `healer status`, the "
+        "dashboard and `/metrics` show the spend. Empty, or 0 for a key, means no limit.")
+    monthly_budget_usd: dict[str, float] = setting(
+        {}, "Most US dollars agents may spend per calendar month (UTC), counted like "
+        "`daily_budget_usd` and in the same shape: per kind (`code`, `play`, `fleet`) and "
+        "`all`, e.g. `{\"all\": 500}`. A run over it waits until the first of the next "
+        "month or until the budget is raised, and a person is told once per month and "
+        "budget. Empty, or 0 for a key, means no limit.")
 
 
 @dataclass

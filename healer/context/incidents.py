@@ -401,6 +401,12 @@ class IncidentBook:
                           replace(self.policy, lane=tr.lane(level)), self.model_available,
                           self._admission, record=record)
 
+    def _budget_open(self) -> bool:
+        """Whether the code kind's agent budgets have room now (``healer.agents.budget``)."""
+        from healer.agents.budget import Budget
+
+        return Budget(self.settings, self.store, clock=self.clock).over("code") is None
+
     def resume_held(self) -> list[Receipt]:
         """Resume this capability's attempts on hold (healer's own model access was held)
         whose hold is over: the gate admits each again under its own id (back to
@@ -412,7 +418,8 @@ class IncidentBook:
         for att in self.attempts.on_hold():
             key = att.get("incident")
             inc = self.get(key) if key else None
-            if inc is None or not resumable(att.get("hold") or {}, now=self.clock()):
+            if inc is None or not resumable(att.get("hold") or {}, now=self.clock(),
+                                                     budget_open=self._budget_open):
                 continue
             aid = att["attempt_id"]
             decision = gate.resume(

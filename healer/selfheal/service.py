@@ -358,6 +358,12 @@ class SelfHealService:
                     self._launch(decision.attempt_id)
         return out
 
+    def _budget_open(self) -> bool:
+        """Whether the code kind's agent budgets have room now (``healer.agents.budget``)."""
+        from healer.agents.budget import Budget
+
+        return Budget(self.settings, self.store, clock=self.clock).over("code") is None
+
     def resume_held(self, *, launch: bool = True) -> list[str]:
         """Resume the report_error attempts on hold (healer's own model access was held)
         whose hold is over: the hold's time passed, and the gate — its model check taken
@@ -372,7 +378,8 @@ class SelfHealService:
         self._model = (0.0, False)  # ask again: the hold may have cleared a moment ago
         out = []
         for att in held:
-            if not resumable(att.get("hold") or {}, now=self.clock()):
+            if not resumable(att.get("hold") or {}, now=self.clock(),
+                                              budget_open=self._budget_open):
                 continue
             aid = att["attempt_id"]
             decision = gate.resume(
