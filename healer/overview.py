@@ -175,7 +175,8 @@ def _agents(settings: Settings) -> dict[str, Any]:
 
 
 def _spend(settings: Settings, store: Store) -> dict[str, Any]:
-    """Today's agent spend (UTC) against each daily budget (``healer.agents.budget``)."""
+    """Today's and this month's agent spend (UTC) against each budget
+    (``healer.agents.budget``)."""
     from healer.agents.budget import spend_view
 
     return dict(spend_view(settings, store))
@@ -221,15 +222,18 @@ def render(data: dict[str, Any]) -> str:
                      f"{a.get('target', '?')}, run {a.get('run_id', '?')}, "
                      f"for {max(0, int(time.time() - float(a.get('since') or time.time())))} s")
     spend = data.get("agent_spend") or {}
-    budgets = spend.get("budgets") or {}
-    if any(b.get("limit_usd") or b.get("spent_usd") for b in budgets.values()):
-        lines.append(f"agent spend today ({spend['day']} UTC): " + ", ".join(
-            f"{kind} {_usd(b['spent_usd'])}"
-            + (f" of {_usd(b['limit_usd'])}" if b.get("limit_usd") else " (no limit)")
-            + (" — SPENT, runs wait" if b.get("over") else "")
-            for kind, b in budgets.items())
-            + (f"; resets {spend['resets_at']}" if any(b.get("over") for b in budgets.values())
-               else ""))
+    month = spend.get("month") or {}
+    for label, block in ((f"today ({spend.get('day')} UTC)", spend),
+                         (f"this month ({month.get('month')} UTC)", month)):
+        budgets = block.get("budgets") or {}
+        if any(b.get("limit_usd") or b.get("spent_usd") for b in budgets.values()):
+            lines.append(f"agent spend {label}: " + ", ".join(
+                f"{kind} {_usd(b['spent_usd'])}"
+                + (f" of {_usd(b['limit_usd'])}" if b.get("limit_usd") else " (no limit)")
+                + (" — SPENT, runs wait" if b.get("over") else "")
+                for kind, b in budgets.items())
+                + (f"; resets {block['resets_at']}" if any(b.get("over")
+                                                            for b in budgets.values()) else ""))
     play = data["play"]
     lines.append(f"plays: {play['active_sessions']} active, {len(play['open_issues'])} open "
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")

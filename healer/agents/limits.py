@@ -21,12 +21,12 @@ Two small file records under ``<state>/agents/``, shared by every healer process
 Both are written atomically; a lost update between two processes failing at once costs at most
 one step of the back-off.
 
-Either is a **hold** of healer's own model access, and so is a spent daily agent budget
+Either is a **hold** of healer's own model access, and so is a spent daily or monthly budget
 (``healer.agents.budget``): a run it stopped says so in its result (``held_by``: status
 ``deferred``, or ``failed`` with a rejected credential's ``failure``). A code attempt such a
 run ended is ``held`` (``healer.selfheal.attempts``), not failed: no escalation of its own (the
 cause was told once, here or by the budget), no breaker, no cooldown; it resumes through the
-gate once the hold is over (``resumable``).
+gate once the hold is over (``resumable``: for a budget, also as soon as it has room again).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +275,7 @@ def held_by(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if result.get("status") == "deferred":
         until = result.get("retry_at")
         return {"code": code or "budget", "class": str(failure.get("class") or "transient"),
-                "title": str(failure.get("title") or "the daily agent budget is spent"),
+                "title": str(failure.get("title") or "the agent budget is spent"),
                 "until": float(until) if isinstance(until, int | float) else None}
     if result.get("status") == "failed" and code in DISABLING:
         return {"code": code, "class": CODES[code].cls, "title": CODES[code].title,
@@ -283,11 +283,16 @@ def held_by(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
-def resumable(hold: Mapping[str, Any], *, now: float) -> bool:
+def resumable(hold: Mapping[str, Any], *, now: float,
+              budget_open: Callable[[], bool] | None = None) -> bool:
     """Whether a run ``hold`` stopped may be tried again by now: its ``until`` has passed (a
-    rejected credential has none: the gate's model check says whether it still holds)."""
+    rejected credential has none: the gate's model check says whether it still holds). A
+    spent budget's hold also ends as soon as ``budget_open()`` says the budget has room
+    again (it was raised, or its period rolled over)."""
     until = hold.get("until")
-    return not isinstance(until, int | float) or until <= now
+    if not isinstance(until, int | float) or until <= now:
+        return True
+    return hold.get("code") == "budget" and budget_open is not None and budget_open()
 
 
 def refusal_failure(marker: Mapping[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,11 @@ examples:
 
 An attempt that ended without a fix shows the escalation file written for a person
 (.fleet-messages/human/…); --json has it as "escalation". The overview shows today's agent
-spend (UTC) against each agents.daily_budget_usd budget; a spent budget holds that kind's
-runs (deferred) until midnight UTC ("agent_spend" in --json).
+spend and this month's (UTC) against each agents.daily_budget_usd and
+agents.monthly_budget_usd budget; a spent budget holds that kind's runs until midnight UTC,
+the first of the next month, or a raised budget ("agent_spend" and "agent_spend.month" in
+--json). An incident whose source wants more occurrences first (gate.thresholds) shows the
+gate decision "awaiting_occurrences".
 
 Incidents only anonymous sources reported are marked "anonymous"; what waits for a person's
 approval (a code agent to start, a held fix to publish) is listed with the `healer approve`

@@ -20,6 +20,7 @@ import yaml
 from healer.config.fields import is_dataclass_type, public_fields
 from healer.config.schema import type_schema
 from healer.config.settings import Settings
+from healer.core import thresholds
 from healer.core.names import MIN_TOKEN_CHARS, is_loopback_host, safe_name
 from healer.core.schemas import errors as schema_errors
 from healer.errors import ConfigError, UnsafeNameError
@@ -295,6 +296,7 @@ def _check_semantics(s: Settings) -> None:
             raise ConfigError(f"{proxy!r} is not an address or network", file="settings",
                               key="api.trusted_proxies",
                               expected="IP addresses or CIDR networks (10.0.0.0/8)") from exc
+    thresholds.parse(s.gate.thresholds)  # rules a schema cannot say (a window needs N > 1)
     if s.api.throttle.max_delay_s < s.api.throttle.base_delay_s:
         raise ConfigError("the longest wait is shorter than the first", file="settings",
                           key="api.throttle.max_delay_s",

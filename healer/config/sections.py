@@ -245,10 +245,37 @@ class AgentsSettings:
         {}, "Most US dollars agents may spend per day (UTC), counted from what runs report "
         "(a Claude run's own cost report, a command agent's result `cost_usd`; playbooks cost "
         "nothing): per kind (`code`, `play`, `fleet`) and `all` over every kind, e.g. "
-        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it ends "
-        "`deferred` until the next midnight UTC (not a failed attempt) and a person is told "
-        "once per day and budget; `healer status` and `/metrics` show the spend. Empty, or 0 "
-        "for a key, means no limit.")
+        "`{\"code\": 20, \"all\": 50}`. A run over a budget does not start: it waits "
+        "until the next midnight UTC or until the budget is raised (a code attempt is held "
+        "and resumes by itself; other runs end `deferred` and are tried again — never a "
+        "failed attempt) and a person is told once per day and budget; `healer status`, the "
+        "dashboard and `/metrics` show the spend. Empty, or 0 for a key, means no limit.")
+    monthly_budget_usd: dict[str, float] = setting(
+        {}, "Most US dollars agents may spend per calendar month (UTC), counted like "
+        "`daily_budget_usd` and in the same shape: per kind (`code`, `play`, `fleet`) and "
+        "`all`, e.g. `{\"all\": 500}`. A run over it waits until the first of the next "
+        "month or until the budget is raised, and a person is told once per month and "
+        "budget. Empty, or 0 for a key, means no limit.")
+
+
+@dataclass
+class GateSettings:
+    thresholds: dict[str, dict[str, float]] = setting(
+        {}, "When an incident from a source becomes eligible for an agent, per source "
+        "(`report_error`, `sentry`, `alertmanager`, `loki`, `slack`): after `occurrences` "
+        "within `window_s` seconds (a sliding window; no `window_s`: since it opened), or "
+        "after `users` distinct users reported it, e.g. `{\"sentry\": {\"users\": 3}, "
+        "\"loki\": {\"occurrences\": 5, \"window_s\": 600}}`. Below it the incident is "
+        "recorded and counted with the gate decision `awaiting_occurrences`: no agent, no "
+        "notification; the next occurrence asks again. Default none: one occurrence, as "
+        "always. Play and fleet incidents have thresholds of their own (detection counts, "
+        "watchdog times) and take no rule here.",
+        propertyNames={"enum": ["report_error", "sentry", "alertmanager", "loki", "slack"]},
+        additionalProperties={
+            "type": "object", "additionalProperties": False, "minProperties": 1,
+            "properties": {"occurrences": {"type": "integer", "minimum": 1, "maximum": 1000},
+                           "window_s": {"type": "number", "minimum": 0},
+                           "users": {"type": "integer", "minimum": 0, "maximum": 1000}}})
 
 
 @dataclass

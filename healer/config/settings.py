@@ -24,6 +24,7 @@ from healer.config.sections import (
     BusSettings,
     ExecutorSettings,
     ForgeSettings,
+    GateSettings,
     LogSettings,
     NotifySettings,
     StoreSettings,
@@ -57,6 +58,8 @@ class Settings:
     executor: ExecutorSettings = section(ExecutorSettings, "How agents run.")
     agents: AgentsSettings = section(AgentsSettings, "What confines agents and what they may "
                                      "spend.")
+    gate: GateSettings = section(GateSettings, "What an incident needs before an agent "
+                                 "may start for it.")
     forge: ForgeSettings = section(ForgeSettings, "Where issues and PRs go.")
     notify: NotifySettings = section(NotifySettings, "Human notifications.")
     detect: DetectSettings = section(DetectSettings, "Log pattern detection.")

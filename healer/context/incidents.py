@@ -5,7 +5,8 @@
     Signal ─► IncidentBook.receive ─► the core ledger, incidents/code-<key> (one per key)
                      │                    open ─► healing ─► fixed ─► (merged, watched) ─► resolved
                      │                      └──────────────► escalated
-                     └─► admit: recursion, enabled, severity, a file to heal, a person's
+                     └─► admit: recursion, enabled, severity, a file to heal, the source's
+                         threshold (gate.thresholds: healer.core.thresholds), a person's
                          approval when its trust needs one (healer.core.approval), then the
                          one gate (healer.core.gate: novelty, cooldown, cap, breaker, model)
                          → a heal-attempts record shared with report_error
@@ -51,6 +52,7 @@ from healer.context.ingest import FIRING, SEVERITIES, NormalizedError, Signal
 from healer.core import about as ab
 from healer.core import approval, gate
 from healer.core import incidents as core
+from healer.core import thresholds as th
 from healer.core import trust as tr
 from healer.core.audit import Audit
 from healer.core.identity import identify
@@ -150,7 +152,8 @@ class IncidentBook:
         self.model_available = model_available
         base = audit or Audit(settings.state_path, clock)
         self.audit = _KeyedAudit(base.path.parent, clock)
-        self.ledger = core.Ledger(store, clock=clock, audit=base)
+        self.ledger = core.Ledger(store, clock=clock, audit=base,
+                                  thresholds=th.parse(settings.gate.thresholds))
         self.sanitizer = sanitizer or Sanitizer(root=root or None,
                                                 allowed_hosts=settings.selfheal.allowed_hosts)
         self.attempts = Attempts(store, clock)
@@ -305,7 +308,7 @@ class IncidentBook:
         action, status = got.action, got.status
         receipt = Receipt(signal.key, action, status)
         if action in ("opened", "reopened"):
-            return self.admit(signal.key, receipt)
+            return self.admit(signal.key, receipt, signal=sig)
         held = ((data or {}).get("gate") or {}).get("reason", "")
         if held == gate.AWAITING_APPROVAL and not approval.ready(data) and \
                 approval.needed(self.approvals, core.trust_of(data or {})):
@@ -314,7 +317,7 @@ class IncidentBook:
                 held not in HUMAN_HOLDS:
             # Still firing and not being healed: the gate may say yes now (cooldown over,
             # a slot free, a model back).
-            return self.admit(signal.key, receipt)
+            return self.admit(signal.key, receipt, signal=sig)
         return receipt
 
     def _about(self, error: NormalizedError, error_type: str, count: int, now: float
@@ -335,8 +338,11 @@ class IncidentBook:
 
     # --- the gate -----------------------------------------------------------------------------
 
-    def admit(self, key: str, receipt: Receipt | None = None) -> Receipt:
-        """Run the gates for an open incident; on acceptance create its healing attempt."""
+    def admit(self, key: str, receipt: Receipt | None = None, *,
+              signal: core.Signal | None = None) -> Receipt:
+        """Run the gates for an open incident; on acceptance create its healing attempt.
+        ``signal``: the one just filed for it, whose source's threshold applies
+        (``healer.core.thresholds``; a retry or an approval passed it already)."""
         inc = self.get(key)
         base = receipt or Receipt(key, "retry", inc["status"] if inc else "")
         if inc is None or inc.get("status") != OPEN:
@@ -354,7 +360,7 @@ class IncidentBook:
                 "tool_name": f"living-context:{inc['source']}", "incident": key,
                 "incident_id": self._id(key), "lane": tr.lane(level)})
 
-        decision = self._decide(inc, record)
+        decision = self._decide(inc, record, signal)
         self.ledger.decided(self._id(key), decision)
         if decision.accepted:
             self.ledger.started(self._id(key), decision.attempt_id,
@@ -364,7 +370,8 @@ class IncidentBook:
                        attempt_id=decision.attempt_id, decision=decision.reason,
                        message=decision.message)
 
-    def _decide(self, inc: dict[str, Any], record: Callable[[str], None]) -> gate.Decision:
+    def _decide(self, inc: dict[str, Any], record: Callable[[str], None],
+                signal: core.Signal | None = None) -> gate.Decision:
         sh, cx = self.settings.selfheal, self.settings.context
         err = inc["error"]
         if os.environ.get("HEALER_HEALING_RUN", "") not in ("", "0"):
@@ -382,6 +389,9 @@ class IncidentBook:
         if err.get("file") and self.root and not _in_repo(self.root, err["file"]):
             return gate.Decision(NO_FILE, f"the culprit file {err['file']} is not in the "
                                  "repository being healed; recorded only")
+        below = self.ledger.below(signal, inc, filed=True) if signal is not None else None
+        if below is not None:
+            return below  # recorded and counted; the next occurrence asks again
         level = core.trust_of(inc)
         step = approval.run_step(inc, level, self.approvals)
         if step is not None:
@@ -390,6 +400,12 @@ class IncidentBook:
         return gate.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
                           replace(self.policy, lane=tr.lane(level)), self.model_available,
                           self._admission, record=record)
+
+    def _budget_open(self) -> bool:
+        """Whether the code kind's agent budgets have room now (``healer.agents.budget``)."""
+        from healer.agents.budget import Budget
+
+        return Budget(self.settings, self.store, clock=self.clock).over("code") is None
 
     def resume_held(self) -> list[Receipt]:
         """Resume this capability's attempts on hold (healer's own model access was held)
@@ -402,7 +418,8 @@ class IncidentBook:
         for att in self.attempts.on_hold():
             key = att.get("incident")
             inc = self.get(key) if key else None
-            if inc is None or not resumable(att.get("hold") or {}, now=self.clock()):
+            if inc is None or not resumable(att.get("hold") or {}, now=self.clock(),
+                                                     budget_open=self._budget_open):
                 continue
             aid = att["attempt_id"]
             decision = gate.resume(

@@ -22,6 +22,10 @@ code incident, the alert code and object of a play one, the peer and channel of 
 is its ``about`` block (``healer.core.about``): set by the capability at intake, shown by
 ``public_view``.
 
+Before an incident is eligible for an agent its source may want more than one occurrence
+(``gate.thresholds``; ``healer.core.thresholds``): a ledger given those rules keeps the window
+(``threshold``) in the same write that counts a signal, and ``below`` says whether it is met.
+
 Records: ``incidents/<kind>-<key>``. Indexes kept with every write, so no read lists the
 whole folder: a store set per status (``incidents-open`` …), the set of active anonymous
 incidents (``incidents-anonymous``, for ``code.max_open_anonymous``), the ring of the most
@@ -47,6 +51,7 @@ from typing import Any
 
 from healer.core import about as _about
 from healer.core import approval
+from healer.core import thresholds as th
 from healer.core.audit import Audit
 from healer.core.gate import Decision
 from healer.core.names import is_safe_name
@@ -193,10 +198,14 @@ def _anonymous_active(data: dict[str, Any] | None) -> bool:
 class Ledger:
     """The incident records of one store. Process-safe: every write is compare-and-set."""
 
-    def __init__(self, store: Store, *, clock: Clock = time.time, audit: Audit | None = None):
+    def __init__(self, store: Store, *, clock: Clock = time.time, audit: Audit | None = None,
+                 thresholds: dict[str, th.Threshold] | None = None):
         self.store = store
         self.clock = clock
         self.audit = audit
+        # gate.thresholds (healer.core.thresholds): the windows are kept with every write of
+        # a source that has a rule; a ledger made without them leaves what is kept as it is.
+        self.thresholds = {k: v for k, v in (thresholds or {}).items() if not v.trivial}
         self._lock = threading.Lock()
         self._pending: list[tuple[tuple[str, ...], int]] = []
         self._flushed = time.monotonic()
@@ -323,6 +332,10 @@ class Ledger:
                     merge(new)
                     if new.get("about"):  # what the capability folded in, within the limits
                         new["about"] = _about.clean(new["about"])
+                rule = self.thresholds.get(signal.source)
+                if rule is not None:
+                    new["threshold"] = th.advance(new.get("threshold"), signal.count,
+                                                  th.users_of(new.get("reporters")), now, rule)
             else:
                 new = _resolving(cur, signal.source, now, out)
             if new is not None and decision is not None:
@@ -376,6 +389,7 @@ class Ledger:
             action = (refire(cur, now) if refire else
                       ("reopened" if status == RESOLVED else "duplicate"))
         if action in ("reopened", "regression"):
+            cur.pop("threshold", None)  # a new opening counts its occurrences anew
             cur.update(fields)
             cur.update(status=OPEN, summary=signal.summary[:500] or cur.get("summary", ""),
                        severity=signal.severity, resolved_at=None, resolved_by=None,
@@ -383,6 +397,22 @@ class Ledger:
             _hist(cur, now, action, source=signal.source)
         out["action"] = action
         return cur
+
+    def below(self, signal: Signal, incident: dict[str, Any] | None = None, *,
+              filed: bool = False) -> Decision | None:
+        """The ``awaiting_occurrences`` refusal while ``signal``'s incident is under its
+        source's threshold (``healer.core.thresholds``), None once met or without a rule (no
+        read then). ``incident``: the record if the caller has it; ``filed``: the signal is
+        counted in it already (else it is counted as about to be filed)."""
+        rule = self.thresholds.get(signal.source)
+        if rule is None:
+            return None
+        cur = incident if incident is not None else self.get(signal.id)
+        if cur is not None and cur.get("status") == RESOLVED:
+            cur = {**cur, "threshold": None}  # fires again after an end: counts from zero
+        return th.below(cur, rule, self.clock(), source=signal.source,
+                        count=0 if filed else signal.count,
+                        reporters=() if filed else signal.reporters)
 
     # --- transitions --------------------------------------------------------------------------
 
@@ -744,7 +774,7 @@ def public_view(data: dict[str, Any]) -> dict[str, Any]:
             "approvals",
             "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
             "reopened", "target", "links", "code", "failure_class", "held", "held_total",
-            "resume_at", "waits", "updated_at")
+            "resume_at", "waits", "threshold", "updated_at")
     out = {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}
     out["trust"] = trust_of(data)
     if data.get("reporters"):

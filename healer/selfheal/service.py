@@ -45,6 +45,7 @@ from typing import Any
 
 from healer.code.aftermerge import DUE, FIX_REGRESSED, REGRESSION, AfterMerge
 from healer.core import approval, gate
+from healer.core import thresholds as th
 from healer.core import trust as tr
 from healer.core.audit import Audit
 from healer.core.identity import identify
@@ -184,7 +185,8 @@ class SelfHealService:
         self.floods = gates.flood_policy(self.settings)
         self._admission = gate.AdmissionReader(self.store)
         self.ledger = Ledger(self.store, clock=self.clock,
-                             audit=Audit(self.settings.state_path, self.clock))
+                             audit=Audit(self.settings.state_path, self.clock),
+                             thresholds=th.parse(self.settings.gate.thresholds))
         self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
             in_healing_worktree(self.cwd)
         self.aftermerge = AfterMerge(self.settings, self.store, clock=self.clock)
@@ -253,6 +255,10 @@ class SelfHealService:
         regressed = self._regressed(signal, now)
         if regressed is not None:
             return regressed
+        # The source's threshold (gate.thresholds): recorded and counted, no agent yet.
+        below = self.ledger.below(signal, existing)
+        if below is not None:
+            return reject(below.reason, below.message)
         level = tr.combine(trust, trust_of(existing) if existing else None)
         attempt = {
             "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
@@ -352,6 +358,12 @@ class SelfHealService:
                     self._launch(decision.attempt_id)
         return out
 
+    def _budget_open(self) -> bool:
+        """Whether the code kind's agent budgets have room now (``healer.agents.budget``)."""
+        from healer.agents.budget import Budget
+
+        return Budget(self.settings, self.store, clock=self.clock).over("code") is None
+
     def resume_held(self, *, launch: bool = True) -> list[str]:
         """Resume the report_error attempts on hold (healer's own model access was held)
         whose hold is over: the hold's time passed, and the gate — its model check taken
@@ -366,7 +378,8 @@ class SelfHealService:
         self._model = (0.0, False)  # ask again: the hold may have cleared a moment ago
         out = []
         for att in held:
-            if not resumable(att.get("hold") or {}, now=self.clock()):
+            if not resumable(att.get("hold") or {}, now=self.clock(),
+                                              budget_open=self._budget_open):
                 continue
             aid = att["attempt_id"]
             decision = gate.resume(

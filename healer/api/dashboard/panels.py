@@ -126,7 +126,25 @@ def healer_health(settings: Settings, services: dict[str, Any], store: Store
                              "max": settings.executor.max_concurrent},
                      "breakers": breakers(settings, adm, now)},
             "agents": {"max": pool.size, "running": pool.holders()},
+            "spend": spend(settings, store),
             "rejected": rejected_files(settings.results_path / "rejected")}
+
+
+def spend(settings: Settings, store: Store) -> list[dict[str, Any]]:
+    """Agent spend against each budget, per kind: today's and this month's (UTC) rows."""
+    from healer.agents.budget import spend_view, usd_text
+
+    view = spend_view(settings, store)
+    rows = []
+    for period, block in (("today", view), ("this month", view.get("month") or {})):
+        for kind, b in (block.get("budgets") or {}).items():
+            if not (b.get("limit_usd") or b.get("spent_usd")):
+                continue
+            rows.append({"period": period, "kind": kind, "spent": usd_text(b["spent_usd"]),
+                         "limit": usd_text(b["limit_usd"]) if b.get("limit_usd") else "",
+                         "over": bool(b.get("over")), "runs": b.get("runs", 0),
+                         "resets_at": block.get("resets_at", "")})
+    return rows
 
 
 def breakers(settings: Settings, adm: dict[str, Any], now: float) -> list[dict[str, Any]]:
