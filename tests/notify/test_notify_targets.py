@@ -86,7 +86,7 @@ async def test_slack_approve_and_deny_buttons_while_waiting(tmp_path: Path) -> N
     ledger.receive(sig, decision=Decision("awaiting_approval", "waits"))
     notice = build(ledger.require(sig.id))
     assert notice.state == "awaiting_approval"
-    actions = [b for b in blocks(notice) if b["type"] == "actions"][0]["elements"]
+    actions = next(b for b in blocks(notice) if b["type"] == "actions")["elements"]
     assert [b["action_id"] for b in actions] == ["healer_approve", "healer_deny"]
     assert {b["value"] for b in actions} == {sig.id}
 
@@ -281,5 +281,5 @@ def test_routes_first_match_wins_unless_continue() -> None:
                                  [{"match": {"colour": "red"}, "targets": ["slack"]}],
                                  ["slack"]])
 def test_bad_routes_are_a_clear_config_error(bad: list[Any]) -> None:
-    with pytest.raises(ConfigError, match="notify.routes"):
+    with pytest.raises(ConfigError, match=r"notify\.routes"):
         r.parse(bad, [])
