@@ -24,7 +24,7 @@ from healer.testing.loop import LoopProcess, healer_env
 from healer.testing.notify_receivers import PagerDutyEvents, SignedWebhook, SlackApi, SmtpInbox
 from healer.testing.wait import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.e2e]
 
 TOKEN = "notify-loop-token-0123456789"
 SLACK = "xoxb-2-notify-loop-test"

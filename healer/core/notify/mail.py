@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import smtplib
 import ssl
+from email import policy
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
@@ -20,7 +21,8 @@ from healer.core.notify.base import AWAITING_APPROVAL, ESCALATED, HEALED, Delive
 
 
 def message(notice: Notice, sender: str, to: list[str]) -> EmailMessage:
-    msg = EmailMessage()
+    # Long header values (an incident id) stay on one line rather than being encoded.
+    msg = EmailMessage(policy=policy.SMTP.clone(max_line_length=998))
     msg["From"], msg["To"] = sender, ", ".join(to)
     msg["Subject"] = f"[healer {notice.severity.upper()}] {notice.title} — {notice.headline}"[
         :250].replace("\n", " ")
