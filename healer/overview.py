@@ -200,8 +200,35 @@ def overview(settings: Settings, store: Store) -> dict[str, Any]:
         "fleet": _fleet(store),
         "github": _github(store),
         "approvals": _approvals(settings, store),
+        "notify": _notify(settings, store),
         "needs_a_person": _human(settings),
     }
+
+
+def _notify(settings: Settings, store: Store) -> dict[str, Any]:
+    """Per notify target: sent, retried, given up, queued; the outbox depth."""
+    from healer.core.notify import status_view
+
+    try:
+        return status_view(settings, store)
+    except Exception as exc:  # a bad notify setting must not hide the rest of the status
+        return {"targets": {}, "queue": 0, "failed": [], "error": str(exc)[:200]}
+
+
+def _render_notify(data: dict[str, Any]) -> list[str]:
+    targets = data.get("targets") or {}
+    if not targets and not data.get("queue"):
+        return []
+    line = "notify: " + (", ".join(
+        f"{name} {t['sent']} sent" + (f", {t['queued']} queued" if t["queued"] else "")
+        + (f", {t['failures']} FAILED" if t["failures"] else "")
+        for name, t in targets.items()) or "no target") + f"; queue {data.get('queue', 0)}"
+    out = [line]
+    for name, t in targets.items():
+        err = t.get("last_error") or {}
+        if t["failures"] or (t["queued"] and err):
+            out.append(f"  {name}: last error {err.get('detail', '?')}")
+    return out
 
 
 def render(data: dict[str, Any]) -> str:
@@ -234,6 +261,7 @@ def render(data: dict[str, Any]) -> str:
                 for kind, b in budgets.items())
                 + (f"; resets {block['resets_at']}" if any(b.get("over")
                                                             for b in budgets.values()) else ""))
+    lines += _render_notify(data.get("notify") or {})
     play = data["play"]
     lines.append(f"plays: {play['active_sessions']} active, {len(play['open_issues'])} open "
                  f"issue(s), {len(play['remediations_running'])} remediation(s) running")

@@ -72,6 +72,7 @@ class _SharedState(Collector):
         if self.store is None:
             return
         yield from self._spend()
+        yield from self._notify()
         try:
             stats = Ledger(self.store).stats()
         except Exception:  # a broken store must not break the scrape
@@ -111,6 +112,33 @@ class _SharedState(Collector):
                 dropped.add_metric([source, reason], n)
         yield dropped
 
+
+    def _notify(self) -> Iterator[Metric]:
+        """Notifications per target (every process) and the outbox depth."""
+        if self.settings is None:
+            return
+        from healer.core.notify import status_view
+
+        try:
+            view = status_view(self.settings, self.store)
+        except Exception:  # a broken store or setting must not break the scrape
+            log.exception("notify state unreadable")
+            return
+        sent = CounterMetricFamily("healer_notify_sent", "Notifications delivered, by target",
+                                   labels=["target"])
+        failures = CounterMetricFamily("healer_notify_failures", "Notifications given up "
+                                       "after their retries (or refused for good), by target",
+                                       labels=["target"])
+        retries = CounterMetricFamily("healer_notify_retries", "Failed notification tries "
+                                      "that will be retried, by target", labels=["target"])
+        for name, t in view["targets"].items():
+            sent.add_metric([name], t["sent"])
+            failures.add_metric([name], t["failures"])
+            retries.add_metric([name], t["retries"])
+        depth = GaugeMetricFamily("healer_notify_queue_depth", "Notifications waiting in the "
+                                  "outbox (including those backing off)")
+        depth.add_metric([], view["queue"])
+        yield from (sent, failures, retries, depth)
 
     def _spend(self) -> Iterator[Metric]:
         """Today's agent spend (UTC) per kind and ``all``, and each daily budget."""

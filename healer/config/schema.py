@@ -17,6 +17,8 @@ from healer.config.settings import Settings
 
 def type_schema(tp: Any) -> dict[str, Any]:
     origin = typing.get_origin(tp)
+    if tp is Any:  # free-form (``notify.routes`` entries): checked by their own parser
+        return {}
     if origin is Literal:
         return {"enum": list(typing.get_args(tp))}
     if tp is bool:

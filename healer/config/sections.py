@@ -4,7 +4,7 @@ the store, how agents run, the forge, notifications and webhook secrets."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from healer.config.fields import section, setting
 
@@ -297,12 +297,88 @@ class ForgeSettings:
 
 
 @dataclass
+class SlackNotifySettings:
+    webhook_url: str = setting(
+        "", "Slack incoming-webhook URL (`https://hooks.slack.com/services/…`): one message per "
+        "notice (webhooks cannot edit a message). Empty: use the Web API when `bot_token` is "
+        "set, else no Slack.", env="HEALER_SLACK_WEBHOOK", secret=True)
+    bot_token: str = setting(
+        "", "Slack bot token (`xoxb-…`, scope `chat:write`): one message per incident posted "
+        "with `chat.postMessage` and updated in place with `chat.update`, with Approve/Deny "
+        "and Acknowledge/Silence buttons. Wins over `webhook_url`.",
+        env="HEALER_SLACK_BOT_TOKEN", secret=True)
+    channel: str = setting("", "Channel id (`C0123…`) or name the bot posts to (Web API).")
+    api_url: str = setting("https://slack.com/api", "Slack Web API base URL.", minLength=1)
+
+
+@dataclass
+class PagerDutyNotifySettings:
+    routing_key: str = setting(
+        "", "PagerDuty Events API v2 integration (routing) key: `trigger` on escalation, "
+        "`acknowledge` when a person acknowledges, `resolve` when healed; `dedup_key` is the "
+        "incident id. Empty disables.", env="HEALER_PAGERDUTY_ROUTING_KEY", secret=True)
+    url: str = setting("https://events.pagerduty.com/v2/enqueue",
+                       "Events API v2 endpoint (EU accounts: events.eu.pagerduty.com).",
+                       minLength=1)
+
+
+@dataclass
+class WebhookNotifySettings:
+    url: str = setting("", "A generic JSON webhook: every notice of every routed incident is "
+                       "POSTed here, signed the Standard Webhooks way (`webhook-id`, "
+                       "`webhook-timestamp`, `webhook-signature`). Empty disables.",
+                       env="HEALER_NOTIFY_WEBHOOK_URL")
+    secret: str = setting(
+        "", "Signing secret, `whsec_` + base64 of at least 24 random bytes (Standard "
+        "Webhooks). Empty: requests go unsigned (a receiver cannot tell them from forgeries).",
+        env="HEALER_NOTIFY_WEBHOOK_SECRET", secret=True)
+
+
+@dataclass
+class EmailNotifySettings:
+    host: str = setting("", "SMTP server host; empty disables e-mail.", env="HEALER_SMTP_HOST")
+    port: int = setting(587, "SMTP port (587 submission with STARTTLS).", minimum=1,
+                        maximum=65535)
+    starttls: bool = setting(True, "Upgrade the connection with STARTTLS before AUTH and "
+                             "refuse to send if the server does not offer it. Off only for "
+                             "a relay on loopback.")
+    ca_file: str = setting("", "PEM file of the CAs to trust for STARTTLS; empty: the "
+                           "system's.")
+    username: str = setting("", "SMTP AUTH user; empty: no AUTH.", env="HEALER_SMTP_USER")
+    password: str = setting("", "SMTP AUTH password.", env="HEALER_SMTP_PASSWORD", secret=True)
+    sender: str = setting("healer@localhost", "The From address.")
+    to: list[str] = setting([], "Recipients.", items={"type": "string", "minLength": 3})
+
+
+@dataclass
 class NotifySettings:
     discord_webhook_url: str = setting(
-        "", "Discord webhook for P0/P1 escalations; empty disables.",
-        env="HEALER_DISCORD_WEBHOOK", secret=True,
+        "", "Discord webhook; shorthand for the `discord` target (escalations of P0/P1 with "
+        "the default route). Empty disables.", env="HEALER_DISCORD_WEBHOOK", secret=True,
     )
     timeout_s: float = setting(10.0, "Timeout of one notification post.", minimum=0.1)
+    routes: list[dict[str, Any]] = setting(
+        [], "Which targets hear of which incidents, Alertmanager style: a list of `{match: "
+        "{kind, severity, source, labels}, targets: [slack, pagerduty, webhook, email, "
+        "discord], continue: false}`; each match key takes a value or a list, `labels` a map "
+        "of label → value. The first route that matches wins unless it says `continue`. "
+        "Empty: the default route — incidents of severity critical/high go to every "
+        "configured target (with only `discord_webhook_url` set: P0/P1 escalations to "
+        "Discord, as before).", items={"type": "object"})
+    max_attempts: int = setting(8, "Tries of one delivery before it is marked `failed` "
+                                "(shown in `healer status` and `/metrics`).", minimum=1,
+                                maximum=100)
+    backoff_s: float = setting(2.0, "Wait before the first retry; doubled each time.",
+                               minimum=0.01)
+    max_backoff_s: float = setting(300.0, "Longest wait between two tries.", minimum=0.01)
+    interval_s: float = setting(1.0, "How often the loop looks for changed incidents and "
+                                "due deliveries.", minimum=0.05)
+    links_url: str = setting("", "Base URL of healer's dashboard for links in messages "
+                             "(e.g. `https://healer.example.com`); empty: no dashboard link.")
+    slack: SlackNotifySettings = section(SlackNotifySettings, "Slack target.")
+    pagerduty: PagerDutyNotifySettings = section(PagerDutyNotifySettings, "PagerDuty target.")
+    webhook: WebhookNotifySettings = section(WebhookNotifySettings, "Signed JSON webhook target.")
+    email: EmailNotifySettings = section(EmailNotifySettings, "E-mail (SMTP) target.")
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Escalation to a human: one readable seed file, a Discord post for P0/P1, a forge issue.
+"""Escalation to a human: one readable seed file, a forge issue, and the notify targets.
 
 Used by every capability when it stops trying (play remediation, fleet healing and its
 repair ladder, living context, self-healing). The seed file in ``.fleet-messages/human/`` must
@@ -16,6 +16,11 @@ stays the same). The record of the open escalation is ``escalations/<dedup_key>`
 The seed folder is opened with ``healer.core.safedirs``: when ``human/`` (or a folder above it
 healer owns) is a symlink, another user's or group/other-writable, nothing is written and an
 ERROR line names the folder and why; the issue and notification still go out.
+
+Notifications (Slack, PagerDuty, webhook, e-mail, Discord) go through ``healer.core.notify``:
+an escalation of a ledger incident (``incident`` set) is told by the notify reconciler when
+the caller marks the incident escalated; one without an incident (a budget notice, say) is
+put in the notify outbox here, routed like any other. Nothing here waits for a receiver.
 """
 
 from __future__ import annotations
@@ -30,13 +35,11 @@ from typing import Any
 
 from healer.core import safedirs, seeds
 from healer.core.publish.forge_issues import IssueRef, Issues, dedup_key
-from healer.core.publish.notify import post_discord
 from healer.core.store import Store
 from healer.errors import UnsafeDirError
 
 log = logging.getLogger(__name__)
 
-NOTIFY_SEVERITIES = ("critical", "high")  # P0/P1
 OPEN = "escalations"  # store kind: the open escalation of each dedup key (``one_open``)
 
 
@@ -67,8 +70,8 @@ class Escalation:
     """One open seed file per ``dedup_key``: while the last one is not archived, rewrite it
     (with an "escalated N times" line) instead of writing a new file; see the module doc."""
     publish: bool = True
-    """Also publish beyond this machine: the forge issue and Discord. False: the seed file
-    only, for an escalation whose subject should not leave this machine even scrubbed."""
+    """Also publish beyond this machine: the forge issue and the notify targets. False: the
+    seed file only, for an escalation whose subject should not leave this machine even scrubbed."""
     dedup_window_s: float | None = None
     """Forge-issue dedup window; None: ``play.dedup_window_s``."""
     own: tuple[str, ...] = ()
@@ -124,14 +127,16 @@ def redact(text: str, findings: list[Any]) -> str:
 class EscalationRecord:
     seed_file: Path | None
     issue: IssueRef | None
-    discord: bool
+    notified: tuple[str, ...] = ()
+    """The notify targets this escalation was queued for here (an incident's escalation is
+    queued by the notify reconciler instead: empty)."""
     updated: bool = False  # ``one_open``: an open seed file was rewritten, not a new one
     count: int = 1  # ``one_open``: escalations of this key since its seed file was opened
 
 
 async def escalate(settings: Any, store: Store, esc: Escalation, *,
                    issues: Issues | None = None, metrics: Any = None) -> EscalationRecord:
-    """Write the human seed file, open/comment the forge issue, post to Discord for P0/P1.
+    """Write the human seed file, open/comment the forge issue, queue the notifications.
 
     Each output is independent: one failing (network, validation) does not stop the others,
     and the seed file — the one that always works offline — is written first.
@@ -202,19 +207,38 @@ async def escalate(settings: Any, store: Store, esc: Escalation, *,
                 _count(metrics, "forge")
         except Exception:
             log.exception("escalation issue for %s could not be opened", esc.target)
-    sent = False
-    if (esc.publish and posted and esc.severity in NOTIFY_SEVERITIES
-            and settings.notify.discord_webhook_url):
-        sent = await post_discord(settings.notify.discord_webhook_url, title, body,
-                                  severity=esc.severity, url=ref.url if ref else "",
-                                  timeout=settings.notify.timeout_s)
-        if sent:
-            _count(metrics, "discord")
+    sent: tuple[str, ...] = ()
+    if esc.publish and posted and not esc.incident:
+        sent = _notify(settings, store, esc, key, title, body, ref, now)
+        for name in sent:
+            _count(metrics, name)
     if esc.one_open:
         _remember(store, key, prior, seed_path, ref, title, now, count, posted)
-    log.warning("escalated to a human: %s (seed %s%s, issue %s, discord %s)", title, seed_path,
-                " updated" if updated else "", ref.url if ref else None, sent)
+    log.warning("escalated to a human: %s (seed %s%s, issue %s, notify %s)", title, seed_path,
+                " updated" if updated else "", ref.url if ref else None,
+                ", ".join(sent) or ("by incident" if esc.incident else "none"))
     return EscalationRecord(seed_path, ref, sent, updated=updated, count=count)
+
+
+def _notify(settings: Any, store: Store, esc: Escalation, key: str, title: str, body: str,
+            ref: IssueRef | None, now: float) -> tuple[str, ...]:
+    """Queue an escalation that has no incident record in the notify outbox."""
+    from healer.core.notify import Notice, Notifier
+    from healer.core.notify.base import ESCALATED
+
+    try:
+        notifier = Notifier(settings, store)
+        if not notifier.targets:
+            return ()
+        notice = Notice(incident=dedup_key(key), kind=esc.kind, state=ESCALATED,
+                        severity=esc.severity, title=title, source=settings.node,
+                        summary=body[:2000], next_steps=[], at=now,
+                        links={"issue": ref.url} if ref and ref.url else {})
+        return tuple(notifier.enqueue(notice, kind=esc.kind, severity=esc.severity,
+                                      source=settings.node))
+    except Exception:
+        log.exception("escalation %s: notifications not queued", esc.target)
+        return ()
 
 
 def _open(store: Store, key: str) -> dict[str, Any] | None:

@@ -195,7 +195,7 @@ async def _discord(ctx: FleetContext, node: NodeEntry, msg: dict[str, Any],
     url = ctx.settings.notify.discord_webhook_url
     if not url:
         return
-    from healer.core.publish.notify import post_discord
+    from healer.core.notify.discord import post_discord
     from healer.fleet.messages import subject_of
 
     body = str((msg.get("payload") or {}).get("body", ""))

@@ -66,6 +66,7 @@ SERVICE_FACTORIES: list[str] = [
     "healer.fleet.service:create_service",
     "healer.context.service:create_service",
     "healer.play.github.service:create_service",  # after play: it raises play alerts
+    "healer.core.notify.service:create_service",  # tells people; after what opens incidents
     "healer.api.service:create_service",  # last: it serves what the others registered
 ]
 

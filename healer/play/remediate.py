@@ -243,7 +243,7 @@ class Remediator:
         self._mark(play_id, issue, escalated=True,
                    github_issue=record.issue.url if record.issue else None)
         return self._update(key, status="escalated", level="L4",
-                            seed_file=str(record.seed_file or ""), discord=record.discord)
+                            seed_file=str(record.seed_file or ""), notified=list(record.notified))
 
     def _verdict(self, play_id: str, issue: dict[str, Any], started: float,
                  outcome: RunOutcome, detail: str) -> Verdict:

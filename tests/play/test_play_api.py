@@ -257,7 +257,9 @@ class TestEscalation:
         assert "What you should do next" in seed.body
         post = discord.posts[0]
         assert post["path"] == "/api/webhooks/1/abc"
-        assert "[HEAL-A10]" in post["body"]["content"]
+        # The notify layer titles it by incident: kind, play and problem.
+        assert "[play] play-task-4-abc" in post["body"]["content"]
+        assert "brave_search" in post["body"]["content"]
         issues = list((dirs.state / "forge" / "issues").glob("*.md"))
         assert len(issues) == 1
         text = issues[0].read_text()

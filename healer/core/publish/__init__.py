@@ -7,7 +7,6 @@ does not compile the scrubber's rules)::
     AnonymizationError, Finding                      healer.core.publish.findings
     Forge, PullRequest, ForgeError, open_forge       healer.core.publish.forge
     Issues, IssueRef, dedup_key                      healer.core.publish.forge_issues
-    post_discord                                     healer.core.publish.notify
 
 The scrubber's parts: ``ruleset`` (the ordered detectors), ``secret_rules`` and ``pii_rules``
 (their tables), ``detectors`` (locators, pre-filter census), ``entropy`` (the validator's
@@ -24,7 +23,6 @@ _WHERE = {
     "ensure_publishable": "sanitizer", "AnonymizationError": "findings", "Finding": "findings",
     "Forge": "forge", "PullRequest": "forge", "ForgeError": "forge", "open_forge": "forge",
     "Issues": "forge_issues", "IssueRef": "forge_issues", "dedup_key": "forge_issues",
-    "post_discord": "notify",
 }
 
 __all__ = sorted(_WHERE)

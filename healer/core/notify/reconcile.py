@@ -1,0 +1,216 @@
+"""The reconciler: brings each target's message in line with each incident's notice state.
+
+One pass (``Notifier.reconcile``, every ``notify.interval_s`` in the loop)::
+
+    candidates = the ledger's recently changed ring (tail) ∪ active incidents
+                 ∪ incidents whose notices are still open (escalated, acknowledged, …)
+    for each whose record changed since the last pass (``updated_at``):
+        state   = notices.state_of(incident)          silenced → nothing at all
+        targets = routes.select(kind, severity, source, labels) ∩ configured
+        for each target that wants the state and has not had it queued: outbox.put
+
+``Notifier.deliver(item)`` sends one outbox item and records the result: the target's memo
+(Slack ``channel``/``ts``, PagerDuty's last action) in ``notify/<incident>``, counters in
+``notify-stats/all`` (every process reads them: ``healer status``, ``/metrics``). Nobody else
+calls a receiver: other parts change the incident record (an acknowledgement, a silence, an
+approval) and the next pass sends what changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from healer.core.incidents import ACTIVE, INDEX, RECENT, Ledger
+from healer.core.notify import notices, routes
+from healer.core.notify.base import HEALED, SILENCED, Notice, Target
+from healer.core.notify.outbox import Item, Outbox
+from healer.core.store import Store
+
+log = logging.getLogger(__name__)
+
+RECORDS, OPEN_INDEX, STATS, STATS_KEY = "notify", "notify-index", "notify-stats", "all"
+RING_TAIL = 200
+
+
+class Notifier:
+    def __init__(self, settings: Any, store: Store, *,
+                 targets: dict[str, Target] | None = None, clock: Callable[[], float] = time.time):
+        from healer.core.notify.targets import configured
+
+        n = settings.notify
+        self.settings, self.store, self.clock = settings, store, clock
+        self.targets = configured(n) if targets is None else targets
+        self.routes = routes.parse(n.routes, list(self.targets))
+        self.outbox = Outbox(settings.state_path, max_attempts=n.max_attempts,
+                             backoff_s=n.backoff_s, max_backoff_s=n.max_backoff_s)
+        self.ledger = Ledger(store)
+
+    # --- incidents → outbox ---------------------------------------------------------------------
+
+    def reconcile(self) -> int:
+        """One pass; how many deliveries it queued."""
+        queued = 0
+        for iid in self._candidates():
+            try:
+                queued += self.consider(iid)
+            except Exception:
+                log.exception("notify: incident %s not reconciled", iid)
+        return queued
+
+    def _candidates(self) -> list[str]:
+        ring = self.store.get(INDEX, RECENT)
+        ids = list((ring.data.get("ids") or [])[-RING_TAIL:]) if ring else []
+        for status in sorted(ACTIVE):
+            ids += self.ledger.ids(status)
+        ids += self.store.members(f"{OPEN_INDEX}-open")
+        return list(dict.fromkeys(ids))
+
+    def consider(self, iid: str) -> int:
+        incident = self.ledger.get(iid)
+        if incident is None:
+            return 0
+        rec = self.store.get(RECORDS, iid)
+        mine = dict(rec.data) if rec else {"targets": {}}
+        if rec and mine.get("seen_at") == incident.get("updated_at"):
+            return 0
+        state = notices.state_of(incident)
+        chosen: list[str] = []
+        if state != SILENCED:
+            chosen = routes.select(self.routes, kind=str(incident.get("kind", "")),
+                                   severity=str(incident.get("severity", "")),
+                                   source=str(incident.get("source", "")),
+                                   labels=notices.labels_of(incident))
+        notice = notices.build(incident, links_url=self.settings.notify.links_url) \
+            if chosen else None
+        queued = self._queue(iid, state, notice, chosen, mine)
+        mine["seen_at"] = incident.get("updated_at")
+        self.store.put(RECORDS, iid, mine)
+        return queued
+
+    def _queue(self, iid: str, state: str, notice: Notice | None, chosen: list[str],
+               mine: dict[str, Any]) -> int:
+        queued = 0
+        per = mine.setdefault("targets", {})
+        for name in chosen:
+            target = self.targets.get(name)
+            done = per.get(name) or {}
+            if target is None or not target.wants(state) or done.get("queued") == state:
+                continue
+            if state == HEALED and not done:
+                continue  # never told of it: a "resolved" out of the blue helps nobody
+            assert notice is not None
+            self.outbox.put(name, notice, now=self.clock())
+            per[name] = {**done, "queued": state}
+            queued += 1
+        if queued:
+            self._open(iid, state != HEALED)
+        return queued
+
+    def _open(self, iid: str, still: bool) -> None:
+        if still:
+            self.store.add_member(f"{OPEN_INDEX}-open", iid)
+        else:
+            self.store.remove_member(f"{OPEN_INDEX}-open", iid)
+
+    def enqueue(self, notice: Notice, *, kind: str, severity: str, source: str,
+                labels: dict[str, str] | None = None) -> list[str]:
+        """Queue a notice that has no incident record (an escalation of a fleet repair
+        ladder, say) to the targets its routes select; the targets' names."""
+        chosen = routes.select(self.routes, kind=kind, severity=severity, source=source,
+                               labels=labels or {})
+        out = []
+        for name in chosen:
+            target = self.targets.get(name)
+            if target is not None and target.wants(notice.state):
+                self.outbox.put(name, notice, now=self.clock())
+                out.append(name)
+        return out
+
+    # --- outbox → receivers ---------------------------------------------------------------------
+
+    async def deliver(self, item: Item) -> bool:
+        """Send one item; True when it went out (or there was nothing to send)."""
+        target = self.targets.get(item.target)
+        if target is None:  # the target was removed from the settings
+            self.outbox.done(item)
+            return True
+        iid = item.notice.incident
+        incident = self.ledger.get(iid)
+        if incident is not None and incident.get("silenced_by"):
+            self.outbox.done(item)  # silenced since it was queued
+            return True
+        rec = self.store.get(RECORDS, iid)
+        memo = dict(((rec.data.get("targets") or {}).get(item.target) or {}).get("memo") or {}
+                    ) if rec else {}
+        try:
+            result = await target.send(item.notice, memo)
+        except Exception as exc:  # a bug in a target: recorded like a final failure
+            log.exception("notify: %s raised", item.target)
+            from healer.core.notify.base import Delivery
+
+            result = Delivery(False, detail=f"{type(exc).__name__} in the {item.target} target")
+        if result.ok:
+            self.outbox.done(item)
+            self._sent(iid, item.target, item.notice.state, result.memo or memo)
+            self._count("sent", item.target)
+            return True
+        kept = self.outbox.failed(item, result.detail, retryable=result.retryable,
+                                  now=self.clock())
+        self._count("retries" if kept else "failures", item.target, detail=result.detail)
+        log.warning("notify: %s for %s failed (try %d%s): %s", item.target, iid,
+                    item.tries + 1, ", will retry" if kept else ", gave up", result.detail)
+        return False
+
+    def _sent(self, iid: str, target: str, state: str, memo: dict[str, Any]) -> None:
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            cur = cur or {"targets": {}}
+            per = cur.setdefault("targets", {})
+            per[target] = {**(per.get(target) or {}), "sent": state, "memo": memo,
+                           "sent_at": self.clock()}
+            return cur
+
+        self.store.update(RECORDS, iid, fn)
+
+    def _count(self, what: str, target: str, *, detail: str = "") -> None:
+        now = self.clock()
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
+            cur = cur or {}
+            row = cur.setdefault(what, {})
+            row[target] = int(row.get(target, 0)) + 1
+            if detail:
+                cur.setdefault("last_error", {})[target] = {"at": now, "detail": detail[:300]}
+            elif what == "sent":
+                cur.setdefault("last_sent", {})[target] = now
+            return cur
+
+        self.store.update(STATS, STATS_KEY, fn, durable=False)
+
+
+def stats(store: Store) -> dict[str, Any]:
+    rec = store.get(STATS, STATS_KEY)
+    return dict(rec.data) if rec else {}
+
+
+def status_view(settings: Any, store: Store) -> dict[str, Any]:
+    """What ``healer status`` and ``/metrics`` show: per target sent/retries/failures and the
+    last error, the queue depth and the deliveries that were given up."""
+    from healer.core.notify.targets import configured
+
+    box = Outbox(settings.state_path)
+    counts = stats(store)
+    names = sorted(set(configured(settings.notify)) | set(counts.get("sent", {}))
+                   | set(counts.get("failures", {})))
+    pending = box.items()
+    return {
+        "targets": {n: {"sent": int(counts.get("sent", {}).get(n, 0)),
+                        "retries": int(counts.get("retries", {}).get(n, 0)),
+                        "failures": int(counts.get("failures", {}).get(n, 0)),
+                        "queued": sum(1 for i in pending if i.target == n),
+                        "last_error": (counts.get("last_error") or {}).get(n)} for n in names},
+        "queue": len(pending),
+        "failed": box.failures()[:20],
+    }

@@ -1,0 +1,285 @@
+"""Each notify target against a receiver that speaks its real wire format on 127.0.0.1, routes,
+and the outbox's retries: an incident moves through the ledger, the reconciler queues, one
+delivery pass sends."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from healer.config import load_settings
+from healer.core import incidents as inc
+from healer.core.notify import Notifier, status_view
+from healer.core.notify import routes as r
+from healer.core.notify.webhook import sign, verify
+from healer.core.store import FileStore
+from healer.errors import ConfigError
+from healer.testing.notify_receivers import PagerDutyEvents, SignedWebhook, SlackApi, SmtpInbox
+from healer.testing.receivers import WebhookReceiver
+
+TOKEN = "xoxb-1-test-not-a-real-token"
+ROUTING = "R0123456789abcdef0123456789abcde"
+SECRET = "whsec_" + base64.b64encode(b"a-notify-test-secret-of-32-bytes").decode()
+
+
+def setup(tmp_path: Path, **env: str) -> tuple[Any, FileStore, inc.Ledger]:
+    settings = load_settings(env={"HEALER_STATE_DIR": str(tmp_path / "state"),
+                                  "HEALER__NOTIFY__BACKOFF_S": "0.01", **env})
+    store = FileStore(settings.state_path / "store")
+    return settings, store, inc.Ledger(store)
+
+
+async def drain(n: Notifier) -> None:
+    n.reconcile()
+    for item in n.outbox.due(now=1e12):
+        await n.deliver(item)
+
+
+def escalate(ledger: inc.Ledger, key: str = "KeyError-in-app", severity: str = "critical",
+             kind: str = "code") -> str:
+    sig = inc.Signal(kind, key, "report_error", severity=severity,
+                     summary="KeyError: 'user_id' in app/users.py:lookup", trust="trusted")
+    ledger.receive(sig)
+    ledger.escalated(sig.id, seed_file="/tmp/x.md", reason="three attempts failed")
+    return sig.id
+
+
+async def test_slack_web_api_posts_once_then_updates_in_place_with_buttons(tmp_path: Path
+                                                                          ) -> None:
+    with SlackApi(TOKEN) as slack:
+        settings, store, ledger = setup(
+            tmp_path, HEALER_SLACK_BOT_TOKEN=TOKEN, HEALER__NOTIFY__SLACK__CHANNEL="C0HEALER",
+            HEALER__NOTIFY__SLACK__API_URL=slack.url + "/api")
+        n = Notifier(settings, store)
+        sig = inc.Signal("code", "k1", "report_error", severity="high", summary="boom",
+                         trust="trusted")
+        ledger.receive(sig)
+        await drain(n)
+        ledger.escalated(sig.id, seed_file="/tmp/s.md", reason="gave up")
+        await drain(n)
+        escalated = slack.calls[-1]["body"]
+        ledger.resolve(sig.id, by="test")
+        await drain(n)
+    assert [c["method"] for c in slack.calls] == ["chat.postMessage", "chat.update",
+                                                  "chat.update"]
+    assert len(slack.messages) == 1  # one message per incident
+    buttons = [b for block in escalated["blocks"] if block["type"] == "actions"
+               for b in block["elements"]]
+    assert [(b["action_id"], b["value"]) for b in buttons] == [
+        ("healer_ack", sig.id), ("healer_silence_1h", sig.id)]
+    final = next(iter(slack.messages.values()))
+    assert final["channel"] == "C0HEALER" and "resolved" in final["text"]
+    assert not any(b["type"] == "actions" for b in final["blocks"])
+
+
+async def test_slack_approve_and_deny_buttons_while_waiting(tmp_path: Path) -> None:
+    from healer.core.gate import Decision
+    from healer.core.notify.notices import build
+    from healer.core.notify.slack import blocks
+
+    _, _, ledger = setup(tmp_path)
+    sig = inc.Signal("code", "k2", "report_error", severity="critical", summary="x")
+    ledger.receive(sig, decision=Decision("awaiting_approval", "waits"))
+    notice = build(ledger.require(sig.id))
+    assert notice.state == "awaiting_approval"
+    actions = next(b for b in blocks(notice) if b["type"] == "actions")["elements"]
+    assert [b["action_id"] for b in actions] == ["healer_approve", "healer_deny"]
+    assert {b["value"] for b in actions} == {sig.id}
+
+
+async def test_slack_incoming_webhook(tmp_path: Path) -> None:
+    with WebhookReceiver(status=200) as hook:
+        settings, store, ledger = setup(tmp_path, HEALER_SLACK_WEBHOOK=hook.url + "/services/T/B/x")
+        iid = escalate(ledger)
+        await drain(Notifier(settings, store))
+    assert hook.posts[0]["path"] == "/services/T/B/x"
+    assert hook.posts[0]["body"]["blocks"][0]["type"] == "header" and iid
+
+
+async def test_pagerduty_trigger_acknowledge_resolve_with_one_dedup_key(tmp_path: Path) -> None:
+    with PagerDutyEvents(ROUTING) as pd:
+        settings, store, ledger = setup(tmp_path, HEALER_PAGERDUTY_ROUTING_KEY=ROUTING,
+                                        HEALER__NOTIFY__PAGERDUTY__URL=pd.url + "/v2/enqueue")
+        n = Notifier(settings, store)
+        iid = escalate(ledger, severity="high")
+        await drain(n)
+        ledger.update(iid, "acknowledged", acknowledged={"by": "ana", "at": 1.0, "via": "cli"})
+        await drain(n)
+        ledger.resolve(iid, by="test")
+        await drain(n)
+    assert [e["event_action"] for e in pd.events] == ["trigger", "acknowledge", "resolve"]
+    assert {e["dedup_key"] for e in pd.events} == {iid}
+    assert pd.events[0]["payload"]["severity"] == "error"  # high → error
+    assert status_view(settings, store)["targets"]["pagerduty"]["sent"] == 3
+
+
+def test_pagerduty_severity_map() -> None:
+    from healer.core.notify.pagerduty import SEVERITY
+
+    assert SEVERITY == {"critical": "critical", "high": "error", "medium": "warning",
+                        "low": "warning", "info": "info"}
+
+
+async def test_signed_webhook_verifies_and_a_wrong_secret_does_not(tmp_path: Path) -> None:
+    with SignedWebhook(SECRET) as hook:
+        settings, store, ledger = setup(tmp_path, HEALER_NOTIFY_WEBHOOK_URL=hook.url + "/in",
+                                        HEALER_NOTIFY_WEBHOOK_SECRET=SECRET)
+        iid = escalate(ledger)
+        await drain(Notifier(settings, store))
+    got = hook.verified[0]
+    assert got["body"]["type"] == "incident.escalated" and got["body"]["data"]["incident"] == iid
+    assert hook.refused == 0
+    wrong = "whsec_" + base64.b64encode(b"another-secret-of-thirty-two-by").decode()
+    raw = json.dumps(got["body"], separators=(",", ":")).encode()
+    assert not verify(wrong, got["headers"], raw)
+
+
+def test_standard_webhooks_test_vector() -> None:
+    """The Standard Webhooks reference libraries' vector."""
+    secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+    body = b'{"test": 2432232314}'
+    assert sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, body) == \
+        "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+    headers = {"webhook-id": "msg_p5jXN8AQM9LWM0D4loKWxJek", "webhook-timestamp": "1614265330",
+               "webhook-signature": "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="}
+    assert verify(secret, headers, body, now=1614265330)
+    assert not verify(secret, headers, body, now=1614265330 + 301)  # stale
+    assert not verify(secret, headers, body + b" ", now=1614265330)
+
+
+async def test_email_over_starttls_with_auth(tmp_path: Path) -> None:
+    with SmtpInbox(tmp_path, user="healer", password="pw-for-the-test") as smtp:
+        settings, store, ledger = setup(
+            tmp_path, HEALER_SMTP_HOST="127.0.0.1", HEALER__NOTIFY__EMAIL__PORT=str(smtp.port),
+            HEALER__NOTIFY__EMAIL__CA_FILE=str(smtp.cert), HEALER_SMTP_USER="healer",
+            HEALER_SMTP_PASSWORD="pw-for-the-test",
+            HEALER__NOTIFY__EMAIL__TO='["oncall@example.com"]')
+        iid = escalate(ledger)
+        await drain(Notifier(settings, store))
+    msg = smtp.messages[0]
+    body = msg.get_content()
+    assert iid in msg["Subject"] or "KeyError" in msg["Subject"]
+    assert msg["X-Healer-Incident"] == iid
+    for part in ("What happened", "What healer did", "What to do", f"healer status {iid}"):
+        assert part in body
+
+
+async def test_email_with_a_wrong_password_is_a_failure_not_a_crash(tmp_path: Path) -> None:
+    with SmtpInbox(tmp_path, user="healer", password="right") as smtp:
+        settings, store, ledger = setup(
+            tmp_path, HEALER_SMTP_HOST="127.0.0.1", HEALER__NOTIFY__EMAIL__PORT=str(smtp.port),
+            HEALER__NOTIFY__EMAIL__CA_FILE=str(smtp.cert), HEALER_SMTP_USER="healer",
+            HEALER_SMTP_PASSWORD="wrong", HEALER__NOTIFY__EMAIL__TO='["a@example.com"]')
+        escalate(ledger)
+        await drain(Notifier(settings, store))
+    view = status_view(settings, store)["targets"]["email"]
+    assert not smtp.messages and view["failures"] + view["retries"] == 1
+    assert view["last_error"]["detail"]
+    assert "wrong" not in json.dumps(view)
+
+
+async def test_discord_shorthand_keeps_escalations_of_p0_p1(tmp_path: Path) -> None:
+    with WebhookReceiver() as hook:
+        settings, store, ledger = setup(tmp_path,
+                                        HEALER_DISCORD_WEBHOOK=hook.url + "/api/webhooks/1/abc")
+        escalate(ledger, key="low-one", severity="medium")
+        escalate(ledger, key="high-one", severity="high")
+        await drain(Notifier(settings, store))
+    assert len(hook.posts) == 1 and "[HIGH]" in hook.posts[0]["body"]["content"]
+
+
+async def test_a_down_receiver_backs_off_then_delivers_and_gives_up_when_bounded(
+        tmp_path: Path) -> None:
+    with PagerDutyEvents(ROUTING) as pd:
+        settings, store, ledger = setup(tmp_path, HEALER_PAGERDUTY_ROUTING_KEY=ROUTING,
+                                        HEALER__NOTIFY__PAGERDUTY__URL=pd.url,
+                                        HEALER__NOTIFY__MAX_ATTEMPTS="3",
+                                        HEALER__NOTIFY__BACKOFF_S="10")
+        n = Notifier(settings, store, clock=lambda: 1000.0)
+        pd.down = True
+        iid = escalate(ledger)
+        n.reconcile()
+        [item] = n.outbox.due(now=1000.0)
+        assert not await n.deliver(item)
+        [item] = n.outbox.items()
+        assert item.tries == 1 and item.next_at == 1010.0  # backoff_s × 2^0
+        assert not n.outbox.due(now=1005.0)  # not before its time
+        assert not await n.deliver(item)
+        assert n.outbox.items()[0].next_at == 1020.0  # doubled
+        pd.down = False
+        assert await n.deliver(n.outbox.items()[0])
+        assert pd.events[0]["dedup_key"] == iid and not n.outbox.items()
+        # Down for good: bounded tries, then failed, and visible.
+        pd.down = True
+        ledger.resolve(iid, by="test")
+        n.reconcile()
+        for _ in range(3):
+            for it in n.outbox.items():
+                await n.deliver(it)
+    view = status_view(settings, store)
+    assert view["queue"] == 0 and view["failed"][0]["state"] == "healed"
+    assert view["targets"]["pagerduty"]["failures"] == 1
+    assert view["targets"]["pagerduty"]["retries"] == 4
+    assert "503" in view["targets"]["pagerduty"]["last_error"]["detail"]
+
+
+async def test_secrets_in_incident_text_are_scrubbed_before_they_leave(tmp_path: Path) -> None:
+    with PagerDutyEvents(ROUTING) as pd:
+        settings, store, ledger = setup(tmp_path, HEALER_PAGERDUTY_ROUTING_KEY=ROUTING,
+                                        HEALER__NOTIFY__PAGERDUTY__URL=pd.url)
+        sig = inc.Signal("code", "leak", "report_error", severity="critical", trust="trusted",
+                         summary="auth failed for ghp_abcdefghijklmnopqrstuvwxyz0123456789")
+        ledger.receive(sig)
+        ledger.escalated(sig.id, seed_file="", reason="x")
+        await drain(Notifier(settings, store))
+        outbox = list((settings.state_path / "notify").rglob("*.json"))
+    assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in json.dumps(pd.events)
+    assert not outbox
+
+
+async def test_silenced_incidents_send_nothing(tmp_path: Path) -> None:
+    with PagerDutyEvents(ROUTING) as pd:
+        settings, store, ledger = setup(tmp_path, HEALER_PAGERDUTY_ROUTING_KEY=ROUTING,
+                                        HEALER__NOTIFY__PAGERDUTY__URL=pd.url)
+        sig = inc.Signal("play", "quiet", "detect", severity="critical")
+        ledger.receive(sig)
+        ledger.update(sig.id, silenced_by="sil-1")
+        ledger.escalated(sig.id, seed_file="", reason="x")
+        await drain(Notifier(settings, store))
+    assert pd.events == []
+
+
+def test_routes_first_match_wins_unless_continue() -> None:
+    routes = r.parse([
+        {"match": {"kind": "fleet"}, "targets": ["email"], "continue": True},
+        {"match": {"severity": ["critical"], "labels": {"team": "infra"}},
+         "targets": ["pagerduty", "slack"]},
+        {"match": {"source": "sentry"}, "targets": ["webhook"]},
+        {"targets": ["discord"]},
+    ], [])
+
+    def pick(kind: str = "code", severity: str = "high", source: str = "x",
+             **labels: str) -> list[str]:
+        return r.select(routes, kind=kind, severity=severity, source=source, labels=labels)
+
+    assert pick(severity="critical", team="infra") == ["pagerduty", "slack"]
+    assert pick(kind="fleet", severity="critical", team="infra") == ["email", "pagerduty",
+                                                                     "slack"]
+    assert pick(severity="critical", team="web") == ["discord"]
+    assert pick(source="sentry") == ["webhook"]
+    assert r.select(r.parse([], ["slack", "discord"]), kind="code", severity="high",
+                    source="x", labels={}) == ["slack", "discord"]
+    assert r.select(r.parse([], ["slack"]), kind="code", severity="medium", source="x",
+                    labels={}) == []
+
+
+@pytest.mark.parametrize("bad", [[{"targets": ["sms"]}], [{"targets": []}],
+                                 [{"match": {"colour": "red"}, "targets": ["slack"]}],
+                                 ["slack"]])
+def test_bad_routes_are_a_clear_config_error(bad: list[Any]) -> None:
+    with pytest.raises(ConfigError, match=r"notify\.routes"):
+        r.parse(bad, [])
