@@ -50,9 +50,11 @@ def _unit(unit: str) -> str:
 
 
 def number(value: float) -> str:
-    """A figure as people read it: 5,000 / 137 / 13.7 / 1.37."""
+    """A figure as people read it: 5,000 / 137 / 13.7 / 1.37 / 3 (a count)."""
     if math.isnan(value) or math.isinf(value):
         return str(value)
+    if value.is_integer():
+        return f"{int(value):,}"
     if abs(value) >= 100:
         return f"{value:,.0f}"
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
