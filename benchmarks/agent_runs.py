@@ -3,9 +3,10 @@
 Everything is real and local: the channel-diagnoser playbook probes a live HTTP server and
 closed ports on 127.0.0.1; the claude executor runs the Claude Code CLI bundled with
 claude-agent-sdk against ``healer.testing.ScriptedModel`` (so the figures are healer's and the
-CLI's overhead, not a model's thinking time). Prints each figure beside its target.
+CLI's overhead, not a model's thinking time). Prints each figure beside its target; exit 1
+when one is missed.
 
-    .venv/bin/python benchmarks/agent_runs.py [--playbook-runs 200] [--claude-runs 5]
+    .venv/bin/python benchmarks/agent_runs.py [--playbook-runs 200] [--claude-runs 5] [--smoke]
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ import asyncio
 import json
 import socket
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+
+from _bench import Bench, add_smoke_flag, bench_for
 
 from healer.agents import (
     AgentRunner,
@@ -61,14 +65,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
-def line(name: str, value: float, unit: str, target: float, higher_is_better: bool) -> None:
-    ok = value >= target if higher_is_better else value <= target
-    cmp = ">=" if higher_is_better else "<="
-    print(f"  {name:<44} {value:>9.2f} {unit:<7} target {cmp} {target:g}  "
-          f"{'OK' if ok else 'MISSED'}")
-
-
-def bench_render(n: int) -> None:
+def bench_render(bench: Bench, n: int) -> None:
     agents = sorted(load_definitions())
     start = time.perf_counter()
     for i in range(n):
@@ -79,10 +76,10 @@ def bench_render(n: int) -> None:
         render_task(f"{agent}.md.j2", run, context_from_vars(agent, "mac1", VARS))
     elapsed = time.perf_counter() - start
     print(f"prompt rendering ({n} prompts over {len(agents)} templates)")
-    line("task prompts rendered", n / elapsed, "/s", TARGETS["render_per_s"], True)
+    bench.judge("task prompts rendered", n / elapsed, "/s", at_least=TARGETS["render_per_s"])
 
 
-async def bench_playbooks(settings: Any, n: int, port: int) -> None:
+async def bench_playbooks(bench: Bench, settings: Any, n: int, port: int) -> None:
     dead = _closed_port()
     tasks = [AgentTask("channel-diagnoser", f"peer{i % 10}", vars={
         "host": "127.0.0.1", "port": str(port), "ssh_port": str(dead),
@@ -97,15 +94,15 @@ async def bench_playbooks(settings: Any, n: int, port: int) -> None:
     handles = [runner.submit(t) for t in tasks]
     outcomes = [await runner.wait(h.run_id) for h in handles]
     par = n / (time.perf_counter() - start)
-    assert all(o.status == "diagnosed" for o in outcomes)
     print("channel-diagnoser playbook (live HTTP + 3 closed ports, result written each run)")
-    line("runs, one at a time", seq, "/s", TARGETS["playbook_runs_per_s"], True)
-    line(f"runs, AgentRunner with {runner.max_concurrent} in flight", par, "/s",
-         TARGETS["playbook_runs_per_s"], True)
+    bench.check("every playbook run diagnosed", all(o.status == "diagnosed" for o in outcomes))
+    bench.judge("runs, one at a time", seq, "/s", at_least=TARGETS["playbook_runs_per_s"])
+    bench.judge(f"runs, AgentRunner with {runner.max_concurrent} in flight", par, "/s",
+                at_least=TARGETS["playbook_runs_per_s"])
     print(f"  {'speed-up from the runner':<44} {par / seq:>9.2f} x")
 
 
-async def bench_claude(settings: Any, n: int) -> None:
+async def bench_claude(bench: Bench, settings: Any, n: int) -> None:
     durations: list[float] = []
     first_request: list[float] = []
     env_extra = {"CLAUDE_CODE_MAX_RETRIES": "0"}
@@ -118,12 +115,13 @@ async def bench_claude(settings: Any, n: int) -> None:
             start = time.time()
             outcome = await ex.run(AgentTask("channel-diagnoser", "peer1",
                                              vars={"host": "127.0.0.1"}))
-            assert outcome.ok, outcome.error
+            if not bench.check(f"claude run ok ({outcome.error})", outcome.ok):
+                return
             durations.append(time.time() - start)
             first_request.append(model.requests[0].at - start)
     print(f"claude executor, real Claude Code CLI vs ScriptedModel ({n} runs, 2 model turns)")
-    line("whole run, median", statistics.median(durations), "s", TARGETS["claude_run_s"],
-         False)
+    bench.judge("whole run, median", statistics.median(durations), "s",
+                at_most=TARGETS["claude_run_s"])
     print(f"  {'of which start-up until the first model call':<44} "
           f"{statistics.median(first_request):>9.2f} s")
 
@@ -133,14 +131,15 @@ async def bench_claude(settings: Any, n: int) -> None:
             ex = ClaudeExecutor(settings, env={**model.env(), **env_extra})
             outcome = await ex.run(AgentTask("channel-diagnoser", "peer1", timeout_s=2,
                                              vars={"host": "127.0.0.1"}))
-            assert outcome.status == "timeout"
+            bench.check("a hung run ends in timeout", outcome.status == "timeout")
             kills.append(outcome.duration_s - 2)
-            assert _proctree.marked(outcome.run_id) == set()
-    line("timeout → CLI killed, result written", statistics.median(kills), "s",
-         TARGETS["kill_s"], False)
+            bench.check("no process of a killed run is left",
+                        _proctree.marked(outcome.run_id) == set())
+    bench.judge("timeout → CLI killed, result written", statistics.median(kills), "s",
+                at_most=TARGETS["kill_s"])
 
 
-async def main_async(args: argparse.Namespace) -> None:
+async def main_async(bench: Bench, args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as root:
         settings = load_settings(env={}, overrides=[
             f"state_dir={root}/state", f"results_dir={root}/results",
@@ -148,22 +147,29 @@ async def main_async(args: argparse.Namespace) -> None:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _Health)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         try:
-            bench_render(args.renders)
-            await bench_playbooks(settings, args.playbook_runs, int(server.server_address[1]))
+            bench_render(bench, args.renders)
+            await bench_playbooks(bench, settings, args.playbook_runs,
+                                  int(server.server_address[1]))
             if args.claude_runs:
-                await bench_claude(settings, args.claude_runs)
+                await bench_claude(bench, settings, args.claude_runs)
         finally:
             server.shutdown()
         print(f"results written: {len(list(Path(root, 'results').glob('*.json')))}")
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--renders", type=int, default=2000)
     p.add_argument("--playbook-runs", type=int, default=200)
     p.add_argument("--claude-runs", type=int, default=5, help="0 skips the Claude Code part")
-    asyncio.run(main_async(p.parse_args()))
+    add_smoke_flag(p, "50 renders, 8 playbook runs, 1 Claude run and 1 kill")
+    args = p.parse_args()
+    bench = bench_for(__file__, args)
+    if args.smoke:
+        args.renders, args.playbook_runs, args.claude_runs = 50, 8, 1
+    asyncio.run(main_async(bench, args))
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

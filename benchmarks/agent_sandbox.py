@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _bench import Bench, add_smoke_flag, bench_for
+
 from healer.agents.executors import claude_cli
 from healer.agents.sandbox import BwrapSandbox, Endpoint
 from healer.config import load_settings
@@ -178,7 +180,7 @@ async def probe(box: BwrapSandbox, tmp: Path) -> bool:
     return not leaked
 
 
-async def main_async(args: argparse.Namespace) -> int:
+async def main_async(bench: Bench, args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="healer-bench-sbx-"))
     settings = load_settings(env={}, overrides={
         "state_dir": str(tmp / "state"), "results_dir": str(tmp / "results"),
@@ -186,9 +188,9 @@ async def main_async(args: argparse.Namespace) -> int:
     box = BwrapSandbox(settings)
     why = box.unavailable()
     if why:
-        print(f"no sandbox here: {why}")
         shutil.rmtree(tmp, ignore_errors=True)
-        return 1
+        bench.check(f"a sandbox is available here ({why})", False)
+        return bench.finish()
     work = tmp / "work"
     work.mkdir()
     runs = 3 if args.smoke else args.runs
@@ -199,13 +201,11 @@ async def main_async(args: argparse.Namespace) -> int:
     for label, a, b in rows:
         print(f"  {label:44} {a:>9.1f} ms {b:>9.1f} ms {b - a:>7.1f} ms")
     added = rows[-1][2] - rows[-1][1]
-    verdict = "meets" if added <= TARGET_MS else "MISSES"
-    print(f"target: at most {TARGET_MS:.0f} ms added to an agent's start ({rows[-1][0]}): "
-          f"{verdict} ({added:.1f} ms)" + (" [smoke: not judged]" if args.smoke else ""))
+    bench.judge(f"added to an agent's start ({rows[-1][0]})", added, "ms", at_most=TARGET_MS)
     refused = await probe(box, tmp)
     shutil.rmtree(tmp, ignore_errors=True)
-    ok = refused and (args.smoke or added <= TARGET_MS)
-    return 0 if ok else 1
+    bench.check("the sandbox refused everything the probe tried", refused)
+    return bench.finish()
 
 
 def main() -> int:
@@ -213,10 +213,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=21, help="launches per short case and mode")
     ap.add_argument("--sessions", type=int, default=9,
                     help="one-turn Claude sessions per mode (about a second each)")
-    ap.add_argument("--smoke", action="store_true",
-                    help="3 launches each, the probe run, no target (a quick check)")
+    add_smoke_flag(ap, "3 launches each, 2 sessions, the probe run")
     args: Any = ap.parse_args()
-    return asyncio.run(main_async(args))
+    return asyncio.run(main_async(bench_for(__file__, args), args))
 
 
 if __name__ == "__main__":

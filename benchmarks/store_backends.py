@@ -3,8 +3,10 @@
 Prints, for each backend: record writes/s (one writer), compare-and-set throughput and
 conflicts/s (4 threads updating one record), and result-apply latency (file renamed into the
 results dir → subscriber called; the JetStream bus goes through the stream and the consumer).
+Target: result-apply p99 ≤ 50 ms on each backend (the results bus's own target), every result
+applied; exit 1 when missed.
 
-    .venv/bin/python benchmarks/store_backends.py [--writes 2000] [--results 300]
+    .venv/bin/python benchmarks/store_backends.py [--writes 2000] [--results 300] [--smoke]
 """
 
 from __future__ import annotations
@@ -13,11 +15,14 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 from typing import Any
+
+from _bench import add_smoke_flag, bench_for
 
 from healer.core.bus import AgentResult, ResultsBus
 from healer.core.bus.jetstream import JetStreamResultsBus
@@ -32,6 +37,9 @@ def writes(store: Store, n: int) -> float:
     for i in range(n):
         store.put("bench", f"r{i}", {"i": i, "pad": "x" * 200})
     return n / (time.perf_counter() - t)
+
+
+TARGET_APPLY_P99_MS = 50.0
 
 
 def cas(store_factory: Any, seconds: float) -> tuple[float, float]:
@@ -90,12 +98,17 @@ def pct(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, round(q * (len(s) - 1)))] if s else float("nan")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--writes", type=int, default=2000)
     ap.add_argument("--results", type=int, default=300)
     ap.add_argument("--rate", type=float, default=100.0, help="results per second")
+    ap.add_argument("--cas-seconds", type=float, default=3.0)
+    add_smoke_flag(ap, "50 writes, 0.3 s of CAS, 20 results")
     args = ap.parse_args()
+    bench = bench_for(__file__, args)
+    if args.smoke:
+        args.writes, args.cas_seconds, args.results = 50, 0.3, 20
     root = Path(tempfile.mkdtemp(prefix="healer-store-bench-"))
     rows: dict[str, dict[str, float]] = {}
     with NatsServer(jetstream=True, store_dir=root / "nats") as ns:
@@ -107,11 +120,12 @@ def main() -> None:
         for name, (factory, bus_class) in backends.items():
             store = factory()
             w = writes(store, args.writes)
-            ok, conflicts = cas(factory, 3.0)
+            ok, conflicts = cas(factory, args.cas_seconds)
             results = root / f"{name}-results"
             bus = bus_class(results, factory(), node="bench")
             lat = apply_latency(bus, results, args.results, args.rate)
             bus.store.close()
+            bench.check(f"{name}: all {args.results} results applied", len(lat) == args.results)
             rows[name] = {"writes": w, "cas_ok": ok, "cas_conflicts": conflicts,
                           "p50": statistics.median(lat), "p99": pct(lat, 0.99)}
             store.close()
@@ -124,7 +138,10 @@ def main() -> None:
     print(f"file/jetstream: writes {f['writes'] / j['writes']:.2f}x, CAS "
           f"{f['cas_ok'] / j['cas_ok']:.2f}x, apply p50 {j['p50'] / f['p50']:.2f}x slower on "
           f"JetStream")
+    for name, r in rows.items():
+        bench.judge(f"{name}: result-apply p99", r["p99"], "ms", at_most=TARGET_APPLY_P99_MS)
+    return bench.finish()
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

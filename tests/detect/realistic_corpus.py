@@ -61,7 +61,10 @@ FAILURES: dict[str, list[str]] = {
     "E2": ["out of memory: cannot allocate 1073741824 bytes"],
     # agent runtime failures, in the Claude Code CLI's own words (tests/agents/cli_failures)
     "T1": ["API Error: Request rejected (429) · This request would exceed the rate limit for "
-           "your organization of 50 requests per minute."],
+           "your organization of 50 requests per minute.",
+           # generic HTTP 429 wordings (a user's first try, other APIs than the model's)
+           "Error: rate limit exceeded (429)", "Error: 429 Too Many Requests",
+           "HTTP 429 rate limit exceeded", "github api: too many requests, slow down"],
     "T2": ["API Error: Repeated 529 Overloaded errors. The API is at capacity."],
     "T3": ["API Error: 500 Internal server error. This is a server-side issue, usually "
            "temporary."],
@@ -104,6 +107,7 @@ HARD_NEGATIVES = [  # (level, message): benign, whatever words they contain
     ("debug", "tools-server health check unreachable flag cleared"),
     ("info", "Tool inventory MISMATCH check passed (0 missing)"),
     ("info", "template not found in cache, loading from disk"),
+    ("info", "rate limiter ready: too many requests get HTTP 429 (limit 100/s)"),
 ]
 PLAIN_NEGATIVES = [  # level-free tool output that mentions failures and is fine
     "test client::tests::handles_timeout ... ok",
@@ -113,6 +117,9 @@ PLAIN_NEGATIVES = [  # level-free tool output that mentions failures and is fine
     "test client::tests::backs_off_on_rate_limit_error ... ok",
     "tests/test_retry.py::test_overloaded_error_is_retried PASSED",
     "    Finished `test` profile [unoptimized + debuginfo] target(s) in 3.2s",
+    "0 rate limits hit in the last hour",
+    "rate_limit: 100/s",
+    "  rate-limit: 429 after 100 requests/s",
 ]
 
 
