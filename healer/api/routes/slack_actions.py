@@ -150,7 +150,7 @@ async def interactions(request: Request) -> Response:
         return _reply(str(exc)[:300], False)
     audit.write("slack_action", iid, action=action_id, user_id=uid, user_name=name,
                 outcome="done")
-    return _reply(text, True, incident=iid, **extra)
+    return _reply(text, True, **{"incident": iid, **extra})
 
 
 async def _act(ctx: Any, action_id: str, iid: str, by: str, audit: Audit
