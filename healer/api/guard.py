@@ -214,8 +214,9 @@ class GuardMiddleware:
                 return (415, "expected Content-Type: application/x-sentry-envelope, "
                         f"application/json or text/plain, got {media.decode('latin-1')}", {})
         elif path in SLACK_PATHS:
+            has_body = (length is not None and int(length) > 0) or b"transfer-encoding" in headers
             media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
-            if media != FORM_TYPE:
+            if (media or has_body) and media != FORM_TYPE:
                 return (415, "expected Content-Type: application/x-www-form-urlencoded (a "
                         f"Slack interaction), got {media.decode('latin-1') or 'none'}", {})
         elif not path.startswith(p.signed_prefixes):

@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import BaseRoute
+from starlette.routing import BaseRoute, Route
 
 from healer.api.http import API_CALLER, HTTPError, has_token, json_body, ok, path_name, route
 from healer.core.audit import Audit
@@ -32,6 +32,7 @@ from healer.core.silences import Matcher, Silences, parse_duration
 from healer.errors import NotFoundError, UsageError
 
 DEFAULT_DURATION = "2h"
+EXPIRED_FLAGS = ("0", "1", "true", "false")
 
 
 def _need_token(request: Request, what: str) -> None:
@@ -56,7 +57,10 @@ def _book(request: Request) -> tuple[Silences, Ledger]:
 
 async def list_silences(request: Request) -> Response:
     book, _ = _book(request)
-    expired = request.query_params.get("expired", "") in ("1", "true", "yes")
+    flag = request.query_params.get("expired", "0")
+    if flag not in EXPIRED_FLAGS:
+        raise HTTPError(400, f"expired must be one of {', '.join(EXPIRED_FLAGS)}")
+    expired = flag in ("1", "true")
     items = book.list(include_expired=expired)
     return ok({"status": "ok", "count": len(items), "silences": items})
 
@@ -110,13 +114,23 @@ async def ack(request: Request) -> Response:
     return ok({"status": "ok", "incident": public_view(data)})
 
 
+async def _silences(request: Request) -> Response:
+    return await (add_silence if request.method == "POST" else list_silences)(request)
+
+
 def routes(ctx: Any) -> list[BaseRoute]:
     change = {401: "Missing or wrong bearer token",
               403: "No api.token configured: changes over the API are off"}
+    # One route serves both methods (so a 405 lists both in Allow); the two after it only
+    # describe them in /openapi.json and are never reached.
+    both = Route("/api/v1/silences", _silences, methods=["GET", "POST"],
+                 include_in_schema=False)
     return [
+        both,
         route("/api/v1/silences", list_silences, tag="silences",
               summary="Silences: active and pending (expired=1: also those that ended)",
-              query={"expired": {"type": "string", "enum": ["0", "1", "true", "false"]}}),
+              query={"expired": {"type": "string", "enum": list(EXPIRED_FLAGS)}},
+              responses={200: "OK", 400: "expired is not 0, 1, true or false"}),
         route("/api/v1/silences", add_silence, methods=("POST",), tag="silences",
               summary="Silence what matches: recorded and counted, no agent, no "
                       "notification, until it ends; needs the API token",
