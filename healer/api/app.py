@@ -39,6 +39,8 @@ ROUTE_PROVIDERS = [
     "healer.api.routes.context:routes",
     "healer.api.routes.fleet:routes",
     "healer.api.routes.incidents:routes",
+    "healer.api.routes.silences:routes",
+    "healer.api.routes.slack_actions:routes",
     "healer.api.routes.sentry_ingest:routes",
     "healer.api.routes.github_webhook:routes",
     "healer.api.dashboard.routes:routes",  # HTML for people at / and /ui/ (not in OpenAPI)

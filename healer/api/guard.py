@@ -25,6 +25,10 @@ actions are HTML forms, so a mutating request there must be
 ``application/x-www-form-urlencoded`` — made safe by the Origin check, the SameSite=Strict
 cookie and the CSRF token, not by the content type.
 
+Slack's interactivity route (``/api/v1/slack/interactions``, that exact path, POST only)
+is exempt from the token like a signed route — its handler checks Slack's signature — and
+its body must be ``application/x-www-form-urlencoded``, the form Slack posts.
+
 The Sentry ingest (``/api/<project id>/envelope/`` and ``/store/``) is keyed like a signed
 route, and differs in three ways, on those two paths only: browser pages of
 ``ingest.cors_origins`` may call it; its bodies may be ``application/x-sentry-envelope``,
@@ -59,6 +63,9 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # Routes whose every request is authenticated by its own signature or key: they keep the
 # content types their senders use and are exempt from the API token.
 SIGNED_PREFIXES = ("/api/v1/webhooks/",)
+# Slack's interactivity requests (healer.api.routes.slack_actions): signed by Slack, sent as a
+# form. Exactly these paths: nothing under or beside them gets the exemption.
+SLACK_PATHS = frozenset({"/api/v1/slack/interactions"})
 INGEST_PATH = re.compile(r"/api/(?:\d{1,20}|\{project_id(?::int)?\})/(?:envelope|store)/?")
 INGEST_TYPES = frozenset({b"application/x-sentry-envelope", b"application/json", b"text/plain",
                           b""})
@@ -123,7 +130,8 @@ class GuardPolicy:
 
     def public(self, method: str, path: str) -> bool:
         """Routes that need no token."""
-        if path.startswith(self.signed_prefixes) or is_ingest(path):
+        if path.startswith(self.signed_prefixes) or is_ingest(path) or \
+                (method == "POST" and path in SLACK_PATHS):
             return True
         if method in SAFE_METHODS:
             if path == "/health":
@@ -205,6 +213,12 @@ class GuardMiddleware:
             if media not in INGEST_TYPES:
                 return (415, "expected Content-Type: application/x-sentry-envelope, "
                         f"application/json or text/plain, got {media.decode('latin-1')}", {})
+        elif path in SLACK_PATHS:
+            has_body = (length is not None and int(length) > 0) or b"transfer-encoding" in headers
+            media = headers.get(b"content-type", b"").split(b";", 1)[0].strip().lower()
+            if (media or has_body) and media != FORM_TYPE:
+                return (415, "expected Content-Type: application/x-www-form-urlencoded (a "
+                        f"Slack interaction), got {media.decode('latin-1') or 'none'}", {})
         elif not path.startswith(p.signed_prefixes):
             has_body = (length is not None and int(length) > 0) or b"transfer-encoding" in headers
             ctype = headers.get(b"content-type")

@@ -22,7 +22,7 @@ publish  the fix's diff is sensitive     attempt                       the PR is
 starts agents by itself). A publication hold does not depend on it.
 
 A record: ``{"verdict": "waiting" | "approved" | "denied", "by", "via" (cli, api,
-dashboard), "comment", "at"}``, with ``attempt_id`` (the attempt a run approval admitted, or
+dashboard, slack), "comment", "at"}``, with ``attempt_id`` (the attempt a run approval admitted, or
 the one whose fix waits) and ``reasons`` (why a fix was held). **A run approval admits one
 attempt**: once an attempt starts under it (``use``), a later attempt asks again. Every
 verdict is in the audit trail (``approved``/``denied`` with stage, by, via, comment).
@@ -50,7 +50,7 @@ MODES = ("always", "anonymous", "never")
 RUN, PUBLISH = "run", "publish"
 STAGES = (RUN, PUBLISH)
 WAITING, APPROVED, DENIED = "waiting", "approved", "denied"
-VIAS = ("cli", "api", "dashboard", "mcp")
+VIAS = ("cli", "api", "dashboard", "mcp", "slack")
 MAX_REPORTERS = 100  # distinct users/releases kept per incident; eligibility counts to here
 MAX_BY = 100
 MAX_COMMENT = 1000

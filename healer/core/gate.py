@@ -5,6 +5,8 @@ In order, each with the reason recorded on the incident when it says no:
 1. **no recursion** — trouble reported by a healing agent is never healed (``recursion``);
 2. **enabled** — the kind is switched on (``disabled``);
 3. **severity** — at or above the kind's threshold (``below_threshold``);
+   **silence** — no active silence covers it (``silenced``: recorded and counted, no agent,
+   no notification; ``healer.core.silences``);
    **approval** (the code kind) — an incident its trust says needs a person waits for one
    (``awaiting_approval``, retryable; ``healer.core.approval``), then passes once approved;
 4. **novelty** — one attempt (or open fix) per novelty key; a duplicate joins it
@@ -19,9 +21,10 @@ In order, each with the reason recorded on the incident when it says no:
 8. **executor available** — something can run the agent (``no_model``), in a sandbox that
    starts here when it runs commands (``no_sandbox``; ``healer doctor`` says why).
 
-Gates 1–3 and the approval step are the caller's (no admission record needed); 4–8 and the
-claim are one compare-and-set on the admission record (``heal-admission/gate``), so any number
-of processes racing with one key start exactly one attempt and the caps hold across processes.
+Gates 1–3, the silence and the approval step are the caller's (no admission record needed);
+4–8 and the claim are one compare-and-set on the admission record (``heal-admission/gate``),
+so any number of processes racing with one key start exactly one attempt and the caps hold
+across processes.
 Refusals never feed the breaker, and neither does a ``deferred`` outcome (the agent's model
 API was rate-limited or overloaded: no attempt was made, so no cooldown starts either).
 
@@ -57,7 +60,10 @@ CIRCUIT_BREAKER = "circuit_breaker"
 NO_MODEL = "no_model"
 NO_SANDBOX = "no_sandbox"
 AWAITING_APPROVAL = "awaiting_approval"
-REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, AWAITING_APPROVAL,
+# A person's silence covers it (``healer.core.silences``): recorded and counted, no agent.
+# Not retryable: the first signal after the silence ends asks the gate again.
+SILENCED = "silenced"
+REASONS = (ACCEPTED, RECURSION, DISABLED, BELOW_THRESHOLD, SILENCED, AWAITING_APPROVAL,
            ALREADY_INVESTIGATING, COOLDOWN, CONCURRENCY_CAP, CIRCUIT_BREAKER, NO_MODEL,
            NO_SANDBOX)
 # Not final: a later pass (or a person's approval) may admit it. The retry passes skip an

@@ -62,6 +62,8 @@ from healer.errors import NotFoundError, UsageError
 INCIDENTS = "incidents"
 INDEX, RECENT = "incident-index", "recent"
 STATS, STATS_KEY = "incident-stats", "all"
+SILENCED_SET = "incidents-silenced"  # incidents a silence covers (healer.core.silences)
+ACK_VIAS = ("cli", "api", "dashboard", "slack")
 
 FIRING, RESOLVED_SIGNAL = "firing", "resolved"
 OPEN, HEALING, FIXED, ESCALATED, RESOLVED = "open", "healing", "fixed", "escalated", "resolved"
@@ -394,6 +396,7 @@ class Ledger:
             cur.update(status=OPEN, summary=signal.summary[:500] or cur.get("summary", ""),
                        severity=signal.severity, resolved_at=None, resolved_by=None,
                        stop_requested=False, reopened=int(cur.get("reopened", 0)) + 1)
+            cur.pop("acknowledged", None)  # firing again: a person has to take it anew
             _hist(cur, now, action, source=signal.source)
         out["action"] = action
         return cur
@@ -599,6 +602,75 @@ class Ledger:
         self._audit("publication_held", iid, attempt_id=attempt_id, reasons=reasons[:20])
         return data
 
+    def acknowledge(self, iid: str, *, by: str, via: str) -> dict[str, Any]:
+        """A person takes the incident (``acknowledged``: by, at, via); the notification
+        reconciler tells PagerDuty and updates the chat message. ``UsageError`` when it is
+        resolved or acknowledged already (saying by whom); ``NotFoundError`` if unknown."""
+        if via not in ACK_VIAS:
+            raise UsageError(f"via must be one of {', '.join(ACK_VIAS)}")
+        who = " ".join(str(by or "").split())[:100]
+        if not who:
+            raise UsageError("an acknowledgement needs who gave it")
+        self.require(iid)
+        now = self.clock()
+        why: dict[str, str] = {}
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            why.clear()  # a conflicting write may call this again
+            if cur is None:
+                return None
+            if cur.get("status") == RESOLVED:
+                why["no"] = "it is resolved: nothing to acknowledge"
+                return None
+            ack = cur.get("acknowledged") or {}
+            if ack:
+                why["no"] = f"acknowledged already, by {ack.get('by', '?')} " \
+                            f"(via {ack.get('via', '?')})"
+                return None
+            cur["acknowledged"] = {"by": who, "at": now, "via": via}
+            _hist(cur, now, "acknowledged", by=who, via=via)
+            return cur
+
+        data = self._write(iid, fn)
+        if why:
+            raise UsageError(f"{iid}: {why['no']}")
+        if data is None:
+            raise NotFoundError(INCIDENTS, iid)
+        self._audit("acknowledged", iid, by=who, via=via)
+        return data
+
+    def silence(self, iid: str, silence_id: str) -> dict[str, Any] | None:
+        """Set (or with ``""`` clear) ``silenced_by``: a silence covers the incident; the
+        notification reconciler sends nothing for it while it does."""
+        now = self.clock()
+        changed: list[bool] = []
+
+        def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            changed.clear()
+            if cur is None or str(cur.get("silenced_by") or "") == silence_id:
+                return None
+            changed.append(True)
+            if silence_id:
+                cur["silenced_by"] = silence_id
+            else:
+                cur.pop("silenced_by", None)
+            _hist(cur, now, "silenced" if silence_id else "unsilenced",
+                  **({"silence": silence_id} if silence_id else {}))
+            return cur
+
+        data = self._write(iid, fn)
+        if data is None:  # an unknown id leaves no set member behind
+            self.store.remove_member(SILENCED_SET, iid)
+            return None
+        if not changed:
+            return data
+        self._audit("silenced" if silence_id else "unsilenced", iid, silence=silence_id)
+        return data
+
+    def silenced_ids(self) -> list[str]:
+        """The incidents ``silenced_by`` some silence (the index, not a scan)."""
+        return self.store.members(SILENCED_SET)
+
     def publish_failed(self, iid: str, error: str) -> dict[str, Any] | None:
         """Publishing an approved fix failed: the publication waits for a person again."""
 
@@ -634,6 +706,7 @@ class Ledger:
             before["status"] = cur.get("status") if cur else None
             before["new"] = cur is None
             before["anonymous"] = _anonymous_active(cur)
+            before["silenced"] = bool(cur and cur.get("silenced_by"))
             new = fn(cur)
             if new is not None:
                 new["updated_at"] = self.clock()
@@ -650,6 +723,11 @@ class Ledger:
                 self.store.add_member(ANONYMOUS_SET, iid)
             else:
                 self.store.remove_member(ANONYMOUS_SET, iid)
+        if bool(data.get("silenced_by")) != before.get("silenced"):
+            if data.get("silenced_by"):
+                self.store.add_member(SILENCED_SET, iid)
+            else:
+                self.store.remove_member(SILENCED_SET, iid)
         if before.get("new") or old != new:
             if old:
                 self.store.remove_member(_status_set(old), iid)
@@ -774,7 +852,7 @@ def public_view(data: dict[str, Any]) -> dict[str, Any]:
             "approvals",
             "rejections", "last_outcome", "escalation", "resolved_at", "resolved_by",
             "reopened", "target", "links", "code", "failure_class", "held", "held_total",
-            "resume_at", "waits", "threshold", "updated_at")
+            "resume_at", "waits", "threshold", "acknowledged", "silenced_by", "updated_at")
     out = {k: data[k] for k in keys if data.get(k) not in (None, "", [], {})}
     out["trust"] = trust_of(data)
     if data.get("reporters"):

@@ -126,6 +126,7 @@ def build(settings: Settings) -> Healer:
     healer.extras["metrics"] = Metrics()
     bus.subscribe(_log_result)
     bus.subscribe_seeds(_log_seed)
+    healer.every("silences", SILENCES_EVERY_S, lambda: asyncio.to_thread(_silences, healer))
     for spec in SERVICE_FACTORIES:
         factory = optional(spec)
         if factory is None:
@@ -134,6 +135,19 @@ def build(settings: Settings) -> Healer:
         if service is not None:
             healer.services.append(service)
     return healer
+
+
+SILENCES_EVERY_S = 10.0
+
+
+def _silences(healer: Healer) -> None:
+    """Mark what a silence covers, unmark what none covers any more (one ended)."""
+    from healer.core.audit import Audit
+    from healer.core.incidents import Ledger
+    from healer.core.silences import Silences
+
+    audit = Audit(healer.settings.state_path)
+    Silences(healer.store, audit=audit).reconcile(Ledger(healer.store, audit=audit))
 
 
 def _log_result(result: AgentResult) -> None:

@@ -26,6 +26,7 @@ from healer.core import incidents as inc
 from healer.core.audit import Audit
 from healer.core.escalation import Attempt, Escalation, escalate
 from healer.core.publish.forge_issues import Issues, dedup_key
+from healer.core.silences import Silences
 from healer.core.store import Store
 from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
 from healer.errors import HealerError
@@ -171,6 +172,12 @@ class Remediator:
         """Run the whole cycle for one issue; returns the final remediation record."""
         key = self.key_of(play_id, issue)
         signal = self._signal(key, play_id, issue)
+        hush = Silences(self.store, clock=self.clock).decision(dataclasses.asdict(signal))
+        if hush is not None:  # a person's silence: recorded and counted, no remediation
+            silenced, sid = hush
+            self.ledger.receive(signal, decision=silenced, fields={"silenced_by": sid},
+                                merge=lambda cur: cur.update(silenced_by=sid))
+            return {"status": "silenced", "silence": sid}
         decision = self.claim(play_id, issue)
         if self.ledger.decided(signal.id, decision) is None:  # not recorded by the intake
             self.ledger.receive(signal, decision=decision)

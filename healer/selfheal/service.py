@@ -51,6 +51,7 @@ from healer.core.audit import Audit
 from healer.core.identity import identify
 from healer.core.incidents import OPEN, Ledger, Signal, trust_of
 from healer.core.publish.sanitizer import Sanitizer
+from healer.core.silences import Silences
 from healer.core.store import Store
 from healer.errors import UsageError
 from healer.selfheal import attempts as st
@@ -190,6 +191,7 @@ class SelfHealService:
         self._recursive_process = self.env.get(HEALING_ENV, "") not in ("", "0") or \
             in_healing_worktree(self.cwd)
         self.aftermerge = AfterMerge(self.settings, self.store, clock=self.clock)
+        self.silences = Silences(self.store, clock=self.clock)
 
     # --- report_error -------------------------------------------------------------------------
 
@@ -250,6 +252,15 @@ class SelfHealService:
         if severity > sh.severity_threshold:
             return reject(gate.BELOW_THRESHOLD, f"Severity {gates.SEVERITIES[severity]} is "
                           "below the investigation threshold. Continue normally.")
+
+        # A person's silence: recorded and counted, no agent, no notification.
+        hush = self.silences.decision(dataclasses.asdict(signal))
+        if hush is not None:
+            step, sid = hush
+            self.ledger.receive(signal, decision=step, fields={"silenced_by": sid},
+                                merge=lambda cur: cur.update(silenced_by=sid))
+            return {"accepted": False, "fingerprint": fp, "reason": step.reason,
+                    "message": step.message}
 
         now = self.clock()
         regressed = self._regressed(signal, now)
@@ -338,6 +349,7 @@ class SelfHealService:
         attempt ids (``launch=False``: the caller starts them). The loop runs this
         periodically, so a report held by the cap is healed when a slot frees."""
         out = []
+        silences = self.silences.all()
         for inc in self.ledger.active("code"):
             report = inc.get("report")
             held = (inc.get("gate") or {}).get("reason")
@@ -346,6 +358,8 @@ class SelfHealService:
                 continue
             if held == gate.AWAITING_APPROVAL and not approval.ready(inc):
                 continue  # a person has not approved it (yet): nothing new to ask the gate
+            if self.silences.covering(inc, silences) is not None:
+                continue  # a person silenced it since: it waits for the silence to end
             decision = self._readmit(inc)
             if not decision.accepted and decision.reason == held:
                 continue  # still held for the same reason: nothing new to record

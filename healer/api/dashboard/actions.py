@@ -4,6 +4,9 @@
   its code agent, publish its held fix; or resolve it), recorded as by the logged-in
   session (and the name the person typed), via ``dashboard``;
 
+- **acknowledge** an incident (``Ledger.acknowledge``, via ``dashboard``), **silence** it for an
+  hour (a silence of its kind and key), **add** a silence from the Silences page's form and
+  **expire** one (``healer.core.silences``);
 - **mark handled** moves the escalation file to ``archive/`` beside it (as a person would by
   hand); for a fleet peer that also ends "already with a person";
 - **heal again** hands the incident back to healer: the file is archived, the incident goes
@@ -24,6 +27,8 @@ from healer.core import gate, seeds
 from healer.core.audit import Audit
 from healer.core.incidents import HEALING, KINDS, OPEN, Ledger
 from healer.core.names import is_safe_name
+from healer.core.silences import Matcher, Silences, parse_duration
+from healer.core.silences import silence_incident as silence_one
 from healer.core.store import Store
 from healer.errors import UsageError
 
@@ -94,3 +99,50 @@ def verdict(settings: Settings, store: Store, iid: str, *, approve: bool, by: st
     else:
         out = approvals.deny(settings, store, iid, by=by, via="dashboard", comment=comment)
     return out.as_dict()
+
+
+def acknowledge(settings: Settings, store: Store, iid: str, *, by: str) -> dict[str, Any]:
+    return Ledger(store, audit=Audit(settings.state_path)).acknowledge(iid, by=by,
+                                                                       via="dashboard")
+
+
+def silences(store: Store, expired: bool) -> list[dict[str, Any]]:
+    book = Silences(store)
+    book.reconcile(Ledger(store))
+    return book.list(include_expired=expired)
+
+
+def silence_incident(settings: Settings, store: Store, iid: str, *, by: str) -> dict[str, Any]:
+    audit = Audit(settings.state_path)
+    return silence_one(store, Ledger(store, audit=audit), iid, seconds=3600.0, author=by,
+                       comment="Silence 1 h from the dashboard", audit=audit)
+
+
+def add_silence(settings: Settings, store: Store, form: dict[str, str], *, by: str
+                ) -> dict[str, Any]:
+    """A silence from the form: matchers one a line, a duration, an optional ISO start."""
+    from datetime import datetime
+
+    matchers = [Matcher.parse(line) for line in form.get("matchers", "").splitlines()
+                if line.strip()]
+    starts = None
+    if form.get("starts", "").strip():
+        try:
+            starts = datetime.fromisoformat(form["starts"].strip()).timestamp()
+        except ValueError:
+            raise UsageError("Starts: not an ISO 8601 time (2030-01-05T22:00)") from None
+    seconds = parse_duration(form.get("duration", "") or "2h")
+    audit = Audit(settings.state_path)
+    book = Silences(store, audit=audit)
+    made = book.add(matchers, starts_at=starts, ends_at=(starts or time.time()) + seconds,
+                    author=by, comment=form.get("comment", "")[:1000])
+    book.reconcile(Ledger(store, audit=audit))
+    return made
+
+
+def expire_silence(settings: Settings, store: Store, sid: str, *, by: str) -> dict[str, Any]:
+    audit = Audit(settings.state_path)
+    book = Silences(store, audit=audit)
+    gone = book.expire(sid, by=by)
+    book.reconcile(Ledger(store, audit=audit))
+    return gone

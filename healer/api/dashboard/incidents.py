@@ -67,7 +67,20 @@ def incident_list(store: Store, f: Filters) -> dict[str, Any]:
             "offset": page.offset, "next_offset": page.next_offset,
             "prev_offset": max(0, f.offset - PAGE) if f.offset else None,
             "counts": counts, "kinds": KINDS, "statuses": STATUSES, "filters": f,
-            "active": sorted(ACTIVE)}
+            "active": sorted(ACTIVE), "hidden_critical": hidden_critical(book)}
+
+
+def hidden_critical(book: Ledger) -> list[dict[str, Any]]:
+    """Critical incidents a silence hides that are escalated, or would be (an attempt
+    failed, or one is running): a person must see them whatever the silence says."""
+    out = []
+    for iid in book.silenced_ids()[:500]:
+        data = book.get(iid)
+        if not data or data.get("severity") != "critical" or data.get("status") == "resolved":
+            continue
+        if data.get("status") == "escalated" or int(data.get("attempts") or 0) > 0:
+            out.append(public_view(data))
+    return out
 
 
 def incident_detail(settings: Settings, store: Store, iid: str) -> dict[str, Any] | None:

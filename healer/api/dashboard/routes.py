@@ -1,6 +1,6 @@
 """The dashboard's routes: pages at ``/`` and ``/ui/…``, live events, login, the session list
-(``GET /ui/sessions``, JSON), five actions (mark handled, heal again, approve, deny, end a
-session) and logout.
+(``GET /ui/sessions``, JSON), the actions (mark handled, heal again, approve, deny,
+acknowledge, silence an incident 1 h, add and expire a silence, end a session) and logout.
 
 Every route is made by ``_page``, ``_action`` or ``_public`` — so none can forget its check:
 pages need read access, actions a logged-in session and its CSRF token, and only the login
@@ -236,7 +236,9 @@ class Dashboard:
             raise NotFoundError("incident", iid)
         done = request.query_params.get("done", "")
         notice = {"approved": "Approved: recorded in the audit trail with your session.",
-                  "denied": "Denied: the incident is resolved."}.get(done, "")
+                  "denied": "Denied: the incident is resolved.",
+                  "acknowledged": "Acknowledged: recorded with your session.",
+                  "silenced": "Silenced for 1 h (see Silences to expire it)."}.get(done, "")
         return self._page_html(request, "incident.html", access, topics="sse:incidents",
                                notice=notice, **data)
 
@@ -251,6 +253,14 @@ class Dashboard:
         return self._page_html(request, "human.html", access, topics="sse:human", items=items,
                                notice=notice, folder=str(inc_view.human_folder(
                                    self.ctx.settings)))
+
+    async def silences(self, request: Request, access: int) -> Response:
+        expired = request.query_params.get("expired", "") == "1"
+        items = await asyncio.to_thread(actions.silences, self.ctx.store, expired)
+        done = request.query_params.get("done", "")
+        notice = {"added": "Silence added.", "expired": "Silence expired."}.get(done, "")
+        return self._page_html(request, "silences.html", access, topics="sse:incidents",
+                               silences=items, expired=expired, notice=notice)
 
     async def fleet(self, request: Request, access: int) -> Response:
         status = panels.fleet_status(self.ctx.services, self.ctx.store)  # in memory: no thread
@@ -302,6 +312,41 @@ class Dashboard:
 
     async def deny(self, request: Request, form: dict[str, str]) -> str:
         return await self._verdict(request, form, False)
+
+    def _who(self, request: Request, form: dict[str, str]) -> str:
+        name = " ".join(form.get("by", "").split())[:60]
+        tag = f"dashboard session {self.auth.session_id(request)[:8]}"  # the list shows 16
+        return f"{name} ({tag})" if name else tag
+
+    async def ack(self, request: Request, form: dict[str, str]) -> str:
+        iid = request.path_params["id"]
+        if not is_safe_name(iid):
+            raise UsageError("not an incident id")
+        await asyncio.to_thread(actions.acknowledge, self.ctx.settings, self.ctx.store, iid,
+                                by=self._who(request, form))
+        self.live.wake()
+        return f"/ui/incidents/{quote(iid)}?done=acknowledged"
+
+    async def silence_incident(self, request: Request, form: dict[str, str]) -> str:
+        iid = request.path_params["id"]
+        if not is_safe_name(iid):
+            raise UsageError("not an incident id")
+        await asyncio.to_thread(actions.silence_incident, self.ctx.settings, self.ctx.store,
+                                iid, by=self._who(request, form))
+        self.live.wake()
+        return f"/ui/incidents/{quote(iid)}?done=silenced"
+
+    async def add_silence(self, request: Request, form: dict[str, str]) -> str:
+        await asyncio.to_thread(actions.add_silence, self.ctx.settings, self.ctx.store, form,
+                                by=self._who(request, form))
+        self.live.wake()
+        return "/ui/silences?done=added"
+
+    async def expire_silence(self, request: Request, form: dict[str, str]) -> str:
+        await asyncio.to_thread(actions.expire_silence, self.ctx.settings, self.ctx.store,
+                                request.path_params["sid"], by=self._who(request, form))
+        self.live.wake()
+        return "/ui/silences?done=expired"
 
     async def end_session(self, request: Request, form: dict[str, str]) -> str:
         sid = request.path_params["sid"]
@@ -391,6 +436,7 @@ class Dashboard:
             self._page("/ui/incidents", self.incidents),
             self._page("/ui/incidents/{id}", self.incident),
             self._page("/ui/human", self.human),
+            self._page("/ui/silences", self.silences),
             self._page("/ui/fleet", self.fleet),
             self._page("/ui/plays", self.plays),
             self._page("/ui/healer", self.healer),
@@ -400,6 +446,10 @@ class Dashboard:
             self._action("/ui/human/{name}/heal-again", self.heal_again),
             self._action("/ui/incidents/{id}/approve", self.approve),
             self._action("/ui/incidents/{id}/deny", self.deny),
+            self._action("/ui/incidents/{id}/ack", self.ack),
+            self._action("/ui/incidents/{id}/silence", self.silence_incident),
+            self._action("/ui/silences", self.add_silence),
+            self._action("/ui/silences/{sid}/expire", self.expire_silence),
             self._action("/ui/sessions/{sid}/end", self.end_session),
             self._action("/ui/logout", self.logout),
             self._public("/ui/login", self.login_form),
