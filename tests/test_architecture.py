@@ -2,7 +2,7 @@
 
 * ``healer.core`` knows no capability and no surface: it imports only core;
 * ``healer.agents`` imports core (and agents);
-* capabilities (detect, play, selfheal, context, fleet) import no surface (api, commands,
+* capabilities (detect, play, selfheal, context, fleet, code) import no surface (api, commands,
   mcp_server, cli, loop), no ``healer.testing`` and no ``healer.demo``;
 * nothing outside ``healer.testing`` imports ``healer.testing`` (production never runs test
   helpers);
@@ -27,7 +27,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "healer"
 BASE = {"healer", "healer.errors", "healer.resources"}
-CAPABILITIES = {"detect", "play", "selfheal", "context", "fleet"}
+CAPABILITIES = {"detect", "play", "selfheal", "context", "fleet", "code"}
 SURFACES = {"api", "commands", "mcp_server", "cli", "loop", "testing", "demo"}
 
 # (importer, imported) pairs that break a rule today. Shrink only.
