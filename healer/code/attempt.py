@@ -236,13 +236,21 @@ def _cut_words(text: str, limit: int = MAX_UNFIXABLE_WORDS) -> str:
 
 
 def commit_leftovers(tree: wt.Worktree, iteration: int) -> bool:
-    """Commit tracked changes the agent left uncommitted; untracked files are not the fix.
-    (After ``tree.require_untouched()``: these are work-tree commands.)"""
+    """Commit tracked changes the agent left uncommitted, and the new test files it wrote
+    (its reproduction); other untracked files are not the fix. (After
+    ``tree.require_untouched()``: these are work-tree commands.)"""
     gd = tree.git_dir
-    if not git(tree.path, "status", "--porcelain", "--untracked-files=no",
-               "--ignore-submodules=all", git_dir=gd).stdout.strip():
+    new_tests = [p for p in git(tree.path, "ls-files", "--others", "--exclude-standard", "-z",
+                                git_dir=gd).stdout.split("\0")
+                 if p and checks.is_check(p) and testcmd.is_test_file(p)
+                 and not (tree.path / p).is_symlink()]
+    if not new_tests and not git(tree.path, "status", "--porcelain", "--untracked-files=no",
+                                 "--ignore-submodules=all", git_dir=gd).stdout.strip():
         return False
     git(tree.path, "add", "-u", git_dir=gd)
+    for i in range(0, len(new_tests), checks.MAX_PATHS_PER_CALL):
+        git(tree.path, "add", "--", *[f":(literal){p}" for p in
+                                      new_tests[i:i + checks.MAX_PATHS_PER_CALL]], git_dir=gd)
     git(tree.path, "commit", "--quiet", "--no-verify", "-m",
         f"healer: changes the healing agent left uncommitted (iteration {iteration})",
         env=wt.git_identity(tree.path), git_dir=gd)
@@ -436,9 +444,10 @@ class CodeAttempt:
                 why = unfixable if unfixable is not None else (run.summary or run.error
                                                                or "no reason given")
                 entry.update(verdict="unfixable", reasons=[self._clean(_cut_words(why), 500)])
+                said = "wrote UNFIXABLE" if unfixable is not None else f"reported {run.status}"
                 return st.UNFIXABLE, {"unfixable_reason": self._clean(_cut_words(why)),
-                                      "reason": "the healing agent found this is not a code "
-                                                "bug it can fix"}
+                                      "reason": self._clean(f"the agent {said}: "
+                                                            f"{' '.join(why.split())[:300]}")}
             commits = await asyncio.to_thread(tree.commits)
             if commits == before and run.hold is not None:
                 # healer's own model access stopped the run: the cause is told once by the
