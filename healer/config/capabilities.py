@@ -341,7 +341,8 @@ class FleetSettings:
 @dataclass
 class ContextSettings:
     dir: str = setting(".healer/context", "Folder with the four living-context layers.")
-    max_iterations: int = setting(5, "Fix iterations before escalating.", minimum=1)
+    max_iterations: int = setting(5, "Ignored: code attempts, whatever their source, iterate "
+                                  "`code.max_iterations` times.", minimum=1)
     scenario_timeout_s: float = setting(30.0, "Timeout of one scenario's test_command.",
                                         minimum=1)
     max_blast_radius: int = setting(5, "A fix whose blast radius (changed files plus the files "

@@ -103,7 +103,7 @@ class TestVerificationUsesTheBaseChecks:
              "new": '"""The mean amount, in cents (count must not be 0)."""'},
             {"file": "tests/test_payment.py", "old": CHEAT[0], "new": CHEAT[1]}],
             "commit": "fix: document the contract", "summary": "documented"}
-        svc = service_for("context.max_iterations=1", plan=plan(tmp_path / "agent", cheat))
+        svc = service_for("code.max_iterations=1", plan=plan(tmp_path / "agent", cheat))
         await svc.ingest([sentry_signal(project)])
         await svc.drain(120)
 
