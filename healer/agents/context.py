@@ -247,6 +247,9 @@ def peer_endpoints(context: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_CODE_SOURCES = frozenset({"report_error", "sentry", "alertmanager", "slack", "loki"})
+
+
 def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
                       settings: Any = None) -> dict[str, Any]:
     """The typed context an agent's template needs, built from ``--var`` strings.
@@ -294,7 +297,8 @@ def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
             context=vars.get("context", ""), tool_name=vars.get("tool_name", ""),
             severity=vars.get("severity", ""))
         ctx["branch"] = _branch(vars, f"healer/{target[:12]}")
-        ctx["source"] = vars.get("source", "") or "report_error"
+        source = vars.get("source", "")
+        ctx["source"] = source if source in _CODE_SOURCES else "report_error"
         ctx["living"] = None
         if agent == "living-context-healer":
             error = {k: vars.get(k, "") for k in ("message", "file", "line", "stackTrace",
