@@ -47,6 +47,11 @@ REPRODUCTION = '''t = pathlib.Path("tests/test_lookup_repro.py")
                      "def test_a_row_without_user_id():\\n"
                      "    assert lookup({}) is None\\n")'''
 
+# The seed's report, of the bug the scripted "fix" agent reproduces and fixes (a KeyError in
+# src/app/tools.py): a report that should end in a PR must be one the fix reproduces.
+FIXABLE_REPORT = {**SEED_REPORT, "error_type": "KeyError", "error_message": "'user_id'",
+                  "call_site": "src/app/tools.py:lookup"}
+
 # Scripted healing agents: small Python programs that do in their cwd (the worktree) what a
 # model would do with its tools.
 _AGENTS = {
