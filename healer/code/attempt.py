@@ -30,8 +30,9 @@ the same, but the diff touches CI,         ``awaiting_approval``; nothing publis
 dependencies, healer's configuration or    a person approves (``healer.selfheal.publication``)
 weakens tests
 a fix carrying secrets or personal data    ``anonymization_failed``; nothing published
-no commits; or every iteration rejected    ``failed`` (the verification's reasons on the
-(a wrong fix)                              record); no PR, no forge call
+no commits; commits with nothing to       ``failed`` (the verification's reasons on the
+review (markers, whitespace, net zero);    record); no PR, no forge call
+every iteration rejected (a wrong fix)
 no new commits, and the run was stopped    ``held``: not escalated, no breaker, no
 by healer's own model access (a rejected   cooldown; resumed through the gate when the
 key, a rate limit, the day's budget)       hold is over, in a fresh clone
@@ -469,19 +470,18 @@ class CodeAttempt:
             why_not = await asyncio.to_thread(tree.unreviewable)
             if why_not is not None:  # markers, whitespace, net zero: nothing a PR could show
                 entry.update(verdict="rejected", reasons=[self._clean(why_not)])
-            else:
-                head = await asyncio.to_thread(tree.head)
-                v = await asyncio.to_thread(self._verify, signal, tree, head, f"{aid}-i{n}",
-                                            layers, test_argv)
-                state.verification = v
-                entry.update(verdict=v.verdict, reasons=list(v.reasons))
-                self.audit("verdict", attempt_id=aid, iteration=n, passed=v.passed,
-                           reasons=v.reasons, warnings=v.warnings)
-                if v.passed:
-                    # The tests ran the agent's code: look again before healer reads the branch.
-                    await asyncio.to_thread(tree.require_untouched, "before publishing")
-                    return await asyncio.to_thread(self._publish, signal, tree, repo, v, n,
-                                                   state)
+                return st.FAILED, {"reason": self._why(why_not, run)}
+            head = await asyncio.to_thread(tree.head)
+            v = await asyncio.to_thread(self._verify, signal, tree, head, f"{aid}-i{n}",
+                                        layers, test_argv)
+            state.verification = v
+            entry.update(verdict=v.verdict, reasons=list(v.reasons))
+            self.audit("verdict", attempt_id=aid, iteration=n, passed=v.passed,
+                       reasons=v.reasons, warnings=v.warnings)
+            if v.passed:
+                # The tests ran the agent's code: look again before healer reads the branch.
+                await asyncio.to_thread(tree.require_untouched, "before publishing")
+                return await asyncio.to_thread(self._publish, signal, tree, repo, v, n, state)
             self.attempts.update(aid, iterations=state.iterations)
             previous = "\n".join(f"- {r}" for r in entry["reasons"])
             if run.error:
