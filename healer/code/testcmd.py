@@ -4,7 +4,8 @@
 the repository has                             the test command (``code.test_command`` wins)
 =============================================  ==========================================
 ``pyproject.toml``, ``setup.cfg``,             ``<python> -m pytest -q -p no:cacheprovider``
-``pytest.ini``, or ``tests/*.py``              (the interpreter healer runs on)
+``setup.py``, ``pytest.ini``, ``test_*.py``    (the interpreter healer runs on)
+or ``tests/*.py``
 ``package.json`` with ``scripts.test``         ``npm test``
 ``go.mod``                                     ``go test ./...``
 ``Cargo.toml``                                 ``cargo test``
@@ -61,7 +62,8 @@ def detect(repo: Path) -> list[str] | None:
         return ["go", "test", "./..."]
     if (repo / "Cargo.toml").is_file():
         return ["cargo", "test"]
-    if any((repo / n).is_file() for n in ("pyproject.toml", "setup.cfg", "pytest.ini")) or (
+    if any((repo / n).is_file() for n in ("pyproject.toml", "setup.cfg", "setup.py",
+                                          "pytest.ini")) or any(repo.glob("test_*.py")) or (
             (repo / "tests").is_dir() and any((repo / "tests").glob("*.py"))):
         return list(PYTEST)
     return None

@@ -193,8 +193,8 @@ class CodeSettings:
         "", "The project's test command (argv, split like a shell would, never run by one), "
         "run in the agent sandbox to verify a fix: before it on the base commit, after it in a "
         "clean checkout. Empty (default) detects it: pytest (pyproject.toml, setup.cfg, "
-        "pytest.ini or tests/*.py), `npm test` (package.json with scripts.test), `go test "
-        "./...` (go.mod), `cargo test` (Cargo.toml).")
+        "setup.py, pytest.ini, test_*.py or tests/*.py), `npm test` (package.json with "
+        "scripts.test), `go test ./...` (go.mod), `cargo test` (Cargo.toml).")
     test_timeout_s: float = setting(600.0, "Wall-clock limit of one run of the test command or "
                                     "of the reproduction.", minimum=1)
     max_iterations: int = setting(3, "Fix iterations of one code attempt (each rejection is "
