@@ -247,6 +247,9 @@ def peer_endpoints(context: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+_CODE_SOURCES = frozenset({"report_error", "sentry", "alertmanager", "slack", "loki"})
+
+
 def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
                       settings: Any = None) -> dict[str, Any]:
     """The typed context an agent's template needs, built from ``--var`` strings.
@@ -284,23 +287,30 @@ def context_from_vars(agent: str, target: str, vars: Mapping[str, str], *,
         ctx["evaluation"] = vars.get("evaluation", "")
         ctx["attempt"] = _int(vars, "attempt", 1)
         ctx["max_attempts"] = _int(vars, "max_attempts", 3)
-    elif agent == "healing-agent":
+    elif agent in ("healing-agent", "living-context-healer"):
+        # One prompt family (prompts/code-fix.md.j2) for both names of the code-fix agent.
         ctx["report"] = ErrorReport(
             error_type=vars.get("error_type", "UnknownError"),
-            error_message=vars.get("error_message", ""), fingerprint=target,
-            traceback=vars.get("traceback", ""), call_site=vars.get("call_site", ""),
+            error_message=vars.get("error_message", vars.get("message", "")),
+            fingerprint=target, traceback=vars.get("traceback", vars.get("stackTrace", "")),
+            call_site=vars.get("call_site", vars.get("file", "")),
             context=vars.get("context", ""), tool_name=vars.get("tool_name", ""),
             severity=vars.get("severity", ""))
         ctx["branch"] = _branch(vars, f"healer/{target[:12]}")
-    elif agent == "living-context-healer":
-        error = {k: vars.get(k, "") for k in ("message", "file", "line", "stackTrace",
-                                              "severity", "source", "environment")}
-        ctx["living"] = LivingContext(
-            error=error,
-            scenarios=_mapping_items(_json_list(vars, "scenarios"), "scenarios"),
-            invariants=_mapping_items(_json_list(vars, "invariants"), "invariants"),
-            incidents=_mapping_items(_json_list(vars, "incidents"), "incidents"))
+        source = vars.get("source", "")
+        ctx["source"] = source if source in _CODE_SOURCES else "report_error"
+        ctx["living"] = None
+        if agent == "living-context-healer":
+            error = {k: vars.get(k, "") for k in ("message", "file", "line", "stackTrace",
+                                                  "severity", "source", "environment")}
+            ctx["living"] = LivingContext(
+                error=error,
+                scenarios=_mapping_items(_json_list(vars, "scenarios"), "scenarios"),
+                invariants=_mapping_items(_json_list(vars, "invariants"), "invariants"),
+                incidents=_mapping_items(_json_list(vars, "incidents"), "incidents"))
+        ctx["sentry"] = {}
         ctx["iteration"] = _int(vars, "iteration", 1)
-        ctx["max_iterations"] = _int(vars, "max_iterations", 5)
+        ctx["max_iterations"] = _int(vars, "max_iterations", 3)
         ctx["max_blast_radius"] = _int(vars, "max_blast_radius", 5)
+        ctx["previous_failure"] = vars.get("previous_failure", "")
     return ctx

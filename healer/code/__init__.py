@@ -1,1 +1,1 @@
-"""The code kind: one verified path for every code fix."""
+"""The code kind: one verified attempt flow for every code fix, whichever source reported it."""

@@ -189,6 +189,16 @@ class CodeSettings:
     max_open_anonymous: int = setting(
         100, "Most incidents from anonymous sources active at once (open, healing, fixed); "
         "new ones over it are dropped and counted. 0 LOOSENS ISOLATION: no cap.", minimum=0)
+    test_command: str = setting(
+        "", "The project's test command (argv, split like a shell would, never run by one), "
+        "run in the agent sandbox to verify a fix: before it on the base commit, after it in a "
+        "clean checkout. Empty (default) detects it: pytest (pyproject.toml, setup.cfg, "
+        "setup.py, pytest.ini, test_*.py or tests/*.py), `npm test` (package.json with "
+        "scripts.test), `go test ./...` (go.mod), `cargo test` (Cargo.toml).")
+    test_timeout_s: float = setting(600.0, "Wall-clock limit of one run of the test command or "
+                                    "of the reproduction.", minimum=1)
+    max_iterations: int = setting(3, "Fix iterations of one code attempt (each rejection is "
+                                  "told to the next) before it ends failed.", minimum=1)
 
 
 @dataclass
@@ -331,7 +341,8 @@ class FleetSettings:
 @dataclass
 class ContextSettings:
     dir: str = setting(".healer/context", "Folder with the four living-context layers.")
-    max_iterations: int = setting(5, "Fix iterations before escalating.", minimum=1)
+    max_iterations: int = setting(5, "Ignored: code attempts, whatever their source, iterate "
+                                  "`code.max_iterations` times.", minimum=1)
     scenario_timeout_s: float = setting(30.0, "Timeout of one scenario's test_command.",
                                         minimum=1)
     max_blast_radius: int = setting(5, "A fix whose blast radius (changed files plus the files "

@@ -133,7 +133,7 @@ def _start_report(settings: Any, store: Store, iid: str, service: Any) -> gate.D
 
     if service is None:  # the CLI: the run is a detached worker, whatever selfheal.worker says
         service = SelfHealService(settings, store, launcher=lambda aid: spawn_worker(
-            settings, "healer.selfheal.dispatch", aid, log_name=aid))
+            settings, "healer.code.worker", aid, log_name=aid))
     decision: gate.Decision = service.start_approved(iid)
     return decision
 

@@ -35,8 +35,9 @@ Records live in the store:
   resolved (merged), open again after a failure, escalated when a person was told;
 * ``heal-escalations-due`` (a store set) — attempts that still owe a person an escalation.
 
-A transition writes the attempt first and the admission record second; ``recover()`` repairs
-the admission record if a crash fell between the two.
+A transition writes the admission record first and the attempt second — a reader who sees
+an attempt's end also sees its slot free; ``recover()`` repairs the admission record if a
+crash fell between the two.
 
 **Escalation.** An investigation of a ``report_error`` attempt that ends ``unfixable``,
 ``failed``, ``timeout`` or ``anonymization_failed`` (``ESCALATES``) is marked
@@ -314,9 +315,18 @@ class Attempts:
         if to not in STATUSES:
             raise ValueError(f"unknown status {to!r}")
         now = self.clock()
-        previous: dict[str, str] = {}
+        cur = self.get(attempt_id)
+        if cur is None:
+            raise NotFoundError(ATTEMPTS, attempt_id)
+        if (expect and cur["status"] != expect) or to not in TRANSITIONS.get(cur["status"], ()):
+            raise TransitionError(attempt_id, cur["status"], to)
         if to in ACTIVE:
             self.store.add_member(UNFINISHED, attempt_id)  # resumed: recovery sees it again
+        # The admission record first: a reader who sees the attempt's end also sees its slot
+        # free (and the cooldown started). A crash between the two writes is repaired by
+        # recover() (_reconcile_admission), as is a transition refused below after a race.
+        self._settle_gate({**cur, **fields}, cur["status"], to, now)
+        previous: dict[str, str] = {}
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
             if cur is None:
@@ -339,27 +349,34 @@ class Attempts:
                     cur["escalation_due"] = True
             return cur
 
-        rec = self.store.update(ATTEMPTS, attempt_id, fn)
+        try:
+            rec = self.store.update(ATTEMPTS, attempt_id, fn)
+        except TransitionError:
+            self._reconcile_admission()  # the gate was told of an end that did not happen
+            raise
         assert rec is not None
         if rec.data.get("escalation_due") and previous["status"] in ACTIVE:
             self.store.add_member(ESCALATIONS_DUE, attempt_id)
         if to not in ACTIVE:
             self.store.remove_member(UNFINISHED, attempt_id)
         att = rec.data
-        ended = previous["status"] in ACTIVE and to not in ACTIVE and to != HELD
-        given_up = previous["status"] == HELD and to not in ACTIVE
+        self._sync_incident(att, to, previous["status"])
+        return att
+
+    def _settle_gate(self, att: dict[str, Any], previous: str, to: str, now: float) -> None:
+        """The admission record's side of a transition from ``previous`` to ``to``."""
+        ended = previous in ACTIVE and to not in ACTIVE and to != HELD
+        given_up = previous == HELD and to not in ACTIVE
         # The investigation is over: the cooldown starts, the breaker learns (an UNFIXABLE
         # verdict says nothing about healer's health, so it is not an outcome for it). Given
         # up while on hold: no attempt was made, so neither happens.
-        gate.settle(self.store, att["fingerprint"], attempt_id, now=now, kind="code",
+        gate.settle(self.store, att["fingerprint"], att["attempt_id"], now=now, kind="code",
                     ended=ended or given_up,
                     outcome=gate.DEFERRED if att.get("deferred") or given_up
                     else to if ended and to != UNFIXABLE else "",
                     breaker=to in BREAKER_FAILURES and not att.get("stopped"),
                     held=to in WAITING_REVIEW, lane=str(att.get("lane") or ""),
                     on_hold=to == HELD)
-        self._sync_incident(att, to, previous["status"])
-        return att
 
     def on_hold(self) -> list[dict[str, Any]]:
         """The attempts on hold (from the admission record: O(held), not O(attempts))."""

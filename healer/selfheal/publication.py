@@ -1,7 +1,7 @@
 """Publication a person controls: the hold before a sensitive fix's PR, and the PR after a yes.
 
-Both code roads (``healer.selfheal.dispatch`` and ``healer.context.heal``) call ``check``
-in their publish step, after the sanitiser and the reviewable check, right before the forge.
+The one code attempt flow (``healer.code.attempt``, for every source) calls ``check`` in its
+publish step, after the sanitiser and the reviewable check, right before the forge.
 A diff ``healer.core.publish.policy`` holds is not published::
 
     publish step ─► check(diff) ─► nothing held ─► forge.open_pr → pr_open

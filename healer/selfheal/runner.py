@@ -34,6 +34,10 @@ class HealingTask:
     timeout_s: float
     result_path: Path  # the result file on the results bus (the executor decides the name)
     env: Mapping[str, str] = field(default_factory=dict)
+    run_id: str = ""  # one per iteration (default: the attempt id)
+    # prompts/code-fix.md.j2's variables from the attempt flow (iteration, last rejection,
+    # living context), over task_context's defaults
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def result_path_for(results_dir: Path, fingerprint: str, now: float | None = None) -> Path:
@@ -63,12 +67,13 @@ class AgentRunner(Protocol):
 
 
 def render_prompt(task: HealingTask, *, executor: str = "command") -> str:
-    """The healing-agent task prompt (``prompts/healing-agent.md.j2``) as the executor renders
-    it — what the dispatcher validates before anything reaches a model."""
+    """The healing-agent task prompt (``prompts/healing-agent.md.j2``, the code-fix family) as
+    the executor renders it."""
     from healer.agents.context import RunInfo
     from healer.agents.prompts import render_task
 
-    run = RunInfo(agent=AGENT, kind="healing", target=task.fingerprint, run_id=task.attempt_id,
+    run = RunInfo(agent=AGENT, kind="healing", target=task.fingerprint,
+                  run_id=task.run_id or task.attempt_id,
                   result_path=str(task.result_path), cwd=str(task.cwd),
                   timeout_s=task.timeout_s, executor=executor, incident=task.fingerprint)
     return render_task(f"{AGENT}.md.j2", run, task_context(task))
@@ -112,7 +117,7 @@ class ExecutorRunner:
         agent_task = AgentTask(
             agent=AGENT, target=task.fingerprint, kind="healing", context=task_context(task),
             cwd=str(task.cwd), timeout_s=task.timeout_s, incident=task.fingerprint,
-            run_id=task.attempt_id)
+            run_id=task.run_id or task.attempt_id)
         # This runs in the attempt's worker process, which has no bus: the dispatcher reads
         # the run's result file once the run has ended.
         outcome = await dispatcher(self.settings).run(agent_task, executor=self.resolved(),
@@ -124,12 +129,18 @@ class ExecutorRunner:
                                                       "status": outcome.status,
                                                       "executor": outcome.executor,
                                                       "result_path": outcome.result_path,
+                                                      "summary": str((outcome.result or {})
+                                                                     .get("summary") or ""),
                                                       "hold": held_by(outcome.result)})
 
 
 def task_context(task: HealingTask) -> dict[str, Any]:
-    """The healing-agent template's variables: the sanitised report and the branch."""
-    return {"report": error_report(task), "branch": task.branch}
+    """The healing-agent template's variables (prompts/code-fix.md.j2): the sanitised report,
+    the branch, and the attempt flow's ``extra`` (iteration, last rejection, living context)
+    over a first iteration's defaults."""
+    return {"report": error_report(task), "branch": task.branch, "source": "report_error",
+            "living": None, "sentry": {}, "max_blast_radius": 5, "iteration": 1,
+            "max_iterations": 1, "previous_failure": "", **task.extra}
 
 
 def error_report(task: HealingTask) -> Any:

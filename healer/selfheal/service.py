@@ -495,7 +495,7 @@ class SelfHealService:
         task.add_done_callback(self._tasks.discard)
 
     def _spawn_worker(self, attempt_id: str) -> None:
-        spawn_worker(self.settings, "healer.selfheal.dispatch", attempt_id,
+        spawn_worker(self.settings, "healer.code.worker", attempt_id,
                      log_name=attempt_id, cwd=self.cwd)
 
     async def drain(self, timeout: float | None = None) -> None:

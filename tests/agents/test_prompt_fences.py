@@ -169,6 +169,11 @@ def living(m: Marks) -> dict[str, Any]:
                           previous_failure=m("verifier.reasons"), branch="healing/abc")
 
 
+def code_fix(m: Marks) -> dict[str, Any]:
+    """The one code-fix prompt with everything: the report and the living context."""
+    return {**selfheal(m), **living(m), "source": "sentry"}
+
+
 def fleet(m: Marks) -> dict[str, Any]:
     node = NodeEntry(node_id="mac1", host="127.0.0.2", user="fleet", tunnel_port=8856,
                      restart=("systemctl", "restart", "fleet-node"))
@@ -181,11 +186,13 @@ FLEET = {"channel-diagnoser", "daemon-restarter", "tunnel-establisher", "config-
 # Templates healer also renders from a typed context of its own (besides --var).
 TYPED: dict[str, Callable[[Marks], dict[str, Any]]] = {
     "healing-agent.md.j2": selfheal,
-    "living-context-healer.md.j2": living,
+    "living-context-healer.md.j2": code_fix,
+    "code-fix.md.j2": code_fix,
     "self-healing-context.md.j2": living,
     **{f"{a}.md.j2": fleet for a in FLEET},
 }
-NOT_AN_AGENT = {"self-healing-context.md.j2"}  # a block, rendered alone and included
+# Blocks rendered alone and included (code-fix: the prompt family both code agents include).
+NOT_AN_AGENT = {"self-healing-context.md.j2", "code-fix.md.j2"}
 
 
 def cases() -> Iterator[tuple[str, str]]:
@@ -232,7 +239,7 @@ def test_incident_memory_is_data_in_a_later_prompt() -> None:
     anti-pattern, root cause) reaches a later, legitimate prompt only as fenced data."""
     m = Marks()
     text = render_task("living-context-healer.md.j2", run_info("living-context-healer.md.j2"),
-                       living(m))
+                       code_fix(m))
     inside = {m.fields[x] for x in assert_fenced(text, m, "memory")}
     assert {"memory.error", "memory.lesson", "memory.anti_pattern",
             "memory.root_cause"} <= inside
@@ -244,7 +251,7 @@ def test_the_heading_names_the_fingerprint_not_the_error_type() -> None:
     m = Marks()
     text = render_task("healing-agent.md.j2", run_info("healing-agent.md.j2"), selfheal(m))
     heading = text.splitlines()[0]
-    assert heading == "# Task: fix the reported error `target1`"
+    assert heading == "# Task: fix the reported error `target1` (iteration 1 of 1)"
 
 
 # --- the fence cannot be forged ------------------------------------------------------------

@@ -121,11 +121,21 @@ def plan(folder: Path, *iterations: dict[str, Any]) -> Path:
     return path
 
 
+# The reproduction a scripted fix adds (the verification rule): it fails on base with the
+# reported ZeroDivisionError and passes with a correct fix.
+REPRO_FILE = "tests/test_empty_basket_repro.py"
+REPRO = ("from app.payment import average\n\n\ndef test_an_empty_basket_averages_to_zero():\n"
+         "    assert average(10, 0) == 0\n")
+
+
 def edit(old: str, new: str, *, commit: str | None = "fix: empty basket", status: str = "fixed",
-         file: str = "app/payment.py", summary: str = "guarded the empty basket"
-         ) -> dict[str, Any]:
-    return {"edits": [{"file": file, "old": old, "new": new}], "commit": commit,
-            "status": status, "summary": summary}
+         file: str = "app/payment.py", summary: str = "guarded the empty basket",
+         repro: bool = True) -> dict[str, Any]:
+    """One iteration of the scripted agent: the edit, and (``repro``) the reproduction."""
+    edits: list[dict[str, str]] = [{"file": file, "old": old, "new": new}]
+    if repro:
+        edits.append({"file": REPRO_FILE, "content": REPRO})
+    return {"edits": edits, "commit": commit, "status": status, "summary": summary}
 
 
 def agent_command(plan_path: Path) -> list[str]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from context_helpers import AM_TOKEN, BUGGY, FLOAT_FIX, PAYMENT, plan
+from context_helpers import AM_TOKEN, BUGGY, FLOAT_FIX, PAYMENT, REPRO, REPRO_FILE, plan
 
 from healer.testing.alertmanager import Alertmanager, alertmanager_binary
 from healer.testing.api import ServeProcess
@@ -87,9 +87,9 @@ class TestRouting:
         every fix breaks a critical invariant, so after the iteration limit a person gets a
         seed file and a forge issue that say what was tried and why it was rejected."""
         bad = [{"edits": [{"file": "app/payment.py", "content": PAYMENT.replace(
-            BUGGY, FLOAT_FIX) + f"# try {n}\n"}], "commit": f"fix: try {n}"} for n in (1, 2)]
-        srv, am = stack(plan=plan(tmp_path / "agent", *bad),
-                        HEALER__CONTEXT__MAX_ITERATIONS="2")
+            BUGGY, FLOAT_FIX) + f"# try {n}\n"}, {"file": REPRO_FILE, "content": REPRO}],
+            "commit": f"fix: try {n}"} for n in (1, 2)]
+        srv, am = stack(plan=plan(tmp_path / "agent", *bad), HEALER__CODE__MAX_ITERATIONS="2")
         am.fire(LABELS, NOTES)
         done = srv.wait_for(lambda: (i := incidents(srv)) and next(iter(i.values()))[
             "status"] == "escalated" and i, timeout=90)
@@ -98,6 +98,6 @@ class TestRouting:
         seed = Path(inc["escalation"]["seed_file"]).read_text()
         assert "critical invariant INV-001 violated" in seed and "What healer tried" in seed
         issues = list((dirs.state / "forge" / "issues").glob("*.md"))
-        assert len(issues) == 1 and "[HEAL-CTX]" in issues[0].read_text()
+        assert len(issues) == 1 and "Self-healing: ZeroDivisionError" in issues[0].read_text()
         prompt = (tmp_path / "agent" / "prompt-1.md").read_text()
         assert "Source: alertmanager" in prompt and "Environment: prod" in prompt

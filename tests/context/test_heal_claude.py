@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, git
+from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, REPRO, REPRO_FILE, git
 
 from healer.agents import get_definition
 from healer.agents.executors import claude_cli
@@ -23,12 +23,16 @@ CLAUDE_TEST_ENV = {"CLAUDE_CODE_MAX_RETRIES": "0", "HTTPS_PROXY": "http://127.0.
                    "HTTP_PROXY": "http://127.0.0.1:9", "NO_PROXY": "127.0.0.1,localhost"}
 
 
-def one_run(old: str, new: str, summary: str) -> list[Any]:
-    """One iteration as Claude Code does it: edit the file, write the result, stop."""
+def one_run(old: str, new: str, summary: str, *, repro: bool = True) -> list[Any]:
+    """One iteration as Claude Code does it: (``repro``) write a test that reproduces the
+    error, edit the file, write the result, stop (healer commits what it left)."""
     result = {"schema_version": 1, "kind": "${kind}", "target": "${target}", "status": "fixed",
               "run_id": "${run_id}", "incident": "${incident}", "executor": "claude",
               "summary": summary, "actions_taken": ["edited app/payment.py"]}
-    return [tool_use("Edit", {"file_path": "${cwd}/app/payment.py", "old_string": old.strip(),
+    test = [tool_use("Write", {"file_path": f"${{cwd}}/{REPRO_FILE}", "content": REPRO},
+                     text="A test that reproduces the ZeroDivisionError.")] if repro else []
+    return [*test,
+            tool_use("Edit", {"file_path": "${cwd}/app/payment.py", "old_string": old.strip(),
                               "new_string": new.strip()}, text="Fixing the empty basket."),
             tool_use("Write", {"file_path": "${result_path}", "content": json.dumps(result)}),
             text("Done.")]
@@ -43,7 +47,7 @@ class TestClaudeCode:
         from healer.agents.claude import ClaudeExecutor
 
         script = [*one_run(BUGGY, FLOAT_FIX, "cast to float"),
-                  *one_run(FLOAT_FIX, GOOD_FIX, "integer division, guarded")]
+                  *one_run(FLOAT_FIX, GOOD_FIX, "integer division, guarded", repro=False)]
         with ScriptedModel(script) as model:
             svc = service_for()
             if claude_cli(svc.settings) is None:
@@ -59,8 +63,9 @@ class TestClaudeCode:
         assert inc["status"] == "fixed", inc.get("escalation")
         assert inc["fix"]["iterations"] == 2
         turns = model.turns
-        assert len(turns) == 6, [t.user_text()[:80] for t in turns]
-        first, second = turns[0], turns[3]
+        # iteration 1: the reproduction, the edit, the result, the end; iteration 2: three.
+        assert len(turns) == 7, [t.user_text()[:80] for t in turns]
+        first, second = turns[0], turns[4]
         definition = get_definition("living-context-healer")
         assert definition.system_prompt.strip()[:200] in first.system_text
         assert "## Self-Healing Context" in first.user_text()
@@ -78,7 +83,7 @@ class TestRejectedKey:
             self, service_for: Any, project: Path) -> None:
         """The model answers 401 to the Sentry incident's first run: Claude runs on the node
         stop with the runtime's one escalation, and the attempt is held — no iteration
-        after it, no "[HEAL-CTX]" escalation, the incident still healing. With a new key the
+        after it, no escalation of its own, the incident still healing. With a new key the
         watch resumes the same attempt through the gate and its fix is verified."""
         from healer.agents import limits
         from healer.agents.claude import ClaudeExecutor
@@ -100,7 +105,7 @@ class TestRejectedKey:
             inc = svc.book.get("sentry-4242")
             att = svc.book.attempts.require(receipt.attempt_id)
             assert att["status"] == "held" and att["hold"]["code"] == "X1", att.get("reason")
-            assert att["iterations"] == 1  # no second iteration against a rejected key
+            assert len(att["iterations"]) == 1  # no second iteration against a rejected key
             assert inc["status"] == "healing" and not inc.get("escalation"), inc
             human = sorted((svc.settings.fleet_path / seeds.HUMAN).glob("*.md"))
             assert len(human) == 1 and "Claude runs stopped" in human[0].read_text()

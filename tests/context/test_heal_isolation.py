@@ -96,14 +96,14 @@ class TestVerificationUsesTheBaseChecks:
     async def test_a_fix_that_only_passes_by_editing_its_test_fails(
             self, service_for: Any, project: Path, tmp_path: Path) -> None:
         """The agent leaves the bug, rewrites the empty-basket test to expect the crash: the
-        scenario runs the base branch's test and fails; the verdict says the edit was left
-        out; no PR. (In the agent's own checkout its test passes: the control.)"""
+        fix edits the test that judges it, so the verdict rejects it at once; no PR. (In the
+        agent's own checkout its test passes: the control.)"""
         cheat = {"edits": [
             {"file": "app/payment.py", "old": '"""The mean amount, in cents."""',
              "new": '"""The mean amount, in cents (count must not be 0)."""'},
             {"file": "tests/test_payment.py", "old": CHEAT[0], "new": CHEAT[1]}],
             "commit": "fix: document the contract", "summary": "documented"}
-        svc = service_for("context.max_iterations=1", plan=plan(tmp_path / "agent", cheat))
+        svc = service_for("code.max_iterations=1", plan=plan(tmp_path / "agent", cheat))
         await svc.ingest([sentry_signal(project)])
         await svc.drain(120)
 
@@ -111,8 +111,8 @@ class TestVerificationUsesTheBaseChecks:
         assert inc["status"] == "escalated"
         [verdict] = [e for e in svc.book.audit.read("sentry-4242") if e["event"] == "verdict"]
         assert verdict["passed"] is False
-        assert any(r.startswith("scenario S001") and "failed" in r for r in verdict["reasons"])
-        assert any("left out (tests/test_payment.py)" in r for r in verdict["reasons"])
+        assert any(r.startswith("the fix edits the tests that judge it (tests/test_payment.py)")
+                   for r in verdict["reasons"])
         assert prs(svc) == []
         clone = Path(Attempts(svc.store).require(inc["attempt_id"])["worktree"])
         own = subprocess.run([sys.executable, "-m", "unittest", "-q", "tests.test_payment"],
@@ -121,8 +121,8 @@ class TestVerificationUsesTheBaseChecks:
 
     async def test_a_real_fix_passes_and_its_new_test_is_named(
             self, service_for: Any, project: Path, tmp_path: Path) -> None:
-        """A good fix that also adds a test passes on the base checks; the PR says the new
-        test took no part in verification (it is in the PR, for a person to read)."""
+        """A good fix that adds tests passes: the added tests are the reproduction, run on
+        base (they fail) and with the fix (they pass); the PR names them and shows both runs."""
         fix = edit(BUGGY, GOOD_FIX, commit=None)
         fix["edits"].append({"file": "tests/test_more.py", "content": "X = 1\n"})
         fix["commit"] = "fix: empty basket, with a test"
@@ -134,7 +134,9 @@ class TestVerificationUsesTheBaseChecks:
         assert inc["status"] == "fixed", inc.get("escalation")
         [record] = prs(svc)
         pr = json.loads(record.read_text())
-        assert "left out (tests/test_more.py)" in pr["body"]
+        assert "`tests/test_more.py`" in pr["body"]
+        assert "### Reproduction (before the fix)" in pr["body"]
+        assert "### Verification (after the fix)" in pr["body"]
         assert "tests/test_more.py" in Path(pr["diff_file"]).read_text()
         assert pr["draft"] is True
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from healer.agents import RunInfo, render_task
+from healer.agents.context import ErrorReport
 from healer.context.ingest import NormalizedError
 from healer.context.layers import Layers
 from healer.context.prompt import context_vars, render_context
@@ -58,7 +59,9 @@ class TestRender:
         run = RunInfo(agent="living-context-healer", kind="context", target="sentry-4242",
                       run_id="r1", result_path=str(tmp_path / "r.json"), cwd=str(tmp_path),
                       timeout_s=60, executor="command", incident="sentry-4242")
+        report = ErrorReport(error_type="ZeroDivisionError", error_message=error.message)
         ctx = {**context_vars(error, layers.for_file(error.file), max_blast_radius=5),
+               "report": report, "source": "sentry",
                "iteration": 2, "max_iterations": 5, "branch": "healing/abc",
                "previous_failure": "- critical invariant INV-001 violated"}
         prompt = render_task("living-context-healer.md.j2", run, ctx)

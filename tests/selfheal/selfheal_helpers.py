@@ -37,14 +37,30 @@ SEED_REPORT = {
     "severity_hint": "high",
 }
 
+# The reproduction a scripted fix adds (the verification rule: a test that fails on base with
+# the reported KeyError and passes with the fix). Substituted for REPRODUCTION below.
+REPRODUCTION = '''t = pathlib.Path("tests/test_lookup_repro.py")
+        t.parent.mkdir(exist_ok=True)
+        t.write_text("import sys, pathlib\\n"
+                     "sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'src'))\\n"
+                     "from app.tools import lookup\\n\\n\\n"
+                     "def test_a_row_without_user_id():\\n"
+                     "    assert lookup({}) is None\\n")'''
+
+# The seed's report, of the bug the scripted "fix" agent reproduces and fixes (a KeyError in
+# src/app/tools.py): a report that should end in a PR must be one the fix reproduces.
+FIXABLE_REPORT = {**SEED_REPORT, "error_type": "KeyError", "error_message": "'user_id'",
+                  "call_site": "src/app/tools.py:lookup"}
+
 # Scripted healing agents: small Python programs that do in their cwd (the worktree) what a
 # model would do with its tools.
-AGENTS = {
+_AGENTS = {
     "fix": '''
         import pathlib, subprocess
         p = pathlib.Path("src/app/tools.py")
         p.write_text('def lookup(row):\\n    return row.get("user_id")\\n')
-        subprocess.run(["git", "add", "src/app/tools.py"], check=True)
+        REPRODUCTION
+        subprocess.run(["git", "add", "src/app/tools.py", "tests"], check=True)
         subprocess.run(["git", "commit", "-qm", "fix: tolerate rows without user_id"],
                        check=True)
     ''',
@@ -53,6 +69,7 @@ AGENTS = {
         import pathlib, subprocess
         p = pathlib.Path("src/app/tools.py")
         p.write_text('def lookup(row):\\n    return row.get("user_id")\\n')
+        REPRODUCTION
         w = pathlib.Path(".github/workflows/x.yml")
         w.parent.mkdir(parents=True)
         w.write_text("on: push\\njobs:\\n  x:\\n    runs-on: ubuntu-latest\\n"
@@ -73,10 +90,13 @@ AGENTS = {
     ''',
     "leak": '''
         import pathlib, subprocess
+        pathlib.Path("src/app/tools.py").write_text(
+            'def lookup(row):\\n    return row.get("user_id")\\n')
+        REPRODUCTION
         p = pathlib.Path("src/app/settings.py")
         p.write_text('API_KEY = "sk-ant-api03-Xy7Qp2Lm9Nv4Rt8Ks1Jd6Fh3Gz5Wb0Cc-AaBbCcDdEe"\\n'
                      'ADMIN = "jane.doe@gmail.com"\\n')
-        subprocess.run(["git", "add", "src/app/settings.py"], check=True)
+        subprocess.run(["git", "add", "-A", "src", "tests"], check=True)
         subprocess.run(["git", "commit", "-qm", "fix: configure the client"], check=True)
     ''',
     "hang": '''
@@ -95,6 +115,9 @@ AGENTS = {
             fh.write(out.stdout or out.stderr)
     ''',
 }
+
+
+AGENTS = {name: text.replace("REPRODUCTION", REPRODUCTION) for name, text in _AGENTS.items()}
 
 
 def git(repo: Path, *args: str) -> str:

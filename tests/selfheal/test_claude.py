@@ -58,6 +58,12 @@ def result(status: str) -> Any:
     return tool_use("Write", {"file_path": "${result_path}", "content": json.dumps(doc)})
 
 
+REPRO_TEST = ("import sys, pathlib\n"
+              "sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'src'))\n"
+              "from app.tools import lookup\n\n\n"
+              "def test_a_row_without_user_id():\n    assert lookup({}) is None\n")
+
+
 def healing_script() -> list[Any]:
     """What a model does to fix the bug: edit, commit with git, write the result, stop."""
     return [
@@ -65,9 +71,12 @@ def healing_script() -> list[Any]:
                           "old_string": 'return row["user_id"]',
                           "new_string": 'return row.get("user_id")'},
                  text="The lookup assumes every row has user_id; legacy rows do not."),
-        tool_use("Bash", {"command": "git add src/app/tools.py && git commit -q -m "
+        tool_use("Write", {"file_path": "${cwd}/tests/test_lookup_repro.py",
+                           "content": REPRO_TEST},
+                 text="A test that reproduces the KeyError."),
+        tool_use("Bash", {"command": "git add src/app/tools.py tests && git commit -q -m "
                                      "'fix: tolerate rows without user_id'",
-                          "description": "Commit the fix"}),
+                          "description": "Commit the test and the fix"}),
         result("fixed"),
         text("Committed the fix on the healing branch."),
     ]
@@ -111,7 +120,9 @@ class TestReportingAgent:
             "executor": {"default": "command",
                          "commands": {"healing-agent": agent_script("fix")}},
         }))
-        call = tool_use("mcp__healer__report_error", SEED_REPORT,
+        # The seed's report, of the error the scripted fix reproduces (a KeyError).
+        report = {**SEED_REPORT, "error_type": "KeyError", "error_message": "'user_id'"}
+        call = tool_use("mcp__healer__report_error", report,
                         text="That looks like a missing migration; reporting it.")
         with ScriptedModel([call, text("Reported; continuing with a workaround.")]) as model:
             env = child_env(**model.env(), **CLAUDE_TEST_ENV,

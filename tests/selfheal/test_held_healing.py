@@ -44,17 +44,24 @@ def report(name: str) -> dict[str, str]:
 
 
 def fix_script(name: str) -> list[Any]:
-    """What a model does for one module: edit, commit, write the result, stop."""
+    """What a model does for one module: a reproduction, the edit, commit both, write the
+    result, stop."""
     from test_claude import result
 
     from healer.testing import text, tool_use
 
-    return [tool_use("Edit", {"file_path": f"${{cwd}}/src/app/{name}.py",
+    test = (f"import sys, pathlib\n"
+            f"sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / 'src'))\n"
+            f"from app.{name} import lookup\n\n\n"
+            f"def test_a_row_without_{name}_id():\n    assert lookup({{}}) is None\n")
+    return [tool_use("Write", {"file_path": f"${{cwd}}/tests/test_{name}_repro.py",
+                               "content": test}),
+            tool_use("Edit", {"file_path": f"${{cwd}}/src/app/{name}.py",
                               "old_string": f'return row["{name}_id"]',
                               "new_string": f'return row.get("{name}_id")'}),
-            tool_use("Bash", {"command": f"git add src/app/{name}.py && git commit -q -m "
+            tool_use("Bash", {"command": f"git add src/app/{name}.py tests && git commit -q -m "
                                          f"'fix: tolerate rows without {name}_id'",
-                              "description": "Commit the fix"}),
+                              "description": "Commit the test and the fix"}),
             result("fixed"), text("Committed.")]
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 import uvicorn
-from selfheal_helpers import SEED_REPORT, serve
+from selfheal_helpers import FIXABLE_REPORT, SEED_REPORT, serve
 
 from healer.api.app import ApiContext, create_app
 from healer.core.store import FileStore
@@ -34,11 +34,11 @@ class TestRoutes:
         """POST accepted (202) → duplicate joins (200) → GET shows the attempt reach pr_open."""
         svc = http_service()
         async with serve(svc) as c:
-            first = await c.post("/api/v1/errors", json=SEED_REPORT)
+            first = await c.post("/api/v1/errors", json=FIXABLE_REPORT)
             assert first.status_code == 202
             body = first.json()
             assert body["accepted"] is True and body["message"] == "Healing agent dispatched"
-            dup = await c.post("/api/v1/errors", json=SEED_REPORT)
+            dup = await c.post("/api/v1/errors", json=FIXABLE_REPORT)
             assert dup.status_code == 200
             assert dup.json()["reason"] == "already_investigating"
             assert dup.json()["attempt_id"] == body["attempt_id"]

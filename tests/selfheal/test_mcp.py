@@ -18,7 +18,7 @@ from typing import Any
 import anyio
 import pytest
 import yaml
-from selfheal_helpers import SEED_REPORT, child_env
+from selfheal_helpers import FIXABLE_REPORT, child_env
 
 from healer.resources import bundle_root
 
@@ -118,9 +118,9 @@ class TestProtocol:
     async def test_seed_report_to_pr_and_duplicate_joins(self, workdir: Any) -> None:
         """The seed's example is accepted, a duplicate joins it, and it ends with a PR."""
         async with connect(workdir("fix")) as s:
-            first = await s.call("report_error", SEED_REPORT)
+            first = await s.call("report_error", FIXABLE_REPORT)
             assert first["accepted"] is True and first["message"] == "Healing agent dispatched"
-            dup = await s.call("report_error", SEED_REPORT)
+            dup = await s.call("report_error", FIXABLE_REPORT)
             assert dup["reason"] == "already_investigating"
             assert dup["attempt_id"] == first["attempt_id"]
             final = await s.wait(first["fingerprint"], {"pr_open", "failed", "timeout"})

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from selfheal_fake_github import FakeGitHub
-from selfheal_helpers import TRACEBACK, git
+from selfheal_helpers import REPRODUCTION, TRACEBACK, git
 
 from healer.core.store import FileStore
 from healer.selfheal import attempts as st
@@ -71,9 +71,10 @@ AGENTS = {
     ''',
     "fix_and_marker": '''
         TOOLS.write_text('def lookup(row):\\n    return row.get("user_id")\\n')
+        REPRODUCTION
         pathlib.Path("HEALED").write_text("healed\\n")
-        commit("fix: tolerate rows without user_id", str(TOOLS), "HEALED")
-    ''',
+        commit("fix: tolerate rows without user_id", str(TOOLS), "HEALED", "tests")
+    '''.replace("REPRODUCTION", REPRODUCTION),
 }
 
 

@@ -131,9 +131,12 @@ def healer_sandbox(tmp_path: Path, base_env: dict[str, str]) -> Iterator[Sandbox
 
 FIX_AGENT = """\
 import pathlib, subprocess
+pathlib.Path("test_calc_strings.py").write_text(
+    "from src.app.calc import total\\n\\n\\ndef test_amounts_as_strings():\\n"
+    "    assert total([1, '2']) == 3\\n")
 pathlib.Path("src/app/calc.py").write_text(
     "def total(items):\\n    return sum(float(x) for x in items)\\n")
-subprocess.run(["git", "add", "src/app/calc.py"], check=True)
+subprocess.run(["git", "add", "src/app/calc.py", "test_calc_strings.py"], check=True)
 subprocess.run(["git", "commit", "-qm", "fix: sum amounts that arrive as strings"], check=True)
 """
 
