@@ -22,8 +22,8 @@ the run hit its time limit                 ``timeout``
 an ``UNFIXABLE`` file, or the agent        ``unfixable`` (its reasoning kept, sanitised)
 reported ``unfixable``/``escalated``
 every iteration failed to reproduce the    ``unfixable``: "could not reproduce", with the
-error (no test added, or one that does     agent's reasoning — never a guess
-not fail for the reported reason)
+error (no test added, or one that does     agent's reasoning — never a guess (but an
+not fail for the reported reason)          iteration that edited existing tests: ``failed``)
 a verified fix whose PR text and diff are  ``pr_open`` (title ``fix(healing): <type> in
 clean                                      <site> [<fp12>]``, body with before/after runs)
 the same, but the diff touches CI,         ``awaiting_approval``; nothing published until
@@ -61,7 +61,13 @@ from healer.agents.executors import secret_env_names
 from healer.agents.results import DEFERRED
 from healer.agents.sandbox import sandbox_for
 from healer.code import testcmd
-from healer.code.verification import NO_REPRODUCTION, NOT_REPRODUCED, Verification, verify_fix
+from healer.code.verification import (
+    EDITS_CHECKS,
+    NO_REPRODUCTION,
+    NOT_REPRODUCED,
+    Verification,
+    verify_fix,
+)
 from healer.context.layers import Layers
 from healer.core.git import git
 from healer.core.publish.findings import AnonymizationError
@@ -489,10 +495,12 @@ class CodeAttempt:
         return self._rejected(state)
 
     def _rejected(self, state: _Run) -> tuple[str, dict[str, Any]]:
-        """Every iteration rejected: could not reproduce (unfixable), or a wrong fix."""
+        """Every iteration rejected: could not reproduce (unfixable), or a wrong fix. A change
+        to the tests that judge it is a wrong fix, whatever else it lacked: it ends failed."""
         reasons = [r for it in state.iterations for r in it.get("reasons", [])]
         last = "; ".join(state.iterations[-1].get("reasons", [])) if state.iterations else ""
-        never = bool(state.iterations) and all(
+        cheated = any(r.startswith(EDITS_CHECKS) for r in reasons)
+        never = bool(state.iterations) and not cheated and all(
             any(r.startswith((NO_REPRODUCTION, NOT_REPRODUCED)) for r in it.get("reasons", []))
             for it in state.iterations)
         if never and reasons:

@@ -3,8 +3,7 @@
 The settings come as JSON on stdin; the attempt is already admitted (``dispatch_pending``).
 An attempt of a living-context incident (its record names the ``incident``) runs through the
 context intake (``healer.context.heal``), any other through report_error's
-(``healer.selfheal.dispatch``); both end in ``healer.code.attempt``. ``python -m
-healer.selfheal.dispatch`` is the same entry, kept for the services that spawn it.
+(``healer.selfheal.dispatch``); both end in ``healer.code.attempt``.
 """
 
 from __future__ import annotations

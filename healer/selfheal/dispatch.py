@@ -11,9 +11,8 @@ is logged and left for ``recover()``; it never fails the run. The outcomes and s
 those of ``healer.code.attempt``.
 
 Run it in-process (``await Dispatcher(...).run(id)``) or as a detached worker process:
-``python -m healer.selfheal.dispatch ATTEMPT_ID`` (= ``python -m healer.code.worker``) with the
-settings as JSON on stdin — that is how ``report_error`` starts it, so the run outlives the
-server that accepted the report.
+``python -m healer.code.worker ATTEMPT_ID`` with the settings as JSON on stdin — that is how
+``report_error`` starts it, so the run outlives the server that accepted the report.
 """
 
 from __future__ import annotations
@@ -137,8 +136,3 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
         reaped.append(att["attempt_id"])
     return reaped
 
-
-if __name__ == "__main__":  # the worker entry the services spawn (= healer.code.worker)
-    from healer.code.worker import main
-
-    raise SystemExit(main())

@@ -29,11 +29,6 @@ from healer.config import load_settings
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-# The flow these tests prove (one attempt flow with verification, c36-flow) is not on this
-# branch yet: its contract assertions fail until it is. A harness error is still a failure.
-NEEDS_FLOW = pytest.mark.xfail(reason="needs the one attempt flow (c36-flow)", strict=False,
-                               raises=AssertionError)
-
 BEFORE = "### Reproduction (before the fix)"
 AFTER = "### Verification (after the fix)"
 
@@ -45,7 +40,7 @@ DEFAULT = {("report_http", "fix"), ("report_cli", "wrong"), ("sentry", "fix"),
 def cases() -> Iterator[Any]:
     for source in INTAKE:
         for case in ("fix", "wrong", "edits_tests"):
-            marks = [NEEDS_FLOW] + ([] if (source, case) in DEFAULT else [pytest.mark.slow])
+            marks = [] if (source, case) in DEFAULT else [pytest.mark.slow]
             yield pytest.param(source, case, marks=marks, id=f"{source}-{case}")
 
 
