@@ -126,6 +126,13 @@ def clean(about: Mapping[str, Any] | None) -> dict[str, Any]:
         raise UsageError("about: expected an object")
     if len(about) > MAX_FIELDS:
         raise UsageError(f"about: at most {MAX_FIELDS} fields")
+    # Every report of a bug brings the same few strings: clean them once (a new dict each
+    # time, as callers change what they get).
+    key = tuple(about.items()) if all(type(v) is str for v in about.values()) else None
+    if key is not None:
+        hit = _CLEANED.get(key)
+        if hit is not None:
+            return dict(hit)
     out: dict[str, Any] = {}
     for name, value in about.items():
         _name(name, "")
@@ -140,7 +147,15 @@ def clean(about: Mapping[str, Any] | None) -> dict[str, Any]:
         out[biggest] = dict(_recent(out[biggest], len(out[biggest]) - 1))
         if not out[biggest]:
             del out[biggest]
+    if key is not None:
+        if len(_CLEANED) >= _CLEANED_MAX:
+            _CLEANED.clear()
+        _CLEANED[key] = dict(out)
     return out
+
+
+_CLEANED: dict[tuple[tuple[Any, str], ...], dict[str, Any]] = {}
+_CLEANED_MAX = 1024
 
 
 def update(current: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -55,6 +55,7 @@ from healer.core import thresholds as th
 from healer.core.audit import Audit
 from healer.core.gate import Decision
 from healer.core.names import is_safe_name
+from healer.core.repeats import Repeats, counting_only
 from healer.core.store import Store
 from healer.core.trust import ANONYMOUS, ANONYMOUS_SET, LEVELS, TRUSTED
 from healer.errors import NotFoundError, UsageError
@@ -211,6 +212,8 @@ class Ledger:
         self._lock = threading.Lock()
         self._pending: list[tuple[tuple[str, ...], int]] = []
         self._flushed = time.monotonic()
+        # Repeats the gate judges as before: counted here, written once a second.
+        self.repeats = Repeats(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
         _LIVE.add(self)
 
     # --- reading ------------------------------------------------------------------------------
@@ -219,7 +222,7 @@ class Ledger:
         if not is_safe_name(iid):
             return None
         rec = self.store.get(INCIDENTS, iid)
-        return rec.data if rec else None
+        return self.repeats.overlay(iid, rec.data) if rec else None
 
     def require(self, iid: str) -> dict[str, Any]:
         found = self.get(iid)
@@ -326,6 +329,11 @@ class Ledger:
         a count in a map of ``about``) into an existing incident, in the same write."""
         now = self.clock()
         out: dict[str, str] = {}
+        if (decision is not None and not decision.accepted and signal.status == FIRING
+                and merge is None and signal.source not in self.thresholds):
+            counted = self._repeat(signal, decision, now)
+            if counted is not None:
+                return counted
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             if signal.status == FIRING:
@@ -357,6 +365,24 @@ class Ledger:
             self._audit("gate", signal.id, decision=decision.reason,
                         message=decision.message[:500], attempt_id=decision.attempt_id)
         return Receipt(signal.id, action, data.get("status", "") if data else "", data)
+
+    def _repeat(self, signal: Signal, decision: Decision, now: float) -> Receipt | None:
+        """A refused repeat that would change only the counting fields (``repeats``):
+        counted in memory, no write. None: it needs the ordinary write."""
+        cur = self.repeats.current(signal.id)
+        if cur is None or cur.get("status") not in (OPEN, HEALING):
+            return None
+        out: dict[str, str] = {}
+        new = self._firing(dict(cur), signal, {}, now, out, None)
+        _gate(new, decision, now)
+        new["updated_at"] = now
+        if out.get("action") != "duplicate" or not counting_only(cur, new):
+            return None
+        self.repeats.add(signal.id, count=signal.count, at=now, gate=new["gate"])
+        self._count(str(cur.get("kind", signal.kind)), None, None,
+                    stat=("decisions", decision.reason), source=str(cur.get("source", "")))
+        data = self.repeats.overlay(signal.id, cur)
+        return Receipt(signal.id, "duplicate", str(data.get("status", "")), data)
 
     def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: dict[str, Any],
                 now: float, out: dict[str, str], refire: Refire | None) -> dict[str, Any]:
@@ -700,6 +726,11 @@ class Ledger:
 
     def _write(self, iid: str, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
                *, stat: tuple[str, str] | None = None) -> dict[str, Any] | None:
+        self.repeats.flush_one(iid)  # counted repeats first: this write may change the gate
+        return self._cas(iid, fn, stat=stat)
+
+    def _cas(self, iid: str, fn: Callable[[dict[str, Any] | None], dict[str, Any] | None],
+             *, stat: tuple[str, str] | None = None) -> dict[str, Any] | None:
         before: dict[str, Any] = {}
 
         def wrapped(cur: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -807,6 +838,7 @@ def _flush_all() -> None:
     """A CLI process (``healer report``) exits right after its one report: count it."""
     for ledger in list(_LIVE):
         try:
+            ledger.repeats.close()
             ledger.flush()
         except Exception:
             logging.getLogger(__name__).warning("incident counters not written at exit")

@@ -68,6 +68,12 @@ class Store(abc.ABC):
         has none (callers then re-read). Lets hot paths cache records safely."""
         return None
 
+    def get_stamped(self, kind: str, key: str) -> tuple[Record | None, object | None]:
+        """The record and the ``stamp`` of exactly that version (None if the backend has no
+        stamps), read as one: a cache filled from it can never pair new data with an old
+        stamp or the reverse."""
+        return self.get(kind, key), None
+
     # Shared behaviour built on the primitives above --------------------------------------
 
     def require(self, kind: str, key: str) -> Record:

@@ -65,6 +65,10 @@ class FileStore(Store):
             raw = path.read_bytes()
         except FileNotFoundError:
             return None
+        return FileStore._decode(path, raw)
+
+    @staticmethod
+    def _decode(path: Path, raw: bytes) -> Record:
         try:
             doc = json.loads(raw)
             return Record(doc["kind"], doc["key"], doc["revision"], doc["data"],
@@ -93,6 +97,21 @@ class FileStore(Store):
         except FileNotFoundError:
             return None
         return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def get_stamped(self, kind: str, key: str) -> tuple[Record | None, object | None]:
+        # One open file: its fstat names the very inode whose bytes were read (a write
+        # renames a new inode into place, so no later write can change what this stamp names).
+        path = self._path(kind, key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None, None
+        except OSError as exc:  # a symlink in its place (ELOOP): healer made none
+            raise StoreError(f"{path}: not a record file ({exc.strerror})") from exc
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            raw = fh.read()
+        return self._decode(path, raw), (st.st_ino, st.st_mtime_ns, st.st_size)
 
     def put(
         self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None,
