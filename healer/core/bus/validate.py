@@ -134,6 +134,11 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
                    data=data)
 
 
+def warm_up() -> None:
+    """Build the result schema's validator now (its first use imports jsonschema: ~1 s)."""
+    schema_errors("agent-result", {})
+
+
 @dataclass
 class _Partial:
     first_seen: float  # monotonic
