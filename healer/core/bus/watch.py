@@ -163,9 +163,9 @@ class ResultsBus(Ledger):
         warm_up()  # the schema validator's first build costs a second: not the first file's
         self.recover()
         self._stop.clear()
+        self.rescan()  # queued in full first: what waited for the start goes in full batches
         self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
         self._worker.start()
-        self.rescan()
         handler = _Handler(self)
         _no_move_pairing_delay()
         self._observer = Observer()
@@ -346,8 +346,10 @@ class ResultsBus(Ledger):
 
     @property
     def _poll_s(self) -> float:
-        """How soon a file still being written is looked at again (events also wake it)."""
-        return min(0.25, max(0.02, self.settle_s / 4))
+        """How soon a file still being written is looked again at. Not often: the writer's
+        close-after-write (or any event on it) makes it due at once, so this only measures
+        how long a file stays unchanged, in steps of a quarter of ``settle_s``."""
+        return max(0.02, self.settle_s / 4)
 
     def _maybe_abandoned(self, path: Path) -> None:
         try:
