@@ -44,7 +44,7 @@ LEDGER = "results"
 PENDING = "results-pending"
 JOURNAL = "results-journal"
 BATCH_MARK = "batch-"  # a pending-set member for a whole batch (result ids are hex)
-JOURNAL_KEEP_S = 600.0  # far past the kernel's writeback of the batch's records (30 s)
+JOURNAL_KEEP_S = 120.0  # 4x the kernel's dirty-page expiry (30 s): the records are on disk
 
 
 @dataclass(frozen=True)
