@@ -315,7 +315,8 @@ class ResultsBus(Ledger):
         if name in SUBDIRS:  # a file that vanished meanwhile: FileNotFoundError below
             return None
         if _odd_name(name):
-            self._reject(path, "name is not UTF-8 or holds control characters")
+            if os.path.lexists(path):  # not gone already (a late event on a rejected file)
+                self._reject(path, "name is not UTF-8 or holds control characters")
             return None
         if _IN_PROGRESS.search(name):
             self._maybe_abandoned(path)
@@ -346,7 +347,7 @@ class ResultsBus(Ledger):
 
     @property
     def _poll_s(self) -> float:
-        """How soon a file still being written is looked again at. Not often: the writer's
+        """How soon a file still being written is looked at again. Not often: the writer's
         close-after-write (or any event on it) makes it due at once, so this only measures
         how long a file stays unchanged, in steps of a quarter of ``settle_s``."""
         return max(0.02, self.settle_s / 4)
