@@ -2,8 +2,10 @@
 
 A writer process drops valid result files (temp file + rename, as agents do) at a fixed rate;
 the bus (watchdog observer + ledger + subscribers, as in the loop) handles them in this
-process. Prints p50/p99/max latency at 100, 500 and 2,000 files/s, and the burst throughput.
-Targets: p99 ≤ 50 ms at 500 and at 2,000 files/s, every file handled; exit 1 when missed.
+process. Prints p50/p99/max latency at 100, 500 and 2,000 files/s, and the burst throughput
+(from the first file written to the last handled: the writer process's start-up is not the
+bus's). Targets: p99 ≤ 50 ms at 500 and at 2,000 files/s, a burst at ≥ 1,000 files/s, every
+file handled; exit 1 when missed.
 
     .venv/bin/python benchmarks/bus_latency.py [--seconds 4] [--burst 3000] [--smoke]
 """
@@ -53,25 +55,26 @@ def run(rate: float, count: int, offset: int) -> tuple[list[float], float]:
     root = Path(tempfile.mkdtemp(prefix="healer-bench-"))
     results = root / "results"
     latencies: list[float] = []
+    first_written, last_handled = [float("inf")], [0.0]
     done = threading.Event()
 
     def on(result: AgentResult) -> None:
-        latencies.append((time.time() - result.data["data"]["t"]) * 1000)
+        now, written = time.time(), result.data["data"]["t"]
+        latencies.append((now - written) * 1000)
+        first_written[0], last_handled[0] = min(first_written[0], written), now
         if len(latencies) == count:
             done.set()
 
     bus = ResultsBus(results, FileStore(root / "state"), rescan_s=5.0)
     bus.subscribe(on)
     bus.start()
-    t0 = time.perf_counter()
     writer = mp.get_context("spawn").Process(target=_writer,
                                              args=(str(results), rate, count, offset))
     writer.start()
     done.wait(120)
-    elapsed = time.perf_counter() - t0
     writer.join()
     bus.stop()
-    return latencies, count / elapsed
+    return latencies, len(latencies) / max(1e-9, last_handled[0] - first_written[0])
 
 
 def main() -> int:
@@ -97,6 +100,7 @@ def main() -> int:
     print(f"throughput (burst of {burst}, as fast as the writer can): {throughput:,.0f} files/s")
     for rate in (500, 2000):
         bench.judge(f"p99 at {rate:,} files/s", p99s[rate], "ms", at_most=50)
+    bench.judge("burst throughput", throughput, "files/s", at_least=1000)
     return bench.finish()
 
 

@@ -28,16 +28,18 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def _write_temp(path: Path, data: bytes, mode: int, durable: bool = True) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     # O_EXCL | O_NOFOLLOW: a name someone planted (a symlink to a file of theirs or ours) is
     # never written through; a fresh random name is tried instead.
     for _ in range(100):
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
+            fd = os.open(tmp, flags, 0o600)
         except FileExistsError:
             continue
+        except FileNotFoundError:  # the folder first (not on every write: a syscall saved)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, flags, 0o600)
         break
     else:
         raise FileExistsError(f"no free temp name beside {path}")

@@ -100,6 +100,11 @@ class JetStreamResultsBus(ResultsBus):
                     raise StoreError(f"could not publish {result.name}: {exc}") from exc
                 time.sleep(0.5)
 
+    def dispatch_batch(self, results: list[AgentResult]) -> None:
+        """Publish each; the consumer applies them (one node each)."""
+        for result in results:
+            self.dispatch(result)
+
     async def _consume(self) -> None:
         import nats.errors
 

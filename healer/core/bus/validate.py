@@ -103,11 +103,10 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
                                "results must be files of their own)")
         if st.st_size > max_file_bytes:
             raise RejectedFile(f"larger than {max_file_bytes} bytes ({st.st_size})")
-        raw = b""
-        while chunk := os.read(fd, max_file_bytes + 1 - len(raw)):
-            raw += chunk
-            if len(raw) > max_file_bytes:
-                raise RejectedFile(f"larger than {max_file_bytes} bytes")
+        # One read: a regular file's read comes back short only at its end.
+        raw = os.read(fd, max_file_bytes + 1)
+        if len(raw) > max_file_bytes:
+            raise RejectedFile(f"larger than {max_file_bytes} bytes")
     finally:
         os.close(fd)
     signature = (st.st_ino, len(raw), st.st_mtime_ns)
@@ -132,6 +131,11 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
     digest = hashlib.sha256(path.name.encode() + b"\0" + raw).hexdigest()[:32]
     return Checked(id=digest, kind=m["kind"], target=m["target"], epoch=int(m["epoch"]),
                    data=data)
+
+
+def warm_up() -> None:
+    """Build the result schema's validator now (its first use imports jsonschema: ~1 s)."""
+    schema_errors("agent-result", {})
 
 
 @dataclass

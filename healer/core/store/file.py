@@ -129,7 +129,12 @@ class FileStore(Store):
             return rec
         try:
             with self._lock(kind, key):
-                current = self._read(path)
+                try:
+                    current = self._read(path)
+                except StoreError:
+                    if expected_revision is not None:
+                        raise
+                    current = None  # a blind write replaces what a crash left unreadable
                 actual = current.revision if current else 0
                 if expected_revision is not None and expected_revision != actual:
                     raise ConflictError(kind, key, expected_revision, actual or None)
