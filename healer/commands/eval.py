@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 from pathlib import Path
 
 from healer.commands._common import add_settings_args, parser, run
@@ -65,7 +67,12 @@ def main(argv: list[str]) -> int:
             overrides.append(f"log.level={args.log_level}")
         options = runner.Options(executor=args.executor, config=args.config,
                                  overrides=tuple(overrides))
-        console = Console()
+        if not args.log_level:
+            # Each case's escalations are part of what is graded, not news for the operator:
+            # they stay in the case's own state; only errors reach the terminal.
+            logging.getLogger("healer").setLevel(logging.ERROR)
+        # A pipe or a CI log gets the whole table, not one cut to 80 columns.
+        console = Console() if sys.stdout.isatty() else Console(width=140)
         with console.status(f"healing {len(todo)} case(s)…"):
             results = asyncio.run(runner.run_all(
                 todo, options, jobs=args.jobs,

@@ -28,7 +28,7 @@ from healer.detect import _match
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit
 from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
-from healer.detect.lines import SourceStarts
+from healer.detect.lines import SourceStarts, Unknown
 from healer.errors import UnavailableError, UsageError
 
 PARALLEL_MIN_BYTES = 32 << 20
@@ -134,16 +134,31 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
 
 class FileSources:
     """When each source named by a line prefix (kubectl ``[pod/…]``, a compose service) starts
-    in a regular file: the time of its first line. Read in one pass over the file the first
-    time it is asked — only for a file whose windowed hits name a source."""
+    in a regular file: the time of its first line. A source a hit names is looked up by
+    searching the file for its prefix (``SourceStarts.first_of``: a memmem, the first line of
+    a source is usually near the top); only a hit without a source (the latest start before
+    it) reads every line, in one pass the first time it is asked. Nothing is read for a file
+    whose windowed hits name no source."""
 
     def __init__(self, fd: int, seen_at: float):
         self.fd = fd
         self.seen_at = seen_at
         self._starts: SourceStarts | None = None
+        self._first: dict[str, float | None] = {}
         self.prefixed = SourceStarts.prefixed(os.pread(fd, 1 << 16, 0))
 
     def start_of(self, source: str, when: float) -> float | None:
+        if source and self._starts is None:
+            if source in self._first:
+                return self._first[source]
+            size = os.fstat(self.fd).st_size
+            if not size:
+                return None
+            with mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ) as mm:
+                found = SourceStarts.first_of(mm, source, self.seen_at)
+            if not isinstance(found, Unknown):
+                self._first[source] = found
+                return found
         if self._starts is None:
             self._starts = SourceStarts()
             size = os.fstat(self.fd).st_size

@@ -108,6 +108,7 @@ def view(line: bytes) -> LineView:
 
 _TRANSCRIPT = re.compile(rb'"type"|"msg": ?\{')
 _JSON_WORDS: dict[bytes, str] = {}  # a _JSON_LEVEL match → its level
+_PODS_SEEN: dict[bytes, str] = {}  # a kubectl prefix → the source it names
 
 
 def view_fields(line: bytes) -> tuple[bytes, str, str, str]:
@@ -127,9 +128,16 @@ def view_fields(line: bytes) -> tuple[bytes, str, str, str]:
         if first == b"[":
             m = _KUBECTL.match(body)
             if m:
-                source = "pod/" + m.group(1).decode("ascii", "replace") + "/" + \
-                    m.group(2).decode("ascii", "replace")
-                body = body[m.end():]
+                end = m.end()
+                prefix = bytes(body[:end])  # (the reference path passes a bytearray)
+                source = _PODS_SEEN.get(prefix)  # a merged log names a few pods, often
+                if source is None:
+                    source = "pod/" + m.group(1).decode("ascii", "replace") + "/" + \
+                        m.group(2).decode("ascii", "replace")
+                    if len(_PODS_SEEN) > 4096:
+                        _PODS_SEEN.clear()
+                    _PODS_SEEN[prefix] = source
+                body = body[end:]
                 continue
         if first.isdigit():
             m = _STAMP.match(body)
@@ -300,6 +308,17 @@ def _level_of(body: bytes) -> str:
 _SOURCE_LINE = re.compile(rb"^(?:\[pod/([^/\]\s]{1,253}/[^\]\s]{1,63})\] |"
                           rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62}) {0,40}\| )", re.M)
 SKEW_S = 2.0  # a source that starts this much after a line still counts as before it
+_POD_NAME = re.compile(rb"[^/\]\s]{1,253}/[^\]\s]{1,63}")  # _SOURCE_LINE's, group by group
+_COMPOSE_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_COMPOSE_REST = re.compile(rb" {0,40}\| ")
+_FIRST_OF_TRIES = 1000  # lines that start with a compose name but are not its prefix
+
+
+class Unknown:
+    """``SourceStarts.first_of`` could not tell: scan every line (``track``)."""
+
+
+UNKNOWN = Unknown()
 
 
 class SourceStarts:
@@ -322,6 +341,39 @@ class SourceStarts:
             if name not in self.starts:
                 ts = parse_ts(bytes(buf[m.end():min(hi, m.end() + HEAD_BYTES)]))
                 self.starts[name] = ts if ts is not None else seen_at
+
+    @staticmethod
+    def first_of(buf: Any, source: str, seen_at: float) -> float | Unknown | None:
+        """When ``source`` starts in ``buf`` (a whole log, from its first byte): what
+        ``track`` over all of it would note for ``source``, found by searching for its prefix
+        alone (a memmem, not a pass over every line). ``UNKNOWN`` when that cannot be told
+        this way (a name that did not decode as ASCII, a name many lines start with)."""
+        if source.startswith("pod/"):
+            try:
+                name = source[4:].encode("ascii")
+            except UnicodeEncodeError:
+                return UNKNOWN
+            if _POD_NAME.fullmatch(name) is None:
+                return None  # no line prefix names it
+            prefix, rest = b"[pod/" + name + b"] ", None
+        else:
+            name = source.encode("ascii", "replace")
+            if _COMPOSE_NAME.fullmatch(name) is None:
+                return None if source.isascii() else UNKNOWN
+            prefix, rest = name, _COMPOSE_REST
+        at = 0 if buf[:len(prefix)] == prefix else buf.find(b"\n" + prefix) + 1 or -1
+        for _ in range(_FIRST_OF_TRIES):
+            if at < 0:
+                return None  # no line starts with it
+            end = at + len(prefix)
+            if rest is not None:  # a compose name must be followed by spaces and "| "
+                m = rest.match(buf, end)
+                end = m.end() if m else -1
+            if end >= 0:
+                ts = parse_ts(bytes(buf[end:end + HEAD_BYTES]))
+                return ts if ts is not None else seen_at
+            at = buf.find(b"\n" + prefix, at) + 1 or -1
+        return UNKNOWN
 
     @staticmethod
     def prefixed(head: bytes) -> bool:
