@@ -50,12 +50,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from healer.core import about as _about
-from healer.core import approval
+from healer.core import approval, repeats
 from healer.core import thresholds as th
 from healer.core.audit import Audit
 from healer.core.gate import Decision
 from healer.core.names import is_safe_name
-from healer.core.repeats import Repeats, counting_only
+from healer.core.repeats import counting_only
 from healer.core.store import Store
 from healer.core.trust import ANONYMOUS, ANONYMOUS_SET, LEVELS, TRUSTED
 from healer.errors import NotFoundError, UsageError
@@ -213,7 +213,7 @@ class Ledger:
         self._pending: list[tuple[tuple[str, ...], int]] = []
         self._flushed = time.monotonic()
         # Repeats the gate judges as before: counted here, written once a second.
-        self.repeats = Repeats(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
+        self.repeats = repeats.shared(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
         _LIVE.add(self)
 
     # --- reading ------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ import pytest
 
 from healer.testing.api import ServeProcess
 from healer.testing.loop import healer_env
+from healer.testing.wait import wait_for
 
 REPORT = {"error_type": "KeyError", "error_message": "'user_id'",
           "call_site": "src/app/users.py:load_user"}
@@ -69,10 +70,16 @@ class TestNoModel:
         events = [e["event"] for e in one.json()["audit"]]
         assert events == ["opened", "gate"]  # the repeat is counted, not logged again
 
-        status = healer(env, "status")
-        assert status.returncode == 0, status.stderr
+        # Another process: the server writes a repeat's count within a second
+        # (healer.core.repeats), so `healer status` shows ×2 once it has.
+        def counted() -> subprocess.CompletedProcess[str] | None:
+            out = healer(env, "status")
+            assert out.returncode == 0, out.stderr
+            return out if f"{inc['id']} [open] KeyError in src/app/users.py:load_user (×2" \
+                in out.stdout else None
+
+        status = wait_for(counted, timeout=30)
         assert "incidents: code 1 open" in status.stdout
-        assert f"{inc['id']} [open] KeyError in src/app/users.py:load_user (×2" in status.stdout
         assert "No model available" in status.stdout
 
     def test_metrics_count_reports_made_by_another_process(self, server: ServeProcess,
