@@ -112,8 +112,11 @@ class TestHealAndSend:
         fleet.kill_daemon("n2")
         r = fleet_cli(env, "heal", "--json")
         assert r.returncode == 0, r.stderr[-2000:]
-        (ep,) = json.loads(r.stdout)
-        assert (ep["peer"], ep["state"], ep["agents"]) == ("n2", "healed", ["daemon-restarter"])
+        episodes = json.loads(r.stdout)
+        # A loaded box may find another peer slow to answer too: it must be healed as well.
+        (ep,) = [e for e in episodes if e["peer"] == "n2"]
+        assert (ep["state"], ep["agents"]) == ("healed", ["daemon-restarter"])
+        assert all(e["state"] == "healed" for e in episodes), episodes
 
     def test_heal_when_all_is_well(self, env: dict[str, str]) -> None:
         """heal with nothing broken says so and exits 0."""

@@ -88,6 +88,9 @@ class TestResultsBusWakesTheEpisode:
             for task in asyncio.all_tasks():
                 if task.get_name().startswith("tunnel-establisher"):
                     task.cancel()
-        assert ep.state == "healed" and ep.agents == ["tunnel-establisher"]
-        assert ep.attempts[0].status == "running"  # healed before the run returned
+        # On a loaded box a slow probe may also send another channel's agent; the tunnel's
+        # is the one this test is about.
+        assert ep.state == "healed" and "tunnel-establisher" in ep.agents, ep.agents
+        (tunnel,) = [a for a in ep.attempts if a.agent == "tunnel-establisher"]
+        assert tunnel.status == "running"  # healed before the run returned
         assert bus.stats.applied >= 2  # the diagnosis and the tunnel result
