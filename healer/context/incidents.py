@@ -5,7 +5,8 @@
     Signal ─► IncidentBook.receive ─► the core ledger, incidents/code-<key> (one per key)
                      │                    open ─► healing ─► fixed ─► (merged, watched) ─► resolved
                      │                      └──────────────► escalated
-                     └─► admit: recursion, enabled, severity, a file to heal, the source's
+                     └─► admit: recursion, enabled, severity, a person's silence
+                         (healer.core.silences), a file to heal, the source's
                          threshold (gate.thresholds: healer.core.thresholds), a person's
                          approval when its trust needs one (healer.core.approval), then the
                          one gate (healer.core.gate: novelty, cooldown, cap, breaker, model)
@@ -26,6 +27,11 @@
   where no release is known): the incident reopens with the regression noted, a draft revert
   PR is prepared and a person is told. An event in a release seen before the merge is old code
   still running: a duplicate.
+* A silence that covers the incident (``healer.core.silences``: its kind ``code``, source,
+  key, summary, severity, an Alertmanager alert's labels as ``label.<name>``) makes the gate's
+  decision ``silenced``: the signal is recorded and counted, the incident carries
+  ``silenced_by``, no agent starts and nothing is sent. Once the silence ends, the next signal
+  asks the gate again (``silenced`` is not retried by ``retry_held``).
 * A resolved signal closes what the key opened (a running heal stops at its next step); one
   for an unknown key is ignored.
 * Webhook deliveries are remembered by the SHA-256 of their raw body
@@ -57,6 +63,7 @@ from healer.core import trust as tr
 from healer.core.audit import Audit
 from healer.core.identity import identify
 from healer.core.publish.sanitizer import Sanitizer
+from healer.core.silences import Silences
 from healer.core.store import Store
 from healer.errors import ConflictError
 from healer.selfheal import gates
@@ -161,6 +168,7 @@ class IncidentBook:
         self.approvals = gates.approval_policy(settings)
         self.floods = gates.flood_policy(settings)
         self._admission = gate.AdmissionReader(store)
+        self.silences = Silences(store, clock=clock)
         migrate(store, self.ledger)
 
     @staticmethod
@@ -383,6 +391,9 @@ class IncidentBook:
         if SEVERITIES.index(severity) > sh.severity_threshold:
             return gate.Decision(gate.BELOW_THRESHOLD, f"severity {severity} is below the "
                                  f"investigation threshold ({SEVERITIES[sh.severity_threshold]})")
+        hush = self._silence(inc)
+        if hush is not None:
+            return hush
         if not err.get("file") and not cx.heal_without_file:
             return gate.Decision(NO_FILE, "the error names no source file to heal; recorded "
                                  "only (context.heal_without_file)")
@@ -400,6 +411,20 @@ class IncidentBook:
         return gate.admit(self.store, inc["fingerprint"], lambda: new_attempt_id(now), now,
                           replace(self.policy, lane=tr.lane(level)), self.model_available,
                           self._admission, record=record)
+
+    def _silence(self, inc: dict[str, Any]) -> gate.Decision | None:
+        """A person's silence: the ``silenced`` decision, the incident marked with it. A mark
+        left by a silence that ended is cleared here rather than at the next ``silences``
+        pass, so the notices of the run about to start are not held back by it."""
+        hush = self.silences.decision(inc)
+        iid = self._id(inc["key"])
+        if hush is None:
+            if inc.get("silenced_by"):
+                self.ledger.silence(iid, "")
+            return None
+        decision, sid = hush
+        self.ledger.silence(iid, sid)
+        return decision
 
     def _budget_open(self) -> bool:
         """Whether the code kind's agent budgets have room now (``healer.agents.budget``)."""

@@ -34,7 +34,8 @@ class Episode:
     started_at: float = field(default_factory=time.time)
     # healing | healed | escalated | deferred | transient | stopped | elsewhere (another node
     # holds the lease on this peer and heals it) | held (what is still broken is a problem a
-    # person already has: it was escalated and is cooling down)
+    # person already has: it was escalated and is cooling down) | silenced (a person's
+    # silence covers its incident: no repair runs; healer.core.silences)
     state: str = "healing"
     broken: list[str] = field(default_factory=list)
     attempts: list[HealAttempt] = field(default_factory=list)

@@ -11,6 +11,8 @@ One **episode** per peer at a time::
         verify: re-probe until what it repaired works or fleet.heal_wait_s passes (between
             failed runs: until the pause before the next run ends)
     until every channel works                                  → healed, logged
+    or a person's silence covers the incident (automatic episodes, before any
+       repair runs; healer.core.silences)                      → silenced, no agent
     or a repair kind failed fleet.max_heal_attempts (3) times  → escalated to a human
     or what is broken has no agent (SSH, git, machine down)    → escalated to a human
     (both only once a re-probe until a deadline still shows it broken)
@@ -207,11 +209,23 @@ class HealLoop:
         return (f"cooling down for {max(left.values()):.0f} s after an escalation "
                 f"({', '.join(sorted(left))})")
 
+    def _silenced(self, peer: str, iid: str, problems: list[str], broken: list[str]) -> str:
+        """The silence that covers incident ``iid`` now (recorded on it, counted), or ""."""
+        sid = fleet_incidents.silenced(self.store, peer, iid, problems, broken,
+                                       clock=self.clock)
+        if sid:
+            self._count("silenced")
+            self.emit("silenced", peer, silence=sid, incident=iid, broken=broken)
+            log.info("fleet: not healing %s: %s is silenced by %s", peer, iid, sid)
+        return sid
+
     def request(self, peer: str, reason: str, probe: PeerProbe | None = None) -> bool:
         """Start an episode in the background if the gate allows; True if one started.
 
         A ``probe`` that began before the last episode of ``peer`` looked for the last time is
-        stale (the sweep was probing while that episode healed it) and starts nothing.
+        stale (the sweep was probing while that episode healed it) and starts nothing. With
+        a ``probe``, a person's silence that covers the incident it shows starts nothing
+        either (not even the diagnoser): the signal is recorded and counted as ``silenced``.
         """
         if probe is not None and probe.at <= self._verified.get(peer, 0.0):
             log.debug("fleet: not healing %s now: the probe that found it broken predates the "
@@ -221,6 +235,11 @@ class HealLoop:
         if why:
             log.debug("fleet: not healing %s now: %s", peer, why)
             return False
+        if probe is not None:
+            problems = sorted(self._plan(peer, probe).problems)
+            if problems and self._silenced(peer, incident_id(peer, problems), problems,
+                                           list(probe.broken)):
+                return False
         self._loop = asyncio.get_running_loop()
         task = asyncio.create_task(self.heal(peer, reason, probe, respect_cooldowns=True),
                                    name=f"heal-{peer}")
@@ -344,6 +363,10 @@ class HealLoop:
             self.emit("diagnosis", ep.peer, broken=probe.broken,
                       repairs=[r.agent for r in fix.repairs], needs_a_person=fix.unrepairable,
                       held=ep.held)
+            if ep.respect_cooldowns and not inflight and ep.problems and self._silenced(
+                    ep.peer, ep.incident, ep.problems, list(probe.broken)):
+                ep.state, ep.ended_at = "silenced", time.time()
+                return
             if fix.empty and not fix.unrepairable and not inflight:
                 if held:
                     # What is still broken was escalated before: the person has it.

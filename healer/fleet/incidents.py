@@ -12,7 +12,13 @@ escalated      escalated, with the seed file a person got
 held           stays escalated/open; the gate's ``cooldown`` reason recorded
 deferred       open, ``deferred``: another peer's repair comes first
 transient      resolved ("cleared before any repair")
+silenced       the gate's ``silenced`` decision recorded and counted,
+               ``silenced_by`` set, no (further) repair agent; open
 =============  ===============================================================
+
+A person's silence (``healer.core.silences``: ``kind=fleet``, ``node=<peer>``,
+``label.channel``, the key or summary) is asked by ``silenced`` before an automatic episode
+starts and before each of its rounds dispatches repairs.
 
 Each incident says what it is about (``healer.core.about``): ``peer``, and ``channel`` — the
 broken channels of the episode (``ssh, nats``), or ``heartbeat`` for the watchdog's ladder
@@ -24,10 +30,13 @@ Writing here never fails an episode: an error is logged and the episode goes on.
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from healer.core import gate
 from healer.core import incidents as inc
+from healer.core.silences import Silences
 from healer.core.store import Store
 
 log = logging.getLogger(__name__)
@@ -44,18 +53,50 @@ class _Attempt(Protocol):
     summary: str
 
 
-def _signal(episode: Any) -> inc.Signal | None:
-    iid = str(episode.incident or "")
+def signal_of(peer: str, iid: str, problems: list[str], broken: list[str]
+              ) -> inc.Signal | None:
+    """The signal of incident ``iid`` (``fleet-<peer>-<problem>…``) of ``peer``; None for
+    an id of another shape."""
     if not iid.startswith(PREFIX):
         return None
     key = inc.digest(iid[len(PREFIX):])
-    broken = ", ".join(episode.broken) or "channels"
     return inc.Signal(kind="fleet", key=key, source="fleet-probe", severity="high",
-                      summary=f"{episode.peer}: {broken} broken"[:300],
-                      detail={"peer": episode.peer, "problems": list(episode.problems),
-                              "broken": list(episode.broken)},
-                      about={"peer": episode.peer,
-                             "channel": ", ".join(episode.broken or episode.problems)})
+                      summary=f"{peer}: {', '.join(broken) or 'channels'} broken"[:300],
+                      detail={"peer": peer, "problems": list(problems), "broken": list(broken)},
+                      about={"peer": peer, "channel": ", ".join(broken or problems)})
+
+
+def _signal(episode: Any) -> inc.Signal | None:
+    return signal_of(episode.peer, str(episode.incident or ""), list(episode.problems),
+                     list(episode.broken))
+
+
+def silenced(store: Store, peer: str, iid: str, problems: list[str], broken: list[str],
+             clock: Callable[[], float] = time.time) -> str:
+    """The id of the silence that covers incident ``iid`` now, its signal recorded and
+    counted under the gate's ``silenced`` decision and the incident marked; ``""`` if none
+    covers it (a mark a silence that ended left is cleared then). Never raises: a store that
+    fails leaves the repair to go on."""
+    try:
+        sig = signal_of(peer, iid, problems, broken)
+        if sig is None:
+            return ""
+        book = inc.Ledger(store, clock=clock)
+        hush = Silences(store, clock=clock).decision(
+            {"kind": sig.kind, "key": sig.key, "source": sig.source, "summary": sig.summary,
+             "severity": sig.severity, "detail": sig.detail, "about": sig.about})
+        if hush is None:
+            cur = book.get(sig.id)
+            if cur is not None and cur.get("silenced_by"):
+                book.silence(sig.id, "")
+            return ""
+        decision, sid = hush
+        book.receive(sig, decision=decision, fields={"silenced_by": sid},
+                     merge=lambda cur: cur.update(silenced_by=sid))
+        return sid
+    except Exception:
+        log.exception("could not ask the silences about %s", iid)
+        return ""
 
 
 def dispatched(store: Store, episode: Any, attempt: _Attempt) -> None:
@@ -106,6 +147,9 @@ def _ended(book: inc.Ledger, episode: Any) -> None:
         book.receive(sig, decision=gate.Decision(
             gate.COOLDOWN, "still broken; left to the person it was escalated to "
             "(fleet.repair_cooldown_s)"))
+    elif state == "silenced" and episode.attempts:  # silenced between two rounds
+        book.set_status(sig.id, inc.OPEN, "silenced",
+                        unless=frozenset({inc.ESCALATED, inc.RESOLVED}))
     elif state == "deferred":
         book.receive(sig, decision=gate.Decision(
             "deferred", "waiting for another peer's repair"))
