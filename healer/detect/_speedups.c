@@ -21,7 +21,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 1
+#define NATIVE_VERSION 2
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -620,6 +620,347 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
 }
 
 
+/* ---------------------------------------------------------------------------------------- */
+/* The line model (healer.detect.lines.view_fields), for the lines it can be sure of         */
+
+/* Interned strings: the levels, the parts; set up by the module's init. */
+static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
+    *PART_LOG;
+
+static int is_ws(unsigned char c) { return is_space(c); }
+static int is_alpha(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
+static int is_alnum(unsigned char c) { return is_alpha(c) || is_digit(c); }
+static int is_word(unsigned char c) { return is_alnum(c) || c == '_'; }
+
+/* Caseless: does s[p:] start with the lower-case word w (within n)? */
+static int starts_ci(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const char *w) {
+    Py_ssize_t k = 0;
+    for (; w[k]; k++)
+        if (p + k >= n || lower(s[p + k]) != (unsigned char)w[k]) return 0;
+    return 1;
+}
+
+static int starts_cs(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const char *w) {
+    size_t k = strlen(w);
+    return p + (Py_ssize_t)k <= n && memcmp(s + p, w, k) == 0;
+}
+
+/* lines._WORDS[word.lower()], or "" (LV_NONE). */
+static PyObject *level_word(const unsigned char *w, Py_ssize_t len) {
+    static const struct { const char *word; int level; } words[] = {
+        {"trace", 0}, {"debug", 1}, {"info", 2}, {"information", 2}, {"notice", 2},
+        {"warn", 3}, {"warning", 3}, {"error", 4}, {"err", 4}, {"fatal", 5},
+        {"critical", 5}, {"crit", 5}, {"panic", 5}, {"emerg", 5}, {"alert", 5},
+        {"dpanic", 5}, {"severe", 4}, {"i", 2}, {"w", 3}, {"e", 4}, {"f", 5}, {"d", 1},
+        {"t", 0}, {NULL, 0}};
+    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+    for (int i = 0; words[i].word; i++) {
+        if ((Py_ssize_t)strlen(words[i].word) == len && starts_ci(w, len, 0, words[i].word))
+            return levels[words[i].level];
+    }
+    return LV_NONE;
+}
+
+/* lines._level_word(int): pino/bunyan and Python numbers. */
+static PyObject *level_number(long v) {
+    if (v >= 60) return LV_FATAL;
+    if (v >= 50) return LV_ERROR;
+    if (v >= 40) return LV_WARN;
+    if (v >= 30) return LV_INFO;
+    if (v >= 20) return LV_DEBUG;
+    return LV_TRACE;
+}
+
+/* lines._KUBECTL.match: the prefix's length, 0 when none; the two names' spans. */
+static Py_ssize_t kubectl_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a1,
+                                 Py_ssize_t *n1, Py_ssize_t *a2, Py_ssize_t *n2) {
+    if (!starts_cs(s, n, 0, "[pod/")) return 0;
+    Py_ssize_t p = 5;
+    while (p < n && s[p] != '/' && s[p] != ']' && !is_ws(s[p])) p++;
+    if (p - 5 < 1 || p - 5 > 253 || p >= n || s[p] != '/') return 0;
+    *a1 = 5;
+    *n1 = p - 5;
+    Py_ssize_t q = ++p;
+    while (q < n && s[q] != ']' && !is_ws(s[q])) q++;
+    if (q - p < 1 || q - p > 63 || q + 1 >= n || s[q] != ']' || s[q + 1] != ' ') return 0;
+    *a2 = p;
+    *n2 = q - p;
+    return q + 2;
+}
+
+/* lines._STAMP.match: its length, 0 when none. */
+static Py_ssize_t stamp_prefix(const unsigned char *s, Py_ssize_t n) {
+    if (n < 20 || find_stamp(s, 19) != 0) return 0;
+    Py_ssize_t p = 19;
+    if (p + 1 < n && (s[p] == '.' || s[p] == ',') && is_digit(s[p + 1])) {
+        Py_ssize_t k = p + 1;
+        while (k < n && is_digit(s[k])) k++;
+        if (k - (p + 1) > 9) return 0;  /* a tenth digit: neither a zone nor the space */
+        p = k;
+    }
+    if (p < n && s[p] == ' ') return p + 1;
+    if (p < n && (s[p] == 'Z' || s[p] == 'z')) {
+        p++;
+    } else if (p + 2 < n && (s[p] == '+' || s[p] == '-') && is_digit(s[p + 1]) &&
+               is_digit(s[p + 2])) {
+        p += 3;
+        if (p < n && s[p] == ':') p++;
+        if (!(p + 1 < n && is_digit(s[p]) && is_digit(s[p + 1]))) return 0;
+        p += 2;
+    } else {
+        return 0;
+    }
+    return p < n && s[p] == ' ' ? p + 1 : 0;
+}
+
+static int compose_char(unsigned char c) { return is_alnum(c) || c == '_' || c == '.' || c == '-'; }
+
+/* lines._COMPOSE.match: its length, 0 when none; the name's length in *name. */
+static Py_ssize_t compose_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *name) {
+    if (n < 1 || !is_alnum(s[0])) return 0;
+    Py_ssize_t p = 1;
+    while (p < n && compose_char(s[p])) p++;
+    if (p > 63) return 0;
+    *name = p;
+    Py_ssize_t q = p;
+    while (q < n && is_ws(s[q])) q++;
+    if (q - p > 40) return 0;
+    return q + 1 < n && s[q] == '|' && s[q + 1] == ' ' ? q + 2 : 0;
+}
+
+/* lines._JSON_LEVEL.search over s[0:n]: the level, or NULL when it finds none. */
+static PyObject *json_level(const unsigned char *s, Py_ssize_t n) {
+    static const char *keys[] = {"level\"", "severity\"", "lvl\"", "levelname\"", "log.level\"",
+                                 "loglevel\"", NULL};
+    for (Py_ssize_t p = 0; p < n; p++) {
+        if (s[p] != '"') continue;
+        for (int k = 0; keys[k]; k++) {
+            if (!starts_cs(s, n, p + 1, keys[k])) continue;
+            Py_ssize_t q = p + 1 + (Py_ssize_t)strlen(keys[k]);
+            while (q < n && is_ws(s[q])) q++;
+            if (q >= n || s[q] != ':') break;
+            q++;
+            while (q < n && is_ws(s[q])) q++;
+            if (q < n && s[q] == '"') {
+                Py_ssize_t a = q + 1, e = a;
+                while (e < n && is_alpha(s[e])) e++;
+                if (e - a >= 1 && e - a <= 12 && e < n && s[e] == '"')
+                    return level_word(s + a, e - a);
+            } else if (q < n && is_digit(s[q])) {
+                Py_ssize_t e = q;
+                long v = 0;
+                while (e < n && is_digit(s[e])) {
+                    if (e - q < 3) v = v * 10 + (s[e] - '0');
+                    e++;
+                }
+                if (e - q <= 3 && (e >= n || !is_word(s[e]))) return level_number(v);
+            }
+            break;  /* the keys exclude each other: no other can match here */
+        }
+    }
+    return NULL;
+}
+
+/* _ANY_LEVEL's first two alternatives and its third one, at p; NULL when none matches. */
+static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p) {
+    static const char *keys[] = {"level=", "lvl=", "severity=", "loglevel=", NULL};
+    static const char *bracketed[] = {"trace", "debug", "info", "information", "notice", "warn",
+                                      "warning", "error", "err", "fatal", "critical", "crit",
+                                      "panic", "emerg", "alert", NULL};
+    static const char *upper[] = {"TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "WARNING",
+                                  "ERROR", "ERR", "FATAL", "CRITICAL", "PANIC", "Info",
+                                  "Warning", "Error", "Critical", "Debug", NULL};
+    /* (?i:(?:^|\s)(?:level|lvl|severity|loglevel)="?([a-z]{3,8})\b) */
+    for (int branch = 0; branch < 2; branch++) {
+        Py_ssize_t at;
+        if (branch == 0) {
+            if (p != 0) continue;
+            at = p;
+        } else {
+            if (!is_ws(s[p])) continue;
+            at = p + 1;
+        }
+        for (int k = 0; keys[k]; k++) {
+            if (!starts_ci(s, n, at, keys[k])) continue;
+            Py_ssize_t q = at + (Py_ssize_t)strlen(keys[k]);
+            if (q < n && s[q] == '"') q++;
+            Py_ssize_t e = q;
+            while (e < n && is_alpha(s[e])) e++;
+            if (e - q >= 3 && e - q <= 8 && (e >= n || !is_word(s[e])))
+                return level_word(s + q, e - q);
+        }
+    }
+    /* (?i:[\[<(]\s?(words)\s?[\]>)]) */
+    if (s[p] == '[' || s[p] == '<' || s[p] == '(') {
+        Py_ssize_t at = p + 1;
+        if (at < n && is_ws(s[at])) at++;
+        for (int k = 0; bracketed[k]; k++) {
+            if (!starts_ci(s, n, at, bracketed[k])) continue;
+            Py_ssize_t len = (Py_ssize_t)strlen(bracketed[k]), q = at + len;
+            if (q < n && is_ws(s[q])) q++;
+            if (q < n && (s[q] == ']' || s[q] == '>' || s[q] == ')'))
+                return level_word(s + at, len);
+        }
+    }
+    /* (?:^|[\s:|\-\[])(WORDS)(?=[\s:\]|\-]|$) */
+    for (int branch = 0; branch < 2; branch++) {
+        Py_ssize_t at;
+        if (branch == 0) {
+            if (p != 0) continue;
+            at = p;
+        } else {
+            unsigned char c = s[p];
+            if (!(is_ws(c) || c == ':' || c == '|' || c == '-' || c == '[')) continue;
+            at = p + 1;
+        }
+        for (int k = 0; upper[k]; k++) {
+            if (!starts_cs(s, n, at, upper[k])) continue;
+            Py_ssize_t q = at + (Py_ssize_t)strlen(upper[k]);
+            int end = q == n || (q == n - 1 && s[q] == '\n');
+            if (end || (q < n && (is_ws(s[q]) || s[q] == ':' || s[q] == ']' || s[q] == '|' ||
+                                  s[q] == '-')))
+                return level_word(s + at, q - at);
+        }
+    }
+    return NULL;
+}
+
+/* lines._level_of(body[:96]). */
+static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
+    if (n > 96) n = 96;
+    if (n >= 1 && s[0] == '<') {
+        Py_ssize_t e = 1;
+        long v = 0;
+        while (e < n && is_digit(s[e]) && e <= 3) v = v * 10 + (s[e++] - '0');
+        if (e > 1 && e < n && s[e] == '>' && v < 192) {
+            static const int sys[8] = {5, 5, 5, 4, 3, 2, 2, 1};
+            PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+            return levels[sys[v & 7]];
+        }
+    } else if (n >= 1 && (s[0] == 'I' || s[0] == 'W' || s[0] == 'E' || s[0] == 'F')) {
+        /* ([IWEF])\d{4} \d{2}:\d{2}:\d{2} */
+        if (n >= 14 && is_digit(s[1]) && is_digit(s[2]) && is_digit(s[3]) && is_digit(s[4]) &&
+            s[5] == ' ' && is_digit(s[6]) && is_digit(s[7]) && s[8] == ':' && is_digit(s[9]) &&
+            is_digit(s[10]) && s[11] == ':' && is_digit(s[12]) && is_digit(s[13]))
+            return s[0] == 'I' ? LV_INFO : s[0] == 'W' ? LV_WARN : s[0] == 'E' ? LV_ERROR
+                                                                               : LV_FATAL;
+    }
+    for (Py_ssize_t p = 0; p < n; p++) {
+        PyObject *found = any_level_at(s, n, p);
+        if (found != NULL) return found;
+    }
+    return LV_NONE;
+}
+
+/* Whether the JSON body may be a transcript event (lines._TRANSCRIPT: "type" or "msg": {). */
+static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t p = 0; p < n; p++) {
+        if (s[p] != '"') continue;
+        if (starts_cs(s, n, p, "\"type\"")) return 1;
+        if (starts_cs(s, n, p, "\"msg\":")) {
+            Py_ssize_t q = p + 6;
+            if (q < n && s[q] == ' ') q++;
+            if (q < n && s[q] == '{') return 1;
+        }
+    }
+    return 0;
+}
+
+/* view_fields(line) for the lines whose view needs no JSON document (prefixes, plain text
+ * levels, structured records with a level field); NULL without an error when the Python
+ * original must decide (escape codes, transcripts, JSON without a level field). */
+static PyObject *view_native(PyObject *line) {
+    int is_bytes = PyBytes_CheckExact(line);
+    if (!is_bytes && !PyByteArray_CheckExact(line)) return NULL;
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (line_data(line, &s, &n) < 0) return NULL;
+    Py_ssize_t b = 0, e = n;
+    if (e > b && s[e - 1] == '\n') e--;
+    if (e > b && s[e - 1] == '\r') e--;
+    if (memchr(s, 0x1b, (size_t)e) != NULL) return NULL;
+    PyObject *source = NULL;
+    if (!(e > b && s[b] == '{')) {
+        for (int round = 0; round < 3; round++) {
+            Py_ssize_t len = e - b;
+            const unsigned char *at = s + b;
+            if (len >= 1 && at[0] == '[') {
+                Py_ssize_t a1, n1, a2, n2;
+                Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
+                if (got) {
+                    char name[4 + 253 + 1 + 63];
+                    memcpy(name, "pod/", 4);
+                    memcpy(name + 4, at + a1, (size_t)n1);
+                    name[4 + n1] = '/';
+                    memcpy(name + 5 + n1, at + a2, (size_t)n2);
+                    Py_XDECREF(source);
+                    source = PyUnicode_DecodeASCII(name, 5 + n1 + n2, "replace");
+                    if (source == NULL) return NULL;
+                    b += got;
+                    continue;
+                }
+            }
+            if (len >= 1 && is_digit(at[0])) {
+                Py_ssize_t got = stamp_prefix(at, len);
+                if (got) {
+                    b += got;
+                    continue;
+                }
+            }
+            if (source == NULL && len >= 1 && is_alnum(at[0]) &&
+                memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
+                Py_ssize_t name;
+                Py_ssize_t got = compose_prefix(at, len, &name);
+                if (got) {
+                    source = PyUnicode_DecodeASCII((const char *)at, name, "replace");
+                    if (source == NULL) return NULL;
+                    b += got;
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    PyObject *level = NULL;
+    Py_ssize_t j = b;
+    if (j < e && s[j] == ' ')
+        while (j < e && is_ws(s[j])) j++;
+    if (j < e && s[j] == '{') {
+        if (!transcript_marker(s + b, e - b)) level = json_level(s + b, e - b);
+        if (level == NULL) {  /* a document to read: Python's json decides */
+            Py_XDECREF(source);
+            return NULL;
+        }
+    } else {
+        level = text_level(s + b, e - b);
+    }
+    PyObject *body;
+    if (b == 0 && e == n) {
+        body = line;
+        Py_INCREF(body);
+    } else {  /* a slice keeps the line's type, as in Python */
+        body = is_bytes ? PyBytes_FromStringAndSize((const char *)s + b, e - b)
+                        : PyByteArray_FromStringAndSize((const char *)s + b, e - b);
+    }
+    if (body == NULL) {
+        Py_XDECREF(source);
+        return NULL;
+    }
+    if (source == NULL) {
+        source = LV_NONE;
+        Py_INCREF(source);
+    }
+    return Py_BuildValue("(NONO)", body, level, source, PART_LOG);
+}
+
+/* view_line(line) -> (body, level, source, part) | None: view_native, for the tests. */
+static PyObject *view_line(PyObject *self, PyObject *line) {
+    PyObject *got = view_native(line);
+    if (got == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return got;
+}
+
+
 /* A pattern index from Python, checked against the catalog's size; -1 with an error set. */
 static Py_ssize_t pattern_index(PyObject *obj, Py_ssize_t npats) {
     Py_ssize_t i = PyLong_AsSsize_t(obj);
@@ -657,7 +998,8 @@ static PyObject *judge_lines(PyObject *self, PyObject *args) {
                 goto fail;
             }
         } else {
-            PyObject *v = PyObject_CallOneArg(view_fields, line);
+            PyObject *v = view_native(line);  /* the Python original when it cannot tell */
+            if (v == NULL && !PyErr_Occurred()) v = PyObject_CallOneArg(view_fields, line);
             if (v == NULL) goto fail;
             if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
                 Py_DECREF(v);
@@ -1039,6 +1381,9 @@ static PyMethodDef methods[] = {
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
      "(newlines, found): Engine.scan_block's pass 1."},
+    {"view_line", view_line, METH_O,
+     "view_line(line) -> (body, level, source, part) | None: lines.view_fields where it can "
+     "tell without a JSON document (None: ask view_fields)."},
     {"judge_lines", judge_lines, METH_VARARGS,
      "judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies)."},
     {"build_hits", build_hits, METH_VARARGS,
@@ -1058,6 +1403,14 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&LV_TRACE, "trace"}, {&LV_DEBUG, "debug"}, {&LV_INFO, "info"}, {&LV_WARN, "warn"},
+        {&LV_ERROR, "error"}, {&LV_FATAL, "fatal"}, {&LV_NONE, ""}, {&PART_LOG, "log"}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if (*names[k].slot == NULL && (*names[k].slot = PyUnicode_InternFromString(
+                                           names[k].text)) == NULL)
+            return NULL;
+    }
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0) {
         Py_DECREF(m);
