@@ -866,10 +866,11 @@ static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
     return 0;
 }
 
-/* view_fields(line) for the lines whose view needs no JSON document (prefixes, plain text
- * levels, structured records with a level field); NULL without an error when the Python
- * original must decide (escape codes, transcripts, JSON without a level field). */
-static PyObject *view_native(PyObject *line) {
+/* view_fields(line): the prefixes, plain-text levels and JSON records with a level field
+ * here; a JSON document to read (a transcript event, a record without a level field) by
+ * document(body, source) (lines.view_document) when it is given. NULL without an error when
+ * the Python original must decide: escape codes, or a document and no document(). */
+static PyObject *view_native(PyObject *line, PyObject *document) {
     int is_bytes = PyBytes_CheckExact(line);
     if (!is_bytes && !PyByteArray_CheckExact(line)) return NULL;
     const unsigned char *s;
@@ -925,11 +926,15 @@ static PyObject *view_native(PyObject *line) {
     Py_ssize_t j = b;
     if (j < e && s[j] == ' ')
         while (j < e && is_ws(s[j])) j++;
+    int read_document = 0;
     if (j < e && s[j] == '{') {
         if (!transcript_marker(s + b, e - b)) level = json_level(s + b, e - b);
         if (level == NULL) {  /* a document to read: Python's json decides */
-            Py_XDECREF(source);
-            return NULL;
+            if (document == NULL || document == Py_None) {
+                Py_XDECREF(source);
+                return NULL;
+            }
+            read_document = 1;
         }
     } else {
         level = text_level(s + b, e - b);
@@ -950,12 +955,21 @@ static PyObject *view_native(PyObject *line) {
         source = LV_NONE;
         Py_INCREF(source);
     }
+    if (read_document) {
+        PyObject *v = PyObject_CallFunctionObjArgs(document, body, source, NULL);
+        Py_DECREF(body);
+        Py_DECREF(source);
+        return v;
+    }
     return Py_BuildValue("(NONO)", body, level, source, PART_LOG);
 }
 
-/* view_line(line) -> (body, level, source, part) | None: view_native, for the tests. */
-static PyObject *view_line(PyObject *self, PyObject *line) {
-    PyObject *got = view_native(line);
+/* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
+ * tests. */
+static PyObject *view_line(PyObject *self, PyObject *args) {
+    PyObject *line, *document = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:view_line", &line, &document)) return NULL;
+    PyObject *got = view_native(line, document);
     if (got == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
     return got;
 }
@@ -969,12 +983,13 @@ static Py_ssize_t pattern_index(PyObject *obj, Py_ssize_t npats) {
     return -1;
 }
 
-/* judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies): the first loop
- * of Engine._hits. */
+/* judge_lines(found, view_fields, speech, rank, min_rank, document=None) -> (judged, bodies):
+ * the first loop of Engine._hits; lines are viewed by view_native (with document), else by
+ * view_fields. */
 static PyObject *judge_lines(PyObject *self, PyObject *args) {
-    PyObject *found, *view_fields, *speech, *rank, *min_rank;
-    if (!PyArg_ParseTuple(args, "O!OOO!O!:judge_lines", &PyList_Type, &found, &view_fields,
-                          &speech, &PyDict_Type, &rank, &PyList_Type, &min_rank))
+    PyObject *found, *view_fields, *speech, *rank, *min_rank, *document = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!|O:judge_lines", &PyList_Type, &found, &view_fields,
+                          &speech, &PyDict_Type, &rank, &PyList_Type, &min_rank, &document))
         return NULL;
     PyObject *judged = PyList_New(0), *bodies = PyList_New(0), *empty = PyUnicode_New(0, 127);
     if (judged == NULL || bodies == NULL || empty == NULL) goto fail;
@@ -998,7 +1013,7 @@ static PyObject *judge_lines(PyObject *self, PyObject *args) {
                 goto fail;
             }
         } else {
-            PyObject *v = view_native(line);  /* the Python original when it cannot tell */
+            PyObject *v = view_native(line, document);  /* the Python original when it cannot tell */
             if (v == NULL && !PyErr_Occurred()) v = PyObject_CallOneArg(view_fields, line);
             if (v == NULL) goto fail;
             if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
@@ -1381,11 +1396,13 @@ static PyMethodDef methods[] = {
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
      "(newlines, found): Engine.scan_block's pass 1."},
-    {"view_line", view_line, METH_O,
-     "view_line(line) -> (body, level, source, part) | None: lines.view_fields where it can "
-     "tell without a JSON document (None: ask view_fields)."},
+    {"view_line", view_line, METH_VARARGS,
+     "view_line(line, document=None) -> (body, level, source, part) | None: "
+     "lines.view_fields, JSON documents read by document(body, source) (None: ask "
+     "view_fields)."},
     {"judge_lines", judge_lines, METH_VARARGS,
-     "judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies)."},
+     "judge_lines(found, view_fields, speech, rank, min_rank, document=None) -> "
+     "(judged, bodies)."},
     {"build_hits", build_hits, METH_VARARGS,
      "build_hits(judged, sup_cands, generic, single, window, windowed, keep, resolve, "
      "parse_ts, lookback) -> hits."},

@@ -50,6 +50,7 @@ from healer.detect.lines import (
     SourceStarts,
     judge,
     needs_view,
+    view_document,
     view_fields,
 )
 from healer.errors import UnavailableError, UsageError
@@ -319,7 +320,8 @@ class Engine:
         min_rank, single = self._min_rank, self._single
         sp = self._speedups
         if sp is not None and type(buf) in (bytes, bytearray):  # both loops below, in C
-            judged, bodies = sp.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
+            judged, bodies = sp.judge_lines(found, view_fields, SPEECH, RANK, min_rank,
+                                            view_document)
             return sp.build_hits(
                 judged, self._suppressor.candidates(bodies), generic, single, window, windowed,
                 keep, self._resolve, parse_ts,
