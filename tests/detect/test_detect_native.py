@@ -143,9 +143,99 @@ def test_the_native_judge_views_the_lines_needs_view_names() -> None:
         viewed.append(bytes(line))
         return (line, "", "", lines.LOG)
 
-    judged, bodies = _native.speedups.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
-    assert viewed == [bytes(f[2]) for f in found if lines.needs_view(f[2])]
+    sp = _native.speedups
+    judged, bodies = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    # The native line model views what it can; the rest goes to view_fields (here: `view`).
+    assert viewed == [bytes(f[2]) for f in found
+                      if lines.needs_view(f[2]) and sp.view_line(f[2]) is None]
     assert len(judged) == len(bodies) == len(found)
+    for f, row in zip(found, judged, strict=True):
+        if not lines.needs_view(f[2]):
+            assert row[4:] == (f[2], "", "")
+        elif sp.view_line(f[2]) is not None:
+            body, level, source, _ = lines.view_fields(f[2])
+            assert row[4:] == (body, source, level)
+
+
+# Pieces of lines for the line model: every prefix, level and JSON form, whole, cut, too long
+# and next to each other (the regexes' backtracking edges).
+_PIECES = [
+    b"[pod/a-1/main] ", b"[pod/x/y/z] ", b"[pod//c] ", b"[pod/a/b]", b"[pod/a b/c] ",
+    b"[pod/" + b"n" * 253 + b"/c] ", b"[pod/" + b"n" * 254 + b"/c] ",
+    b"[pod/a/" + b"c" * 63 + b"] ",
+    b"[pod/a/" + b"c" * 64 + b"] ", b"[pod/\xc3\xa9/c] ", b"2024-05-01T10:00:00Z ",
+    b"2024-05-01 10:00:00.123 ", b"2024-05-01T10:00:00.123456789 ",
+    b"2024-05-01T10:00:00.1234567890 ", b"2024-05-01T10:00:00+05:30 ",
+    b"2024-05-01T10:00:00+0530 ", b"2024-05-01T10:00:00+05:3 ", b"2024-05-01T10:00:00z",
+    b"2024-05-01T10:00:00,5-01:00 ", b"2024-05-01T10:00:00. ", b"2024-05-01T10:00:00Zx ",
+    b"web-1  | ", b"web_1\t| ", b"w" * 63 + b" | ", b"w" * 64 + b" | ", b"api" + b" " * 40 + b"| ",
+    b"api" + b" " * 41 + b"| ", b"a.b-c| ", b"x |", b"-bad | ", b"{", b" {", b"\t{", b"}",
+    b'"type"', b'"msg": {', b'"msg":{', b'"msg":  {', b'"level"', b'"levelname"', b'"log.level"',
+    b'"lvl"', b'"severity"', b'"loglevel"', b" : ", b":", b'"INFO"', b'"warning"', b'"e"',
+    b'"abcdefghijkl"', b'"abcdefghijklm"', b'"Err"', b"30", b"50", b"1234", b"5x", b"60,",
+    b"level=", b"LVL=", b'severity="', b"loglevel=", b"info", b"warning", b"error2",
+    b"abcdefgh", b"abcdefghi", b"err_", b"[", b"<", b"(", b"]", b">", b")", b" ", b"\t", b"INFO",
+    b"WARN", b"WARNING", b"ERR", b"Error", b"Critical", b"Debug", b"CRIT", b"notice",
+    b"information", b"PANIC", b"FATAL", b"TRACE", b":", b"|", b"-", b"x", b"\r", b"\n",
+    b"\x1b[31m", b"<134>", b"<3>", b"<191>", b"<192>", b"<1234>", b"<12", b"I0501 10:00:00",
+    b"E1231 23:59:59.1", b"W0101 10:00:0", b"F0501 10:00:00 ", b"connection refused", b"\xff",
+    b"\x00", b"0", b"9", b"a" * 90, b"_",
+    b'{"type":"assistant","message":{"content":[{"type":"text","text":"timeout"}]}}',
+    b'{"type":"user","message":{"content":[{"type":"tool_result","is_error":true}]}}',
+    b'{"msg":{"type":"agent_message"}}', b'{"level":"error","msg":"x"}',
+]
+
+
+def _assert_native_view(line: bytes | bytearray) -> bool:
+    """The native view of ``line`` is view_fields' (True when it decided without Python)."""
+    want = lines.view_fields(line)
+    got = _native.speedups.view_line(line, lines.view_document)
+    if got is None:  # escape codes: left to view_fields
+        assert b"\x1b" in line
+    else:
+        assert got == want and type(got[0]) is type(want[0]), line
+    alone = _native.speedups.view_line(line)
+    assert alone is None or alone == want, line
+    return alone is not None
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_the_native_line_model_is_view_fields(seed: int) -> None:
+    """view_fields in C (kubectl, timestamp and compose prefixes, plain-text, syslog, klog and
+    JSON-field levels; JSON documents handed to lines.view_document), on pieces of lines
+    put together at random."""
+    rnd = random.Random(seed)
+    decided = 0
+    for _ in range(8000):
+        line = b"".join(rnd.choice(_PIECES) for _ in range(rnd.randint(1, 8)))
+        if rnd.random() < 0.3:
+            line += b"\n"
+        for form in (line, bytearray(line)):
+            decided += _assert_native_view(form)
+    assert decided > 8000  # most of them without Python
+
+
+@needs_native
+def test_the_native_line_model_on_the_realistic_corpus() -> None:
+    """Every line of the realistic mixed-format corpus (kubectl and compose prefixes, logfmt,
+    JSON, klog, ANSI, Claude Code and Codex transcripts) is viewed as view_fields views it."""
+    import realistic_corpus
+
+    for text, _ in realistic_corpus.generate(20000, seed=7):
+        _assert_native_view(text.encode("utf-8") + b"\n")
+
+
+def test_a_json_body_is_read_as_json_loads_reads_it() -> None:
+    """lines._json skips json.loads's encoding detection: the same documents, the same
+    refusals (invalid UTF-8, lone surrogates, UTF-16, not an object)."""
+    for text in [b'{"a": 1}', b' {"a": "\\ud800"}', b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}',
+                 b'{\x00"\x00}\x00', b"{", b" [1]", b'{"a": "\xc3\xa9"}', b"{}"]:
+        try:
+            want = json.loads(text)
+        except ValueError:
+            want = None
+        assert lines._json(text) == (want if isinstance(want, dict) else None), text
 
 
 @needs_native
