@@ -780,6 +780,7 @@ static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p
             if (!is_ws(s[p])) continue;
             at = p + 1;
         }
+        if (at >= n || (lower(s[at]) != 'l' && lower(s[at]) != 's')) continue;
         for (int k = 0; keys[k]; k++) {
             if (!starts_ci(s, n, at, keys[k])) continue;
             Py_ssize_t q = at + (Py_ssize_t)strlen(keys[k]);
@@ -813,6 +814,7 @@ static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p
             if (!(is_ws(c) || c == ':' || c == '|' || c == '-' || c == '[')) continue;
             at = p + 1;
         }
+        if (at >= n || strchr("TDINWEFCP", s[at]) == NULL || s[at] == '\0') continue;
         for (int k = 0; upper[k]; k++) {
             if (!starts_cs(s, n, at, upper[k])) continue;
             Py_ssize_t q = at + (Py_ssize_t)strlen(upper[k]);

@@ -230,7 +230,8 @@ def test_a_json_body_is_read_as_json_loads_reads_it() -> None:
     """lines._json skips json.loads's encoding detection: the same documents, the same
     refusals (invalid UTF-8, lone surrogates, UTF-16, not an object)."""
     for text in [b'{"a": 1}', b' {"a": "\\ud800"}', b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}',
-                 b'{\x00"\x00}\x00', b"{", b" [1]", b'{"a": "\xc3\xa9"}', b"{}"]:
+                 b'{\x00"\x00}\x00', b"{", b" [1]", b'{"a": "\xc3\xa9"}', b"{}", b' \t{"a":1} \r\n',
+                 b'{"a":1} x', b'{"a":1}{}', b'{"a":1}\x0b', b"  ", b' {"a": [1, {"b": null}]}  ']:
         try:
             want = json.loads(text)
         except ValueError:
