@@ -222,6 +222,14 @@ class HyperscanMatcher:
         self._db.scan(view, match_event_handler=on_match, scratch=self._scratch())
         return out
 
+    def collect(self, buf: Any, lo: int, hi: int, handler: Any) -> None:
+        """Scan ``buf[lo:hi]`` with ``handler`` as the match handler: a native collector
+        (``_speedups.Collector``, shifted by ``lo - 1``) that keeps ``candidates``' pairs."""
+        if self._db is None or hi <= lo:
+            return
+        view = buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
+        self._db.scan(view, match_event_handler=handler, scratch=self._scratch())
+
 
 def _compile(hs: Any, patterns: Sequence[Pattern], flags: Sequence[int]) -> Any:
     """A block-mode database, from the content-addressed cache when it was built before."""

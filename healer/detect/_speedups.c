@@ -395,6 +395,151 @@ done:
 }
 
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hyperscan's matches, collected without Python                                             */
+
+/* Collector(): a match_event_handler for hyperscan.Database.scan that keeps each match's
+ * (end offset + shift, pattern index) in a C array, instead of a Python function making a
+ * tuple per match; confirm_lines takes it in place of the candidate list. */
+typedef struct {
+    long long off, idx;
+} Cand;
+
+typedef struct {
+    PyObject_HEAD
+    Cand *items;
+    Py_ssize_t len, cap;
+    long long shift;
+} Collector;
+
+static int collector_push(Collector *c, long long off, long long idx) {
+    if (c->len == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
+        Cand *grown = PyMem_Realloc(c->items, (size_t)cap * sizeof(Cand));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->items = grown;
+        c->cap = cap;
+    }
+    c->items[c->len].off = off;
+    c->items[c->len].idx = idx;
+    c->len++;
+    return 0;
+}
+
+/* (id, from, to, flags, context): Hyperscan's end offsets are exclusive and within the view;
+ * shift makes them offsets into the buffer (HyperscanMatcher.candidates' on_match). */
+static PyObject *collector_call(PyObject *self, PyObject *args, PyObject *kw) {
+    Collector *c = (Collector *)self;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 3) {
+        PyErr_SetString(PyExc_TypeError, "Collector(id, from, to, flags, context)");
+        return NULL;
+    }
+    long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 0));
+    long long to = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 2));
+    if ((idx == -1 || to == -1) && PyErr_Occurred()) return NULL;
+    if (collector_push(c, to + c->shift, idx) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *collector_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Collector *c = (Collector *)type->tp_alloc(type, 0);
+    if (c != NULL) {
+        c->items = NULL;
+        c->len = c->cap = 0;
+        c->shift = 0;
+    }
+    return (PyObject *)c;
+}
+
+static void collector_dealloc(PyObject *self) {
+    PyMem_Free(((Collector *)self)->items);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* reset(shift): empty, the next scan's offsets shifted by shift. */
+static PyObject *collector_reset(PyObject *self, PyObject *arg) {
+    Collector *c = (Collector *)self;
+    long long shift = PyLong_AsLongLong(arg);
+    if (shift == -1 && PyErr_Occurred()) return NULL;
+    c->len = 0;
+    c->shift = shift;
+    Py_RETURN_NONE;
+}
+
+/* extend(pairs): (offset, index) pairs found elsewhere (another matcher, ANSI lines). */
+static PyObject *collector_extend(PyObject *self, PyObject *pairs) {
+    PyObject *seq = PySequence_Fast(pairs, "extend() takes (offset, index) pairs");
+    if (seq == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "extend() takes (offset, index) pairs");
+            return NULL;
+        }
+        long long off = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        if (((off == -1 || idx == -1) && PyErr_Occurred()) ||
+            collector_push((Collector *)self, off, idx) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static int cmp_cand(const void *x, const void *y) {
+    const Cand *a = x, *b = y;
+    if (a->off != b->off) return (a->off > b->off) - (a->off < b->off);
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* pairs() -> the (offset, index) pairs, sorted (what the Python loop takes). */
+static PyObject *collector_pairs(PyObject *self, PyObject *unused) {
+    Collector *c = (Collector *)self;
+    qsort(c->items, (size_t)c->len, sizeof(Cand), cmp_cand);
+    PyObject *out = PyList_New(c->len);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < c->len; i++) {
+        PyObject *pair = Py_BuildValue("(LL)", c->items[i].off, c->items[i].idx);
+        if (pair == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
+static Py_ssize_t collector_len(PyObject *self) { return ((Collector *)self)->len; }
+
+static PyMethodDef collector_methods[] = {
+    {"reset", collector_reset, METH_O, "reset(shift): empty; the next offsets shifted."},
+    {"extend", collector_extend, METH_O, "extend(pairs): add (offset, index) pairs."},
+    {"pairs", collector_pairs, METH_NOARGS, "pairs() -> the (offset, index) pairs, sorted."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods collector_seq = {.sq_length = collector_len};
+
+static PyTypeObject CollectorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "healer.detect._speedups.Collector",
+    .tp_basicsize = sizeof(Collector),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A Hyperscan match handler that collects (offset, index) pairs in C.",
+    .tp_new = collector_new,
+    .tp_dealloc = collector_dealloc,
+    .tp_call = collector_call,
+    .tp_methods = collector_methods,
+    .tp_as_sequence = &collector_seq,
+};
+
 /* ---------------------------------------------------------------------------------------- */
 /* Candidate lines                                                                            */
 
@@ -519,10 +664,17 @@ static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     Pass ps;
     PyObject *cands;
     Py_ssize_t lo, hi, first;
-    if (!PyArg_ParseTuple(args, "OnnO!nO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &PyList_Type,
-                          &cands, &first, &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm,
-                          &PyList_Type, &ps.trusted))
+    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands, &first,
+                          &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm, &PyList_Type,
+                          &ps.trusted))
         return NULL;
+    Collector *col = NULL;
+    if (PyObject_TypeCheck(cands, &CollectorType)) {
+        col = (Collector *)cands;
+    } else if (!PyList_Check(cands)) {
+        PyErr_SetString(PyExc_TypeError, "candidates: a list or a Collector");
+        return NULL;
+    }
     if (PyBytes_CheckExact(ps.buf)) {
         ps.is_bytes = 1;
         ps.data = PyBytes_AS_STRING(ps.buf);
@@ -543,16 +695,29 @@ static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     long long idxs[MAX_IDXS];
     int n = 0;
     Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
-    Py_ssize_t count = PyList_GET_SIZE(cands);
+    Py_ssize_t count;
+    if (col != NULL) {  /* sorted here, as the engine sorts a list before it calls */
+        qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
+        count = col->len;
+    } else {
+        count = PyList_GET_SIZE(cands);
+    }
     for (Py_ssize_t c = 0; c < count; c++) {
-        PyObject *item = PyList_GET_ITEM(cands, c);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError, "candidates must be (offset, index) pairs");
-            goto fail;
+        Py_ssize_t off;
+        long long idx;
+        if (col != NULL) {
+            off = (Py_ssize_t)col->items[c].off;
+            idx = col->items[c].idx;
+        } else {
+            PyObject *item = PyList_GET_ITEM(cands, c);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+                PyErr_SetString(PyExc_TypeError, "candidates must be (offset, index) pairs");
+                goto fail;
+            }
+            off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+            idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+            if ((off == -1 || idx == -1) && PyErr_Occurred()) goto fail;
         }
-        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
-        long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
-        if ((off == -1 || idx == -1) && PyErr_Occurred()) goto fail;
         if (off <= le) {
             int seen = 0;
             for (int i = 0; i < n; i++) seen |= idxs[i] == idx;
@@ -1397,7 +1562,8 @@ static PyMethodDef methods[] = {
      "json_lines(alerts, fragments, fallback) -> str: the alerts as JSON Lines."},
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
-     "(newlines, found): Engine.scan_block's pass 1."},
+     "(newlines, found): Engine.scan_block's pass 1 (candidates: a sorted list of "
+     "(offset, index) pairs, or a Collector)."},
     {"view_line", view_line, METH_VARARGS,
      "view_line(line, document=None) -> (body, level, source, part) | None: "
      "lines.view_fields, JSON documents read by document(body, source) (None: ask "
@@ -1430,7 +1596,12 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            names[k].text)) == NULL)
             return NULL;
     }
+    if (PyType_Ready(&CollectorType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;

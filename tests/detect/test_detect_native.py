@@ -261,3 +261,35 @@ def test_native_pass_one_is_the_python_loop(seed: int) -> None:
             want = python.scan_block(buf, lo, len(data), [], 5)
             got = native.scan_block(buf, lo, len(data), [], 5)
             assert got == want and want[0] == data.count(b"\n", lo)
+
+
+@needs_native
+def test_the_collector_holds_what_the_python_handler_would() -> None:
+    """Hyperscan's matches kept in C (_speedups.Collector): the pairs the Python handler of
+    HyperscanMatcher.candidates makes, and pass 1 reads them as it reads the sorted list,
+    NotImplemented included (a line with more candidates than the C loop holds)."""
+    from healer.detect import _match
+
+    sp = _native.speedups
+    catalog = Catalog.load()
+    matcher = _match.HyperscanMatcher(catalog.patterns)
+    data = b"ok\nconnection refused; panicked at x\n\nfatal error: timeout\nok\n" * 50
+    confirm = [p.compiled().search for p in catalog.patterns]
+    trusted = [False] * len(confirm)
+    for lo in (0, 3):
+        col = sp.Collector()
+        col.reset(lo - 1)
+        matcher.collect(data, lo, len(data), col)
+        col.extend([(lo, 0)])
+        want = sorted([*matcher.candidates(data, lo, len(data)), (lo, 0)])
+        assert len(col) == len(want) and col.pairs() == want
+        assert sp.confirm_lines(data, lo, len(data), col, 7, {}, confirm, trusted) == \
+            sp.confirm_lines(data, lo, len(data), want, 7, {}, confirm, trusted)
+    crowded = sp.Collector()
+    crowded.extend([(0, i) for i in range(65)])
+    many = (confirm * 2)[:65]
+    assert sp.confirm_lines(data, 0, len(data), crowded, 0, {}, many, [False] * 65) is \
+        NotImplemented
+    assert crowded.pairs() == [(0, i) for i in range(65)]
+    with pytest.raises(TypeError):
+        sp.confirm_lines(data, 0, len(data), (), 0, {}, confirm, trusted)
