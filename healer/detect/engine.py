@@ -95,7 +95,7 @@ class Engine:
         self.clock = clock
         pats = catalog.patterns
         self._patterns = pats
-        self._confirm = [p.compiled().search for p in pats]
+        self._confirm = _match.lazy_searches([p.compiled for p in pats])
         self._generic = [p.generic for p in pats]
         self._rank = [SEVERITY_RANK[p.severity] for p in pats]
         self._min_rank = [RANK[p.min_level] for p in pats]
@@ -110,8 +110,10 @@ class Engine:
                 self.matchers.append(_match.ReMatcher(hm.leftover))
             # A pattern that cannot span lines and means the same to both engines needs no
             # confirming when Hyperscan reports it on a line.
-            for p in hm.patterns:
-                if p.id not in hm.prefiltered and _match.single_line_exact(p.regex):
+            exact = [p for p in hm.patterns if p.id not in hm.prefiltered]
+            for p, ok in zip(exact, _match.single_line_exact_all([p.regex for p in exact]),
+                             strict=True):
+                if ok:
                     self._confirm[p.index] = _trusted
         else:
             self.matchers.append(_match.ReMatcher(pats))
