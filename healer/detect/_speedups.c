@@ -790,7 +790,7 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
 
 /* Interned strings: the levels, the parts; set up by the module's init. */
 static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
-    *PART_LOG;
+    *PART_LOG, *PART_SPEECH;
 
 static int is_ws(unsigned char c) { return is_space(c); }
 static int is_alpha(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
@@ -1033,6 +1033,242 @@ static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
     return 0;
 }
 
+/* ---- Transcript events read in C: a strict JSON validator that notes the few keys
+ * lines._structured reads first. Whatever it does not accept (NaN, deep nesting, escapes in
+ * the keys or values it reads, anything Python's json might read differently) goes to
+ * lines.view_document: accepting less than json does is always safe. */
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n, p;
+    int has_msg;                        /* a top-level "msg" key */
+    Py_ssize_t type_at, type_len;       /* the last top-level "type" string (-1: none) */
+    int type_bad;                       /* ... the last one was no plain string */
+    int item_object;                    /* the last top-level "item" value is an object */
+    Py_ssize_t item_type_at, item_type_len;  /* that object's last "type" string (-1: none) */
+    int item_type_bad;
+} Json;
+
+static void j_ws(Json *j) {
+    while (j->p < j->n && (j->s[j->p] == ' ' || j->s[j->p] == '\t' || j->s[j->p] == '\n' ||
+                           j->s[j->p] == '\r'))
+        j->p++;
+}
+
+static int hexdig(unsigned char c) { return is_digit(c) || ((c | 32) >= 'a' && (c | 32) <= 'f'); }
+
+/* A string at p (on its quote): 1 and its content's span, with *plain when it holds no
+ * escape; 0 when not valid (or not plainly UTF-8). */
+static int j_string(Json *j, Py_ssize_t *at, Py_ssize_t *len, int *plain) {
+    const unsigned char *s = j->s;
+    Py_ssize_t p = j->p + 1, n = j->n;
+    *plain = 1;
+    *at = p;
+    while (p < n) {
+        unsigned char c = s[p];
+        if (c == '"') {
+            *len = p - *at;
+            j->p = p + 1;
+            return 1;
+        }
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            *plain = 0;
+            if (p + 1 >= n) return 0;
+            unsigned char e = s[p + 1];
+            if (e == 'u') {
+                if (p + 5 >= n || !hexdig(s[p + 2]) || !hexdig(s[p + 3]) || !hexdig(s[p + 4]) ||
+                    !hexdig(s[p + 5]))
+                    return 0;
+                p += 6;
+            } else if (strchr("\"\\/bfnrt", e) != NULL && e != 0) {
+                p += 2;
+            } else {
+                return 0;
+            }
+            continue;
+        }
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        /* UTF-8, without the surrogates surrogatepass would let through */
+        int more;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c == 0xE0) { more = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) more = 2;
+        else if (c == 0xED) { more = 2; hi = 0x9F; }
+        else if (c >= 0xEE && c <= 0xEF) more = 2;
+        else if (c == 0xF0) { more = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) more = 3;
+        else if (c == 0xF4) { more = 3; hi = 0x8F; }
+        else return 0;
+        if (p + more >= n || s[p + 1] < lo || s[p + 1] > hi) return 0;
+        for (int k = 2; k <= more; k++)
+            if (s[p + k] < 0x80 || s[p + k] > 0xBF) return 0;
+        p += more + 1;
+    }
+    return 0;
+}
+
+static int j_value(Json *j, int depth, int role);
+
+/* role: 0 anywhere, 1 the top-level object, 2 the top-level "item" object */
+static int j_object(Json *j, int depth, int role) {
+    j->p++;  /* { */
+    j_ws(j);
+    if (j->p < j->n && j->s[j->p] == '}') {
+        j->p++;
+        return 1;
+    }
+    for (;;) {
+        if (j->p >= j->n || j->s[j->p] != '"') return 0;
+        Py_ssize_t kat, klen;
+        int kplain;
+        if (!j_string(j, &kat, &klen, &kplain)) return 0;
+        if (role && !kplain) return 0;  /* an escaped key might be one that is read */
+        j_ws(j);
+        if (j->p >= j->n || j->s[j->p] != ':') return 0;
+        j->p++;
+        j_ws(j);
+        if (j->p >= j->n) return 0;
+        const unsigned char *k = j->s + kat;
+        int is_type = klen == 4 && memcmp(k, "type", 4) == 0;
+        int child = 0;
+        if (role == 1 && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
+        if (role == 1 && klen == 4 && memcmp(k, "item", 4) == 0) {
+            j->item_object = j->s[j->p] == '{';
+            j->item_type_at = -1;
+            j->item_type_bad = 0;
+            child = j->item_object ? 2 : 0;
+        }
+        if (is_type && role) {
+            Py_ssize_t *at = role == 1 ? &j->type_at : &j->item_type_at;
+            Py_ssize_t *len = role == 1 ? &j->type_len : &j->item_type_len;
+            int *bad = role == 1 ? &j->type_bad : &j->item_type_bad;
+            if (j->s[j->p] == '"') {
+                int plain;
+                if (!j_string(j, at, len, &plain)) return 0;
+                *bad = !plain;
+            } else {
+                *at = -1;
+                *bad = 1;
+                if (!j_value(j, depth + 1, 0)) return 0;
+            }
+        } else if (!j_value(j, depth + 1, child)) {
+            return 0;
+        }
+        j_ws(j);
+        if (j->p >= j->n) return 0;
+        if (j->s[j->p] == '}') {
+            j->p++;
+            return 1;
+        }
+        if (j->s[j->p] != ',') return 0;
+        j->p++;
+        j_ws(j);
+    }
+}
+
+static int j_value(Json *j, int depth, int role) {
+    if (depth > 64 || j->p >= j->n) return 0;
+    const unsigned char *s = j->s;
+    unsigned char c = s[j->p];
+    if (c == '{') return j_object(j, depth, role);
+    if (c == '[') {
+        j->p++;
+        j_ws(j);
+        if (j->p < j->n && s[j->p] == ']') {
+            j->p++;
+            return 1;
+        }
+        for (;;) {
+            if (!j_value(j, depth + 1, 0)) return 0;
+            j_ws(j);
+            if (j->p >= j->n) return 0;
+            if (s[j->p] == ']') {
+                j->p++;
+                return 1;
+            }
+            if (s[j->p] != ',') return 0;
+            j->p++;
+            j_ws(j);
+        }
+    }
+    if (c == '"') {
+        Py_ssize_t at, len;
+        int plain;
+        return j_string(j, &at, &len, &plain);
+    }
+    if (c == 't') return starts_cs(s, j->n, j->p, "true") ? (j->p += 4, 1) : 0;
+    if (c == 'f') return starts_cs(s, j->n, j->p, "false") ? (j->p += 5, 1) : 0;
+    if (c == 'n') return starts_cs(s, j->n, j->p, "null") ? (j->p += 4, 1) : 0;
+    /* -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)? — and nothing json reads otherwise (NaN ...) */
+    Py_ssize_t p = j->p, n = j->n;
+    if (s[p] == '-') p++;
+    if (p >= n || !is_digit(s[p])) return 0;
+    Py_ssize_t first = p;
+    if (s[p] == '0') p++;
+    else while (p < n && is_digit(s[p])) p++;
+    if (p - first > 100) return 0;  /* int() refuses very long numbers */
+    if (p < n && s[p] == '.') {
+        p++;
+        if (p >= n || !is_digit(s[p])) return 0;
+        while (p < n && is_digit(s[p])) p++;
+    }
+    if (p < n && (s[p] == 'e' || s[p] == 'E')) {
+        p++;
+        if (p < n && (s[p] == '+' || s[p] == '-')) p++;
+        if (p >= n || !is_digit(s[p])) return 0;
+        while (p < n && is_digit(s[p])) p++;
+    }
+    j->p = p;
+    return 1;
+}
+
+static int span_is(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, const char *word) {
+    return at >= 0 && (size_t)len == strlen(word) && memcmp(s + at, word, (size_t)len) == 0;
+}
+
+/* lines._structured's (level, part) for the commonest transcript events — a Claude Code
+ * assistant message, a Codex item event — of the JSON document s[0:n]; 0 when Python must
+ * read it. */
+static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **level,
+                            PyObject **part) {
+    Json j = {s, n, 0, 0, -1, 0, 0, 0, -1, 0, 0};
+    j_ws(&j);
+    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, 1)) return 0;
+    j_ws(&j);
+    if (j.p != n || j.type_bad || j.type_at < 0) return 0;
+    if (span_is(s, j.type_at, j.type_len, "assistant")) {
+        *level = LV_INFO;
+        *part = PART_SPEECH;
+        return 1;
+    }
+    if (!(span_is(s, j.type_at, j.type_len, "item.started") ||
+          span_is(s, j.type_at, j.type_len, "item.updated") ||
+          span_is(s, j.type_at, j.type_len, "item.completed")))
+        return 0;
+    /* _claude_event knows no item event; a "msg" would be read before it: let Python */
+    if (j.has_msg || !j.item_object || j.item_type_bad || j.item_type_at < 0) return 0;
+    Py_ssize_t at = j.item_type_at, len = j.item_type_len;
+    if (span_is(s, at, len, "agent_message") || span_is(s, at, len, "reasoning") ||
+        span_is(s, at, len, "todo_list") || span_is(s, at, len, "file_change")) {
+        *level = LV_INFO;
+        *part = PART_SPEECH;
+    } else if (span_is(s, at, len, "command_execution")) {
+        return 0;
+    } else if (span_is(s, at, len, "error")) {
+        *level = LV_ERROR;
+        *part = PART_LOG;
+    } else {
+        *level = LV_INFO;
+        *part = PART_LOG;
+    }
+    return 1;
+}
+
 /* view_fields(line): the prefixes, plain-text levels and JSON records with a level field
  * here; a JSON document to read (a transcript event, a record without a level field) by
  * document(body, source) (lines.view_document) when it is given. NULL without an error when
@@ -1094,8 +1330,10 @@ static PyObject *view_native(PyObject *line, PyObject *document) {
     if (j < e && s[j] == ' ')
         while (j < e && is_ws(s[j])) j++;
     int read_document = 0;
+    PyObject *part = PART_LOG;
     if (j < e && s[j] == '{') {
         if (!transcript_marker(s + b, e - b)) level = json_level(s + b, e - b);
+        else if (!transcript_event(s + b, e - b, &level, &part)) level = NULL;
         if (level == NULL) {  /* a document to read: Python's json decides */
             if (document == NULL || document == Py_None) {
                 Py_XDECREF(source);
@@ -1128,7 +1366,7 @@ static PyObject *view_native(PyObject *line, PyObject *document) {
         Py_DECREF(source);
         return v;
     }
-    return Py_BuildValue("(NONO)", body, level, source, PART_LOG);
+    return Py_BuildValue("(NONO)", body, level, source, part);
 }
 
 /* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
@@ -1590,7 +1828,8 @@ static struct PyModuleDef module = {
 PyMODINIT_FUNC PyInit__speedups(void) {
     struct { PyObject **slot; const char *text; } names[] = {
         {&LV_TRACE, "trace"}, {&LV_DEBUG, "debug"}, {&LV_INFO, "info"}, {&LV_WARN, "warn"},
-        {&LV_ERROR, "error"}, {&LV_FATAL, "fatal"}, {&LV_NONE, ""}, {&PART_LOG, "log"}};
+        {&LV_ERROR, "error"}, {&LV_FATAL, "fatal"}, {&LV_NONE, ""}, {&PART_LOG, "log"},
+        {&PART_SPEECH, "speech"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
         if (*names[k].slot == NULL && (*names[k].slot = PyUnicode_InternFromString(
                                            names[k].text)) == NULL)

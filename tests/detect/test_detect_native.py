@@ -293,3 +293,46 @@ def test_the_collector_holds_what_the_python_handler_would() -> None:
     assert crowded.pairs() == [(0, i) for i in range(65)]
     with pytest.raises(TypeError):
         sp.confirm_lines(data, 0, len(data), (), 0, {}, confirm, trusted)
+
+
+_EVENT_TYPES = ["assistant", "assistant", "item.completed", "item.started", "item.updated",
+                "user", "result", "error", "x", 5, None]
+_ITEM_TYPES = ["agent_message", "reasoning", "todo_list", "file_change", "command_execution",
+               "error", "other", 3, None]
+_JSON_SNIPS = [b'"type": "assistant"', b'"type":"item.completed"', b'"msg": {}', b",", b"{",
+               b"}", b"[", b"]", b'"', b"\\", b"\\u00", b"NaN", b"-Infinity", b"1e", b"01",
+               b"-", b"\x00", b"\x1f", b"\xff", b"\xed\xa0\x80", b"\xc3\xa9",
+               b"\xf0\x9f\x98\x80", b" ", b"\t", b"\x0b", b'"type": 5',
+               b'"typ\\u0065": "assistant"', b'"it\\u0065m": {}', b"9" * 120, b"true", b"nul",
+               b'"item": {"type": "agent_message"}', b'"item": {"type": "error", "type": 1}']
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(3))
+def test_the_native_transcript_events_are_view_document(seed: int) -> None:
+    """Claude Code assistant messages and Codex item events read in C: the same view as
+    json + lines._structured, on documents with repeated keys (the last one counts), escaped
+    keys, nesting, and bytes broken at random (invalid JSON or UTF-8 goes to Python)."""
+    rnd = random.Random(seed)
+    events = 0
+    for _ in range(6000):
+        doc: dict[str, object] = {}
+        for _ in range(rnd.randint(0, 4)):
+            key = rnd.choice(["type", "type", "item", "msg", "message", "subtype", "text"])
+            doc[key] = rnd.choice([rnd.choice(_EVENT_TYPES), [1, 2.5e3, -0.1, True, None],
+                                   {"type": rnd.choice(_ITEM_TYPES), "text": "timeout é"},
+                                   "x\ny", {"a": {"b": [{}]}}])
+        text = json.dumps(doc, ensure_ascii=rnd.random() < 0.5,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")])).encode()
+        if rnd.random() < 0.3:
+            text = text.replace(b'"type"', b'"type": "assistant", "type"', 1)
+        for _ in range(rnd.choice([0, 0, 0, 1, 2])):
+            pos = rnd.randint(0, len(text))
+            text = text[:pos] + rnd.choice(_JSON_SNIPS) + text[pos + rnd.choice([0, 1]):]
+        text = rnd.choice([b"", b"", b" ", b" \t"]) + text + rnd.choice([b"", b"", b" ", b"\r"])
+        if rnd.random() < 0.3:
+            text = rnd.choice([b"[pod/a/b] ", b"2024-05-01T10:00:00Z ", b"web-1 | "]) + text
+        _assert_native_view(text)
+        got = _native.speedups.view_line(text)
+        events += got is not None and b'"type"' in text
+    assert events > 100  # (most documents here are broken or of other kinds)
