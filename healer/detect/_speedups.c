@@ -10,8 +10,15 @@
  *       fragments(alert) -> (prefix, suffix) and every alert this code does not
  *       render itself (labels, no pattern, an unusual timestamp) from fallback(alert) -> str.
  *       fragments(alert) is asked once per pattern and source in a call.
+ *   Collector()
+ *       A Hyperscan match handler that keeps (offset, pattern) pairs in C; confirm_lines
+ *       reads it in place of a sorted list of pairs (Engine.scan_block's pass 1).
+ *   view_line(line, document=None)
+ *       healer.detect.lines.view_fields: prefixes, levels and the commonest transcript
+ *       events here, other JSON documents by document(body, source) (lines.view_document);
+ *       judge_lines views lines with it.
  *
- * Both are held to their Python originals by tests/detect/test_detect_native.py; the engine
+ * All are held to their Python originals by tests/detect/test_detect_native.py; the engine
  * uses the originals when this module is not built (healer.detect._native).
  */
 #define _GNU_SOURCE  /* memrchr */
