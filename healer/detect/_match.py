@@ -20,7 +20,7 @@ import bisect
 import itertools
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from healer.detect import _cache
@@ -63,6 +63,46 @@ def single_line_exact(regex: str) -> bool:
         return _safe_items(list(sre_parse.parse(regex, 0)))
     except Exception:
         return False
+
+
+def single_line_exact_all(regexes: Sequence[str]) -> list[bool]:
+    """``[single_line_exact(r) for r in regexes]``, remembered on disk by the regexes (and
+    Python's version, whose parser decides): parsing a whole catalog costs more at start-up
+    than scanning megabytes."""
+    import sys
+
+    name = _cache.key(b"single-line-exact", repr(sys.version_info[:2]), repr(list(regexes)))
+    blob = _cache.get("exact", name)
+    if blob is not None and len(blob) == len(regexes) and set(blob) <= {0x30, 0x31}:
+        return [b == 0x31 for b in blob]
+    found = [single_line_exact(r) for r in regexes]
+    _cache.put("exact", name, bytes(0x31 if ok else 0x30 for ok in found))
+    return found
+
+
+class _LazySearch:
+    """A regex's ``search``, compiled at its first call, which then puts the compiled search
+    in its place in ``table`` (see ``lazy_searches``)."""
+
+    __slots__ = ("_compile", "_i", "_table")
+
+    def __init__(self, table: list[Any], i: int, compile_: Callable[[], re.Pattern[bytes]]):
+        self._table, self._i, self._compile = table, i, compile_
+
+    def __call__(self, line: Any) -> re.Match[bytes] | None:
+        search = self._compile().search
+        self._table[self._i] = search
+        return search(line)
+
+
+def lazy_searches(compilers: Sequence[Callable[[], re.Pattern[bytes]]]) -> list[Any]:
+    """``[c().search for c in compilers]``, each compiled when first called: most of a
+    catalog's regexes never confirm a line of a given log, and compiling them all is a good
+    part of a scan's start-up. (The catalog checked that they compile.)"""
+    table: list[Any] = []
+    for i, compile_ in enumerate(compilers):
+        table.append(_LazySearch(table, i, compile_))
+    return table
 
 
 def _safe_items(items: list[Any]) -> bool:
@@ -222,6 +262,14 @@ class HyperscanMatcher:
         self._db.scan(view, match_event_handler=on_match, scratch=self._scratch())
         return out
 
+    def collect(self, buf: Any, lo: int, hi: int, handler: Any) -> None:
+        """Scan ``buf[lo:hi]`` with ``handler`` as the match handler: a native collector
+        (``_speedups.Collector``, shifted by ``lo - 1``) that keeps ``candidates``' pairs."""
+        if self._db is None or hi <= lo:
+            return
+        view = buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
+        self._db.scan(view, match_event_handler=handler, scratch=self._scratch())
+
 
 def _compile(hs: Any, patterns: Sequence[Pattern], flags: Sequence[int]) -> Any:
     """A block-mode database, from the content-addressed cache when it was built before."""
@@ -268,7 +316,7 @@ class Suppressor:
 
     def __init__(self, suppressions: Sequence[Suppression], *, use_hyperscan: bool):
         self.suppressions = list(suppressions)
-        self.search = [s.compiled().search for s in self.suppressions]
+        self.search = lazy_searches([s.compiled for s in self.suppressions])
         self.codes = [frozenset(s.codes) for s in self.suppressions]
         everyone = list(range(len(self.suppressions)))
         self._always = everyone

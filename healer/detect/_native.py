@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VERSION = 1  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 2  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
 
 
@@ -25,7 +25,7 @@ def _load() -> Any:
     return _speedups if getattr(_speedups, "VERSION", None) == VERSION else None
 
 
-# The module (parse_iso, confirm_lines, judge_lines, build_hits, filter_hits, make_alerts,
-# json_lines: see _speedups.c) or None. An Engine takes it when it is made; json_lines looks
-# each time.
+# The module (parse_iso, Collector, confirm_lines, view_line, judge_lines, build_hits,
+# filter_hits, make_alerts, json_lines: see _speedups.c) or None. An Engine takes it when it
+# is made; json_lines looks each time.
 speedups = _load()

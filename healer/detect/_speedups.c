@@ -10,8 +10,15 @@
  *       fragments(alert) -> (prefix, suffix) and every alert this code does not
  *       render itself (labels, no pattern, an unusual timestamp) from fallback(alert) -> str.
  *       fragments(alert) is asked once per pattern and source in a call.
+ *   Collector()
+ *       A Hyperscan match handler that keeps (offset, pattern) pairs in C; confirm_lines
+ *       reads it in place of a sorted list of pairs (Engine.scan_block's pass 1).
+ *   view_line(line, document=None)
+ *       healer.detect.lines.view_fields: prefixes, levels and the commonest transcript
+ *       events here, other JSON documents by document(body, source) (lines.view_document);
+ *       judge_lines views lines with it.
  *
- * Both are held to their Python originals by tests/detect/test_detect_native.py; the engine
+ * All are held to their Python originals by tests/detect/test_detect_native.py; the engine
  * uses the originals when this module is not built (healer.detect._native).
  */
 #define _GNU_SOURCE  /* memrchr */
@@ -21,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 1
+#define NATIVE_VERSION 2
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -395,6 +402,151 @@ done:
 }
 
 
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hyperscan's matches, collected without Python                                             */
+
+/* Collector(): a match_event_handler for hyperscan.Database.scan that keeps each match's
+ * (end offset + shift, pattern index) in a C array, instead of a Python function making a
+ * tuple per match; confirm_lines takes it in place of the candidate list. */
+typedef struct {
+    long long off, idx;
+} Cand;
+
+typedef struct {
+    PyObject_HEAD
+    Cand *items;
+    Py_ssize_t len, cap;
+    long long shift;
+} Collector;
+
+static int collector_push(Collector *c, long long off, long long idx) {
+    if (c->len == c->cap) {
+        Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
+        Cand *grown = PyMem_Realloc(c->items, (size_t)cap * sizeof(Cand));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        c->items = grown;
+        c->cap = cap;
+    }
+    c->items[c->len].off = off;
+    c->items[c->len].idx = idx;
+    c->len++;
+    return 0;
+}
+
+/* (id, from, to, flags, context): Hyperscan's end offsets are exclusive and within the view;
+ * shift makes them offsets into the buffer (HyperscanMatcher.candidates' on_match). */
+static PyObject *collector_call(PyObject *self, PyObject *args, PyObject *kw) {
+    Collector *c = (Collector *)self;
+    if (!PyTuple_Check(args) || PyTuple_GET_SIZE(args) < 3) {
+        PyErr_SetString(PyExc_TypeError, "Collector(id, from, to, flags, context)");
+        return NULL;
+    }
+    long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 0));
+    long long to = PyLong_AsLongLong(PyTuple_GET_ITEM(args, 2));
+    if ((idx == -1 || to == -1) && PyErr_Occurred()) return NULL;
+    if (collector_push(c, to + c->shift, idx) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *collector_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    Collector *c = (Collector *)type->tp_alloc(type, 0);
+    if (c != NULL) {
+        c->items = NULL;
+        c->len = c->cap = 0;
+        c->shift = 0;
+    }
+    return (PyObject *)c;
+}
+
+static void collector_dealloc(PyObject *self) {
+    PyMem_Free(((Collector *)self)->items);
+    Py_TYPE(self)->tp_free(self);
+}
+
+/* reset(shift): empty, the next scan's offsets shifted by shift. */
+static PyObject *collector_reset(PyObject *self, PyObject *arg) {
+    Collector *c = (Collector *)self;
+    long long shift = PyLong_AsLongLong(arg);
+    if (shift == -1 && PyErr_Occurred()) return NULL;
+    c->len = 0;
+    c->shift = shift;
+    Py_RETURN_NONE;
+}
+
+/* extend(pairs): (offset, index) pairs found elsewhere (another matcher, ANSI lines). */
+static PyObject *collector_extend(PyObject *self, PyObject *pairs) {
+    PyObject *seq = PySequence_Fast(pairs, "extend() takes (offset, index) pairs");
+    if (seq == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(seq); i++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, i);
+        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+            Py_DECREF(seq);
+            PyErr_SetString(PyExc_TypeError, "extend() takes (offset, index) pairs");
+            return NULL;
+        }
+        long long off = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 0));
+        long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+        if (((off == -1 || idx == -1) && PyErr_Occurred()) ||
+            collector_push((Collector *)self, off, idx) < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
+    }
+    Py_DECREF(seq);
+    Py_RETURN_NONE;
+}
+
+static int cmp_cand(const void *x, const void *y) {
+    const Cand *a = x, *b = y;
+    if (a->off != b->off) return (a->off > b->off) - (a->off < b->off);
+    return (a->idx > b->idx) - (a->idx < b->idx);
+}
+
+/* pairs() -> the (offset, index) pairs, sorted (what the Python loop takes). */
+static PyObject *collector_pairs(PyObject *self, PyObject *unused) {
+    Collector *c = (Collector *)self;
+    qsort(c->items, (size_t)c->len, sizeof(Cand), cmp_cand);
+    PyObject *out = PyList_New(c->len);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < c->len; i++) {
+        PyObject *pair = Py_BuildValue("(LL)", c->items[i].off, c->items[i].idx);
+        if (pair == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyList_SET_ITEM(out, i, pair);
+    }
+    return out;
+}
+
+static Py_ssize_t collector_len(PyObject *self) { return ((Collector *)self)->len; }
+
+static PyMethodDef collector_methods[] = {
+    {"reset", collector_reset, METH_O, "reset(shift): empty; the next offsets shifted."},
+    {"extend", collector_extend, METH_O, "extend(pairs): add (offset, index) pairs."},
+    {"pairs", collector_pairs, METH_NOARGS, "pairs() -> the (offset, index) pairs, sorted."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods collector_seq = {.sq_length = collector_len};
+
+static PyTypeObject CollectorType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "healer.detect._speedups.Collector",
+    .tp_basicsize = sizeof(Collector),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A Hyperscan match handler that collects (offset, index) pairs in C.",
+    .tp_new = collector_new,
+    .tp_dealloc = collector_dealloc,
+    .tp_call = collector_call,
+    .tp_methods = collector_methods,
+    .tp_as_sequence = &collector_seq,
+};
+
 /* ---------------------------------------------------------------------------------------- */
 /* Candidate lines                                                                            */
 
@@ -519,10 +671,17 @@ static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     Pass ps;
     PyObject *cands;
     Py_ssize_t lo, hi, first;
-    if (!PyArg_ParseTuple(args, "OnnO!nO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &PyList_Type,
-                          &cands, &first, &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm,
-                          &PyList_Type, &ps.trusted))
+    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands, &first,
+                          &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm, &PyList_Type,
+                          &ps.trusted))
         return NULL;
+    Collector *col = NULL;
+    if (PyObject_TypeCheck(cands, &CollectorType)) {
+        col = (Collector *)cands;
+    } else if (!PyList_Check(cands)) {
+        PyErr_SetString(PyExc_TypeError, "candidates: a list or a Collector");
+        return NULL;
+    }
     if (PyBytes_CheckExact(ps.buf)) {
         ps.is_bytes = 1;
         ps.data = PyBytes_AS_STRING(ps.buf);
@@ -543,16 +702,29 @@ static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     long long idxs[MAX_IDXS];
     int n = 0;
     Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
-    Py_ssize_t count = PyList_GET_SIZE(cands);
+    Py_ssize_t count;
+    if (col != NULL) {  /* sorted here, as the engine sorts a list before it calls */
+        qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
+        count = col->len;
+    } else {
+        count = PyList_GET_SIZE(cands);
+    }
     for (Py_ssize_t c = 0; c < count; c++) {
-        PyObject *item = PyList_GET_ITEM(cands, c);
-        if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
-            PyErr_SetString(PyExc_TypeError, "candidates must be (offset, index) pairs");
-            goto fail;
+        Py_ssize_t off;
+        long long idx;
+        if (col != NULL) {
+            off = (Py_ssize_t)col->items[c].off;
+            idx = col->items[c].idx;
+        } else {
+            PyObject *item = PyList_GET_ITEM(cands, c);
+            if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 2) {
+                PyErr_SetString(PyExc_TypeError, "candidates must be (offset, index) pairs");
+                goto fail;
+            }
+            off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
+            idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
+            if ((off == -1 || idx == -1) && PyErr_Occurred()) goto fail;
         }
-        Py_ssize_t off = PyLong_AsSsize_t(PyTuple_GET_ITEM(item, 0));
-        long long idx = PyLong_AsLongLong(PyTuple_GET_ITEM(item, 1));
-        if ((off == -1 || idx == -1) && PyErr_Occurred()) goto fail;
         if (off <= le) {
             int seen = 0;
             for (int i = 0; i < n; i++) seen |= idxs[i] == idx;
@@ -620,6 +792,601 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
 }
 
 
+/* ---------------------------------------------------------------------------------------- */
+/* The line model (healer.detect.lines.view_fields), for the lines it can be sure of         */
+
+/* Interned strings: the levels, the parts; set up by the module's init. */
+static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
+    *PART_LOG, *PART_SPEECH;
+
+static int is_ws(unsigned char c) { return is_space(c); }
+static int is_alpha(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
+static int is_alnum(unsigned char c) { return is_alpha(c) || is_digit(c); }
+static int is_word(unsigned char c) { return is_alnum(c) || c == '_'; }
+
+/* Caseless: does s[p:] start with the lower-case word w (within n)? */
+static int starts_ci(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const char *w) {
+    Py_ssize_t k = 0;
+    for (; w[k]; k++)
+        if (p + k >= n || lower(s[p + k]) != (unsigned char)w[k]) return 0;
+    return 1;
+}
+
+static int starts_cs(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const char *w) {
+    size_t k = strlen(w);
+    return p + (Py_ssize_t)k <= n && memcmp(s + p, w, k) == 0;
+}
+
+/* lines._WORDS[word.lower()], or "" (LV_NONE). */
+static PyObject *level_word(const unsigned char *w, Py_ssize_t len) {
+    static const struct { const char *word; int level; } words[] = {
+        {"trace", 0}, {"debug", 1}, {"info", 2}, {"information", 2}, {"notice", 2},
+        {"warn", 3}, {"warning", 3}, {"error", 4}, {"err", 4}, {"fatal", 5},
+        {"critical", 5}, {"crit", 5}, {"panic", 5}, {"emerg", 5}, {"alert", 5},
+        {"dpanic", 5}, {"severe", 4}, {"i", 2}, {"w", 3}, {"e", 4}, {"f", 5}, {"d", 1},
+        {"t", 0}, {NULL, 0}};
+    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+    for (int i = 0; words[i].word; i++) {
+        if ((Py_ssize_t)strlen(words[i].word) == len && starts_ci(w, len, 0, words[i].word))
+            return levels[words[i].level];
+    }
+    return LV_NONE;
+}
+
+/* lines._level_word(int): pino/bunyan and Python numbers. */
+static PyObject *level_number(long v) {
+    if (v >= 60) return LV_FATAL;
+    if (v >= 50) return LV_ERROR;
+    if (v >= 40) return LV_WARN;
+    if (v >= 30) return LV_INFO;
+    if (v >= 20) return LV_DEBUG;
+    return LV_TRACE;
+}
+
+/* lines._KUBECTL.match: the prefix's length, 0 when none; the two names' spans. */
+static Py_ssize_t kubectl_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a1,
+                                 Py_ssize_t *n1, Py_ssize_t *a2, Py_ssize_t *n2) {
+    if (!starts_cs(s, n, 0, "[pod/")) return 0;
+    Py_ssize_t p = 5;
+    while (p < n && s[p] != '/' && s[p] != ']' && !is_ws(s[p])) p++;
+    if (p - 5 < 1 || p - 5 > 253 || p >= n || s[p] != '/') return 0;
+    *a1 = 5;
+    *n1 = p - 5;
+    Py_ssize_t q = ++p;
+    while (q < n && s[q] != ']' && !is_ws(s[q])) q++;
+    if (q - p < 1 || q - p > 63 || q + 1 >= n || s[q] != ']' || s[q + 1] != ' ') return 0;
+    *a2 = p;
+    *n2 = q - p;
+    return q + 2;
+}
+
+/* lines._STAMP.match: its length, 0 when none. */
+static Py_ssize_t stamp_prefix(const unsigned char *s, Py_ssize_t n) {
+    if (n < 20 || find_stamp(s, 19) != 0) return 0;
+    Py_ssize_t p = 19;
+    if (p + 1 < n && (s[p] == '.' || s[p] == ',') && is_digit(s[p + 1])) {
+        Py_ssize_t k = p + 1;
+        while (k < n && is_digit(s[k])) k++;
+        if (k - (p + 1) > 9) return 0;  /* a tenth digit: neither a zone nor the space */
+        p = k;
+    }
+    if (p < n && s[p] == ' ') return p + 1;
+    if (p < n && (s[p] == 'Z' || s[p] == 'z')) {
+        p++;
+    } else if (p + 2 < n && (s[p] == '+' || s[p] == '-') && is_digit(s[p + 1]) &&
+               is_digit(s[p + 2])) {
+        p += 3;
+        if (p < n && s[p] == ':') p++;
+        if (!(p + 1 < n && is_digit(s[p]) && is_digit(s[p + 1]))) return 0;
+        p += 2;
+    } else {
+        return 0;
+    }
+    return p < n && s[p] == ' ' ? p + 1 : 0;
+}
+
+static int compose_char(unsigned char c) { return is_alnum(c) || c == '_' || c == '.' || c == '-'; }
+
+/* lines._COMPOSE.match: its length, 0 when none; the name's length in *name. */
+static Py_ssize_t compose_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *name) {
+    if (n < 1 || !is_alnum(s[0])) return 0;
+    Py_ssize_t p = 1;
+    while (p < n && compose_char(s[p])) p++;
+    if (p > 63) return 0;
+    *name = p;
+    Py_ssize_t q = p;
+    while (q < n && is_ws(s[q])) q++;
+    if (q - p > 40) return 0;
+    return q + 1 < n && s[q] == '|' && s[q + 1] == ' ' ? q + 2 : 0;
+}
+
+/* lines._JSON_LEVEL.search over s[0:n]: the level, or NULL when it finds none. */
+static PyObject *json_level(const unsigned char *s, Py_ssize_t n) {
+    static const char *keys[] = {"level\"", "severity\"", "lvl\"", "levelname\"", "log.level\"",
+                                 "loglevel\"", NULL};
+    for (Py_ssize_t p = 0; p < n; p++) {
+        if (s[p] != '"') continue;
+        for (int k = 0; keys[k]; k++) {
+            if (!starts_cs(s, n, p + 1, keys[k])) continue;
+            Py_ssize_t q = p + 1 + (Py_ssize_t)strlen(keys[k]);
+            while (q < n && is_ws(s[q])) q++;
+            if (q >= n || s[q] != ':') break;
+            q++;
+            while (q < n && is_ws(s[q])) q++;
+            if (q < n && s[q] == '"') {
+                Py_ssize_t a = q + 1, e = a;
+                while (e < n && is_alpha(s[e])) e++;
+                if (e - a >= 1 && e - a <= 12 && e < n && s[e] == '"')
+                    return level_word(s + a, e - a);
+            } else if (q < n && is_digit(s[q])) {
+                Py_ssize_t e = q;
+                long v = 0;
+                while (e < n && is_digit(s[e])) {
+                    if (e - q < 3) v = v * 10 + (s[e] - '0');
+                    e++;
+                }
+                if (e - q <= 3 && (e >= n || !is_word(s[e]))) return level_number(v);
+            }
+            break;  /* the keys exclude each other: no other can match here */
+        }
+    }
+    return NULL;
+}
+
+/* _ANY_LEVEL's first two alternatives and its third one, at p; NULL when none matches. */
+static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p) {
+    static const char *keys[] = {"level=", "lvl=", "severity=", "loglevel=", NULL};
+    static const char *bracketed[] = {"trace", "debug", "info", "information", "notice", "warn",
+                                      "warning", "error", "err", "fatal", "critical", "crit",
+                                      "panic", "emerg", "alert", NULL};
+    static const char *upper[] = {"TRACE", "DEBUG", "INFO", "NOTICE", "WARN", "WARNING",
+                                  "ERROR", "ERR", "FATAL", "CRITICAL", "PANIC", "Info",
+                                  "Warning", "Error", "Critical", "Debug", NULL};
+    /* (?i:(?:^|\s)(?:level|lvl|severity|loglevel)="?([a-z]{3,8})\b) */
+    for (int branch = 0; branch < 2; branch++) {
+        Py_ssize_t at;
+        if (branch == 0) {
+            if (p != 0) continue;
+            at = p;
+        } else {
+            if (!is_ws(s[p])) continue;
+            at = p + 1;
+        }
+        if (at >= n || (lower(s[at]) != 'l' && lower(s[at]) != 's')) continue;
+        for (int k = 0; keys[k]; k++) {
+            if (!starts_ci(s, n, at, keys[k])) continue;
+            Py_ssize_t q = at + (Py_ssize_t)strlen(keys[k]);
+            if (q < n && s[q] == '"') q++;
+            Py_ssize_t e = q;
+            while (e < n && is_alpha(s[e])) e++;
+            if (e - q >= 3 && e - q <= 8 && (e >= n || !is_word(s[e])))
+                return level_word(s + q, e - q);
+        }
+    }
+    /* (?i:[\[<(]\s?(words)\s?[\]>)]) */
+    if (s[p] == '[' || s[p] == '<' || s[p] == '(') {
+        Py_ssize_t at = p + 1;
+        if (at < n && is_ws(s[at])) at++;
+        for (int k = 0; bracketed[k]; k++) {
+            if (!starts_ci(s, n, at, bracketed[k])) continue;
+            Py_ssize_t len = (Py_ssize_t)strlen(bracketed[k]), q = at + len;
+            if (q < n && is_ws(s[q])) q++;
+            if (q < n && (s[q] == ']' || s[q] == '>' || s[q] == ')'))
+                return level_word(s + at, len);
+        }
+    }
+    /* (?:^|[\s:|\-\[])(WORDS)(?=[\s:\]|\-]|$) */
+    for (int branch = 0; branch < 2; branch++) {
+        Py_ssize_t at;
+        if (branch == 0) {
+            if (p != 0) continue;
+            at = p;
+        } else {
+            unsigned char c = s[p];
+            if (!(is_ws(c) || c == ':' || c == '|' || c == '-' || c == '[')) continue;
+            at = p + 1;
+        }
+        if (at >= n || strchr("TDINWEFCP", s[at]) == NULL || s[at] == '\0') continue;
+        for (int k = 0; upper[k]; k++) {
+            if (!starts_cs(s, n, at, upper[k])) continue;
+            Py_ssize_t q = at + (Py_ssize_t)strlen(upper[k]);
+            int end = q == n || (q == n - 1 && s[q] == '\n');
+            if (end || (q < n && (is_ws(s[q]) || s[q] == ':' || s[q] == ']' || s[q] == '|' ||
+                                  s[q] == '-')))
+                return level_word(s + at, q - at);
+        }
+    }
+    return NULL;
+}
+
+/* lines._level_of(body[:96]). */
+static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
+    if (n > 96) n = 96;
+    if (n >= 1 && s[0] == '<') {
+        Py_ssize_t e = 1;
+        long v = 0;
+        while (e < n && is_digit(s[e]) && e <= 3) v = v * 10 + (s[e++] - '0');
+        if (e > 1 && e < n && s[e] == '>' && v < 192) {
+            static const int sys[8] = {5, 5, 5, 4, 3, 2, 2, 1};
+            PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+            return levels[sys[v & 7]];
+        }
+    } else if (n >= 1 && (s[0] == 'I' || s[0] == 'W' || s[0] == 'E' || s[0] == 'F')) {
+        /* ([IWEF])\d{4} \d{2}:\d{2}:\d{2} */
+        if (n >= 14 && is_digit(s[1]) && is_digit(s[2]) && is_digit(s[3]) && is_digit(s[4]) &&
+            s[5] == ' ' && is_digit(s[6]) && is_digit(s[7]) && s[8] == ':' && is_digit(s[9]) &&
+            is_digit(s[10]) && s[11] == ':' && is_digit(s[12]) && is_digit(s[13]))
+            return s[0] == 'I' ? LV_INFO : s[0] == 'W' ? LV_WARN : s[0] == 'E' ? LV_ERROR
+                                                                               : LV_FATAL;
+    }
+    for (Py_ssize_t p = 0; p < n; p++) {
+        PyObject *found = any_level_at(s, n, p);
+        if (found != NULL) return found;
+    }
+    return LV_NONE;
+}
+
+/* Whether the JSON body may be a transcript event (lines._TRANSCRIPT: "type" or "msg": {). */
+static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
+    for (Py_ssize_t p = 0; p < n; p++) {
+        if (s[p] != '"') continue;
+        if (starts_cs(s, n, p, "\"type\"")) return 1;
+        if (starts_cs(s, n, p, "\"msg\":")) {
+            Py_ssize_t q = p + 6;
+            if (q < n && s[q] == ' ') q++;
+            if (q < n && s[q] == '{') return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---- Transcript events read in C: a strict JSON validator that notes the few keys
+ * lines._structured reads first. Whatever it does not accept (NaN, deep nesting, escapes in
+ * the keys or values it reads, anything Python's json might read differently) goes to
+ * lines.view_document: accepting less than json does is always safe. */
+
+typedef struct {
+    const unsigned char *s;
+    Py_ssize_t n, p;
+    int has_msg;                        /* a top-level "msg" key */
+    Py_ssize_t type_at, type_len;       /* the last top-level "type" string (-1: none) */
+    int type_bad;                       /* ... the last one was no plain string */
+    int item_object;                    /* the last top-level "item" value is an object */
+    Py_ssize_t item_type_at, item_type_len;  /* that object's last "type" string (-1: none) */
+    int item_type_bad;
+} Json;
+
+static void j_ws(Json *j) {
+    while (j->p < j->n && (j->s[j->p] == ' ' || j->s[j->p] == '\t' || j->s[j->p] == '\n' ||
+                           j->s[j->p] == '\r'))
+        j->p++;
+}
+
+static int hexdig(unsigned char c) { return is_digit(c) || ((c | 32) >= 'a' && (c | 32) <= 'f'); }
+
+/* A string at p (on its quote): 1 and its content's span, with *plain when it holds no
+ * escape; 0 when not valid (or not plainly UTF-8). */
+static int j_string(Json *j, Py_ssize_t *at, Py_ssize_t *len, int *plain) {
+    const unsigned char *s = j->s;
+    Py_ssize_t p = j->p + 1, n = j->n;
+    *plain = 1;
+    *at = p;
+    while (p < n) {
+        unsigned char c = s[p];
+        if (c == '"') {
+            *len = p - *at;
+            j->p = p + 1;
+            return 1;
+        }
+        if (c < 0x20) return 0;
+        if (c == '\\') {
+            *plain = 0;
+            if (p + 1 >= n) return 0;
+            unsigned char e = s[p + 1];
+            if (e == 'u') {
+                if (p + 5 >= n || !hexdig(s[p + 2]) || !hexdig(s[p + 3]) || !hexdig(s[p + 4]) ||
+                    !hexdig(s[p + 5]))
+                    return 0;
+                p += 6;
+            } else if (strchr("\"\\/bfnrt", e) != NULL && e != 0) {
+                p += 2;
+            } else {
+                return 0;
+            }
+            continue;
+        }
+        if (c < 0x80) {
+            p++;
+            continue;
+        }
+        /* UTF-8, without the surrogates surrogatepass would let through */
+        int more;
+        unsigned char lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) more = 1;
+        else if (c == 0xE0) { more = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) more = 2;
+        else if (c == 0xED) { more = 2; hi = 0x9F; }
+        else if (c >= 0xEE && c <= 0xEF) more = 2;
+        else if (c == 0xF0) { more = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) more = 3;
+        else if (c == 0xF4) { more = 3; hi = 0x8F; }
+        else return 0;
+        if (p + more >= n || s[p + 1] < lo || s[p + 1] > hi) return 0;
+        for (int k = 2; k <= more; k++)
+            if (s[p + k] < 0x80 || s[p + k] > 0xBF) return 0;
+        p += more + 1;
+    }
+    return 0;
+}
+
+static int j_value(Json *j, int depth, int role);
+
+/* role: 0 anywhere, 1 the top-level object, 2 the top-level "item" object */
+static int j_object(Json *j, int depth, int role) {
+    j->p++;  /* { */
+    j_ws(j);
+    if (j->p < j->n && j->s[j->p] == '}') {
+        j->p++;
+        return 1;
+    }
+    for (;;) {
+        if (j->p >= j->n || j->s[j->p] != '"') return 0;
+        Py_ssize_t kat, klen;
+        int kplain;
+        if (!j_string(j, &kat, &klen, &kplain)) return 0;
+        if (role && !kplain) return 0;  /* an escaped key might be one that is read */
+        j_ws(j);
+        if (j->p >= j->n || j->s[j->p] != ':') return 0;
+        j->p++;
+        j_ws(j);
+        if (j->p >= j->n) return 0;
+        const unsigned char *k = j->s + kat;
+        int is_type = klen == 4 && memcmp(k, "type", 4) == 0;
+        int child = 0;
+        if (role == 1 && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
+        if (role == 1 && klen == 4 && memcmp(k, "item", 4) == 0) {
+            j->item_object = j->s[j->p] == '{';
+            j->item_type_at = -1;
+            j->item_type_bad = 0;
+            child = j->item_object ? 2 : 0;
+        }
+        if (is_type && role) {
+            Py_ssize_t *at = role == 1 ? &j->type_at : &j->item_type_at;
+            Py_ssize_t *len = role == 1 ? &j->type_len : &j->item_type_len;
+            int *bad = role == 1 ? &j->type_bad : &j->item_type_bad;
+            if (j->s[j->p] == '"') {
+                int plain;
+                if (!j_string(j, at, len, &plain)) return 0;
+                *bad = !plain;
+            } else {
+                *at = -1;
+                *bad = 1;
+                if (!j_value(j, depth + 1, 0)) return 0;
+            }
+        } else if (!j_value(j, depth + 1, child)) {
+            return 0;
+        }
+        j_ws(j);
+        if (j->p >= j->n) return 0;
+        if (j->s[j->p] == '}') {
+            j->p++;
+            return 1;
+        }
+        if (j->s[j->p] != ',') return 0;
+        j->p++;
+        j_ws(j);
+    }
+}
+
+static int j_value(Json *j, int depth, int role) {
+    if (depth > 64 || j->p >= j->n) return 0;
+    const unsigned char *s = j->s;
+    unsigned char c = s[j->p];
+    if (c == '{') return j_object(j, depth, role);
+    if (c == '[') {
+        j->p++;
+        j_ws(j);
+        if (j->p < j->n && s[j->p] == ']') {
+            j->p++;
+            return 1;
+        }
+        for (;;) {
+            if (!j_value(j, depth + 1, 0)) return 0;
+            j_ws(j);
+            if (j->p >= j->n) return 0;
+            if (s[j->p] == ']') {
+                j->p++;
+                return 1;
+            }
+            if (s[j->p] != ',') return 0;
+            j->p++;
+            j_ws(j);
+        }
+    }
+    if (c == '"') {
+        Py_ssize_t at, len;
+        int plain;
+        return j_string(j, &at, &len, &plain);
+    }
+    if (c == 't') return starts_cs(s, j->n, j->p, "true") ? (j->p += 4, 1) : 0;
+    if (c == 'f') return starts_cs(s, j->n, j->p, "false") ? (j->p += 5, 1) : 0;
+    if (c == 'n') return starts_cs(s, j->n, j->p, "null") ? (j->p += 4, 1) : 0;
+    /* -?(0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)? — and nothing json reads otherwise (NaN ...) */
+    Py_ssize_t p = j->p, n = j->n;
+    if (s[p] == '-') p++;
+    if (p >= n || !is_digit(s[p])) return 0;
+    Py_ssize_t first = p;
+    if (s[p] == '0') p++;
+    else while (p < n && is_digit(s[p])) p++;
+    if (p - first > 100) return 0;  /* int() refuses very long numbers */
+    if (p < n && s[p] == '.') {
+        p++;
+        if (p >= n || !is_digit(s[p])) return 0;
+        while (p < n && is_digit(s[p])) p++;
+    }
+    if (p < n && (s[p] == 'e' || s[p] == 'E')) {
+        p++;
+        if (p < n && (s[p] == '+' || s[p] == '-')) p++;
+        if (p >= n || !is_digit(s[p])) return 0;
+        while (p < n && is_digit(s[p])) p++;
+    }
+    j->p = p;
+    return 1;
+}
+
+static int span_is(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, const char *word) {
+    return at >= 0 && (size_t)len == strlen(word) && memcmp(s + at, word, (size_t)len) == 0;
+}
+
+/* lines._structured's (level, part) for the commonest transcript events — a Claude Code
+ * assistant message, a Codex item event — of the JSON document s[0:n]; 0 when Python must
+ * read it. */
+static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **level,
+                            PyObject **part) {
+    Json j = {s, n, 0, 0, -1, 0, 0, 0, -1, 0, 0};
+    j_ws(&j);
+    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, 1)) return 0;
+    j_ws(&j);
+    if (j.p != n || j.type_bad || j.type_at < 0) return 0;
+    if (span_is(s, j.type_at, j.type_len, "assistant")) {
+        *level = LV_INFO;
+        *part = PART_SPEECH;
+        return 1;
+    }
+    if (!(span_is(s, j.type_at, j.type_len, "item.started") ||
+          span_is(s, j.type_at, j.type_len, "item.updated") ||
+          span_is(s, j.type_at, j.type_len, "item.completed")))
+        return 0;
+    /* _claude_event knows no item event; a "msg" would be read before it: let Python */
+    if (j.has_msg || !j.item_object || j.item_type_bad || j.item_type_at < 0) return 0;
+    Py_ssize_t at = j.item_type_at, len = j.item_type_len;
+    if (span_is(s, at, len, "agent_message") || span_is(s, at, len, "reasoning") ||
+        span_is(s, at, len, "todo_list") || span_is(s, at, len, "file_change")) {
+        *level = LV_INFO;
+        *part = PART_SPEECH;
+    } else if (span_is(s, at, len, "command_execution")) {
+        return 0;
+    } else if (span_is(s, at, len, "error")) {
+        *level = LV_ERROR;
+        *part = PART_LOG;
+    } else {
+        *level = LV_INFO;
+        *part = PART_LOG;
+    }
+    return 1;
+}
+
+/* view_fields(line): the prefixes, plain-text levels and JSON records with a level field
+ * here; a JSON document to read (a transcript event, a record without a level field) by
+ * document(body, source) (lines.view_document) when it is given. NULL without an error when
+ * the Python original must decide: escape codes, or a document and no document(). */
+static PyObject *view_native(PyObject *line, PyObject *document) {
+    int is_bytes = PyBytes_CheckExact(line);
+    if (!is_bytes && !PyByteArray_CheckExact(line)) return NULL;
+    const unsigned char *s;
+    Py_ssize_t n;
+    if (line_data(line, &s, &n) < 0) return NULL;
+    Py_ssize_t b = 0, e = n;
+    if (e > b && s[e - 1] == '\n') e--;
+    if (e > b && s[e - 1] == '\r') e--;
+    if (memchr(s, 0x1b, (size_t)e) != NULL) return NULL;
+    PyObject *source = NULL;
+    if (!(e > b && s[b] == '{')) {
+        for (int round = 0; round < 3; round++) {
+            Py_ssize_t len = e - b;
+            const unsigned char *at = s + b;
+            if (len >= 1 && at[0] == '[') {
+                Py_ssize_t a1, n1, a2, n2;
+                Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
+                if (got) {
+                    char name[4 + 253 + 1 + 63];
+                    memcpy(name, "pod/", 4);
+                    memcpy(name + 4, at + a1, (size_t)n1);
+                    name[4 + n1] = '/';
+                    memcpy(name + 5 + n1, at + a2, (size_t)n2);
+                    Py_XDECREF(source);
+                    source = PyUnicode_DecodeASCII(name, 5 + n1 + n2, "replace");
+                    if (source == NULL) return NULL;
+                    b += got;
+                    continue;
+                }
+            }
+            if (len >= 1 && is_digit(at[0])) {
+                Py_ssize_t got = stamp_prefix(at, len);
+                if (got) {
+                    b += got;
+                    continue;
+                }
+            }
+            if (source == NULL && len >= 1 && is_alnum(at[0]) &&
+                memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
+                Py_ssize_t name;
+                Py_ssize_t got = compose_prefix(at, len, &name);
+                if (got) {
+                    source = PyUnicode_DecodeASCII((const char *)at, name, "replace");
+                    if (source == NULL) return NULL;
+                    b += got;
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    PyObject *level = NULL;
+    Py_ssize_t j = b;
+    if (j < e && s[j] == ' ')
+        while (j < e && is_ws(s[j])) j++;
+    int read_document = 0;
+    PyObject *part = PART_LOG;
+    if (j < e && s[j] == '{') {
+        if (!transcript_marker(s + b, e - b)) level = json_level(s + b, e - b);
+        else if (!transcript_event(s + b, e - b, &level, &part)) level = NULL;
+        if (level == NULL) {  /* a document to read: Python's json decides */
+            if (document == NULL || document == Py_None) {
+                Py_XDECREF(source);
+                return NULL;
+            }
+            read_document = 1;
+        }
+    } else {
+        level = text_level(s + b, e - b);
+    }
+    PyObject *body;
+    if (b == 0 && e == n) {
+        body = line;
+        Py_INCREF(body);
+    } else {  /* a slice keeps the line's type, as in Python */
+        body = is_bytes ? PyBytes_FromStringAndSize((const char *)s + b, e - b)
+                        : PyByteArray_FromStringAndSize((const char *)s + b, e - b);
+    }
+    if (body == NULL) {
+        Py_XDECREF(source);
+        return NULL;
+    }
+    if (source == NULL) {
+        source = LV_NONE;
+        Py_INCREF(source);
+    }
+    if (read_document) {
+        PyObject *v = PyObject_CallFunctionObjArgs(document, body, source, NULL);
+        Py_DECREF(body);
+        Py_DECREF(source);
+        return v;
+    }
+    return Py_BuildValue("(NONO)", body, level, source, part);
+}
+
+/* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
+ * tests. */
+static PyObject *view_line(PyObject *self, PyObject *args) {
+    PyObject *line, *document = Py_None;
+    if (!PyArg_ParseTuple(args, "O|O:view_line", &line, &document)) return NULL;
+    PyObject *got = view_native(line, document);
+    if (got == NULL && !PyErr_Occurred()) Py_RETURN_NONE;
+    return got;
+}
+
+
 /* A pattern index from Python, checked against the catalog's size; -1 with an error set. */
 static Py_ssize_t pattern_index(PyObject *obj, Py_ssize_t npats) {
     Py_ssize_t i = PyLong_AsSsize_t(obj);
@@ -628,12 +1395,13 @@ static Py_ssize_t pattern_index(PyObject *obj, Py_ssize_t npats) {
     return -1;
 }
 
-/* judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies): the first loop
- * of Engine._hits. */
+/* judge_lines(found, view_fields, speech, rank, min_rank, document=None) -> (judged, bodies):
+ * the first loop of Engine._hits; lines are viewed by view_native (with document), else by
+ * view_fields. */
 static PyObject *judge_lines(PyObject *self, PyObject *args) {
-    PyObject *found, *view_fields, *speech, *rank, *min_rank;
-    if (!PyArg_ParseTuple(args, "O!OOO!O!:judge_lines", &PyList_Type, &found, &view_fields,
-                          &speech, &PyDict_Type, &rank, &PyList_Type, &min_rank))
+    PyObject *found, *view_fields, *speech, *rank, *min_rank, *document = Py_None;
+    if (!PyArg_ParseTuple(args, "O!OOO!O!|O:judge_lines", &PyList_Type, &found, &view_fields,
+                          &speech, &PyDict_Type, &rank, &PyList_Type, &min_rank, &document))
         return NULL;
     PyObject *judged = PyList_New(0), *bodies = PyList_New(0), *empty = PyUnicode_New(0, 127);
     if (judged == NULL || bodies == NULL || empty == NULL) goto fail;
@@ -657,7 +1425,8 @@ static PyObject *judge_lines(PyObject *self, PyObject *args) {
                 goto fail;
             }
         } else {
-            PyObject *v = PyObject_CallOneArg(view_fields, line);
+            PyObject *v = view_native(line, document);  /* the Python original when it cannot tell */
+            if (v == NULL && !PyErr_Occurred()) v = PyObject_CallOneArg(view_fields, line);
             if (v == NULL) goto fail;
             if (!PyTuple_Check(v) || PyTuple_GET_SIZE(v) != 4) {
                 Py_DECREF(v);
@@ -1038,9 +1807,15 @@ static PyMethodDef methods[] = {
      "json_lines(alerts, fragments, fallback) -> str: the alerts as JSON Lines."},
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
-     "(newlines, found): Engine.scan_block's pass 1."},
+     "(newlines, found): Engine.scan_block's pass 1 (candidates: a sorted list of "
+     "(offset, index) pairs, or a Collector)."},
+    {"view_line", view_line, METH_VARARGS,
+     "view_line(line, document=None) -> (body, level, source, part) | None: "
+     "lines.view_fields, JSON documents read by document(body, source) (None: ask "
+     "view_fields)."},
     {"judge_lines", judge_lines, METH_VARARGS,
-     "judge_lines(found, view_fields, speech, rank, min_rank) -> (judged, bodies)."},
+     "judge_lines(found, view_fields, speech, rank, min_rank, document=None) -> "
+     "(judged, bodies)."},
     {"build_hits", build_hits, METH_VARARGS,
      "build_hits(judged, sup_cands, generic, single, window, windowed, keep, resolve, "
      "parse_ts, lookback) -> hits."},
@@ -1058,7 +1833,21 @@ static struct PyModuleDef module = {
 };
 
 PyMODINIT_FUNC PyInit__speedups(void) {
+    struct { PyObject **slot; const char *text; } names[] = {
+        {&LV_TRACE, "trace"}, {&LV_DEBUG, "debug"}, {&LV_INFO, "info"}, {&LV_WARN, "warn"},
+        {&LV_ERROR, "error"}, {&LV_FATAL, "fatal"}, {&LV_NONE, ""}, {&PART_LOG, "log"},
+        {&PART_SPEECH, "speech"}};
+    for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+        if (*names[k].slot == NULL && (*names[k].slot = PyUnicode_InternFromString(
+                                           names[k].text)) == NULL)
+            return NULL;
+    }
+    if (PyType_Ready(&CollectorType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
+    if (m != NULL && PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
     if (m != NULL && PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0) {
         Py_DECREF(m);
         return NULL;

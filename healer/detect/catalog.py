@@ -111,8 +111,7 @@ class Catalog(NamedTuple):
         if not path:
             return cls.embedded()
         name = str(path)
-        user_data = _load_checked(_read_bytes(Path(path)), name)
-        user = cls.from_data(user_data, source=name, check_schema=False)
+        user_data, user = _load_checked(_read_bytes(Path(path)), name)
         if mode == "replace":
             if not user.patterns:
                 raise CatalogError("a replacing catalog needs at least one pattern", file=name)
@@ -125,15 +124,19 @@ class Catalog(NamedTuple):
         return _embedded()
 
     @classmethod
-    def from_data(cls, data: Any, *, source: str = "<catalog>", check_schema: bool = True
-                  ) -> Catalog:
-        """Build a catalog from parsed YAML/JSON, raising ``CatalogError`` on any problem."""
+    def from_data(cls, data: Any, *, source: str = "<catalog>", check_schema: bool = True,
+                  check_regexes: bool = True) -> Catalog:
+        """Build a catalog from parsed YAML/JSON, raising ``CatalogError`` on any problem.
+        ``check_regexes=False``: the data passed these checks before (compiling every regex to
+        check it is a third of the catalog's load)."""
         if not isinstance(data, Mapping):
             raise CatalogError("expected a mapping with `patterns` (and `suppress`)", file=source)
         if check_schema:
             _check_schema(data, source)
-        patterns = tuple(_pattern(p, i, source) for i, p in enumerate(data.get("patterns", ())))
-        sups = tuple(_suppression(s, i, source) for i, s in enumerate(data.get("suppress", ())))
+        patterns = tuple(_pattern(p, i, source, check_regexes)
+                         for i, p in enumerate(data.get("patterns", ())))
+        sups = tuple(_suppression(s, i, source, check_regexes)
+                     for i, s in enumerate(data.get("suppress", ())))
         _check_unique([p.id for p in patterns], source, "patterns")
         _check_unique([s.id for s in sups], source, "suppress")
         cat = cls(patterns, sups, (source,))
@@ -217,11 +220,13 @@ def _read_bytes(path: Path) -> bytes:
         raise CatalogError(f"cannot read catalog: {exc.strerror}", file=str(path)) from None
 
 
-def _load_checked(raw: bytes, name: str) -> Any:
-    """Parse and schema-check a catalog text. Texts that passed are remembered by content
-    (as JSON): the check needs jsonschema and YAML, whose imports alone cost more than
-    scanning 100 MB of log."""
+def _load_checked(raw: bytes, name: str) -> tuple[Any, Catalog]:
+    """Parse, schema-check and build a catalog text: (its data, the catalog). Texts that
+    passed every check are remembered by content (as JSON), and are not checked again: the
+    schema check needs jsonschema and YAML, whose imports alone cost more than scanning 100 MB
+    of log, and the regex check compiles every regex."""
     import json
+    import sys
 
     from healer.detect import _cache
     from healer.resources import bundle_path
@@ -230,20 +235,25 @@ def _load_checked(raw: bytes, name: str) -> Any:
         schema = bundle_path("schemas", "catalog.schema.json").read_bytes()
     except OSError:
         schema = b""
-    entry = _cache.key(raw, schema)
+    # What `re` accepts may change with Python's version: it is part of the name.
+    entry = _cache.key(raw, schema, b"regexes checked", repr(sys.version_info[:2]))
     cached = _cache.get("catalog", entry) if schema else None
     if cached is not None:
         try:
-            return json.loads(cached)
+            data = json.loads(cached)
         except ValueError:
             pass
+        else:
+            return data, Catalog.from_data(data, source=name, check_schema=False,
+                                           check_regexes=False)
     data = _parse(raw, name)
     if not isinstance(data, Mapping):
         raise CatalogError("expected a mapping with `patterns` (and `suppress`)", file=name)
     _check_schema(data, name)
+    catalog = Catalog.from_data(data, source=name, check_schema=False)
     if schema:
         _cache.put("catalog", entry, json.dumps(data).encode())
-    return data
+    return data, catalog
 
 
 def _parse(raw: bytes, name: str) -> Any:
@@ -269,8 +279,7 @@ _EMBEDDED_CACHE: dict[str, Catalog] = {}
 def _embedded() -> Catalog:
     cached = _EMBEDDED_CACHE.get("cat")
     if cached is None:
-        data = _load_checked(_read_bytes(EMBEDDED), str(EMBEDDED))
-        cached = Catalog.from_data(data, source=str(EMBEDDED), check_schema=False)
+        _, cached = _load_checked(_read_bytes(EMBEDDED), str(EMBEDDED))
         _EMBEDDED_CACHE["cat"] = cached
     return cached
 
@@ -304,7 +313,7 @@ def _compile_check(regex: str, flags: int, *, source: str, pid: str, key: str) -
                            "line", file=source, pattern_id=pid, key=key)
 
 
-def _pattern(raw: Mapping[str, Any], i: int, source: str) -> Pattern:
+def _pattern(raw: Mapping[str, Any], i: int, source: str, check: bool = True) -> Pattern:
     key = f"patterns[{i}]"
     p = Pattern(
         id=raw["id"], regex=raw["regex"], code=raw["code"], priority=int(raw["priority"]),
@@ -314,18 +323,21 @@ def _pattern(raw: Mapping[str, Any], i: int, source: str) -> Pattern:
         generic=bool(raw.get("generic", False)), source=source, index=i,
         min_level=str(raw.get("min_level", "warn")), failure_class=str(raw.get("class", "")),
     )
-    _compile_check(p.regex, p.flags, source=source, pid=p.id, key=key)
+    if check:
+        _compile_check(p.regex, p.flags, source=source, pid=p.id, key=key)
     return p
 
 
-def _suppression(raw: Mapping[str, Any], i: int, source: str) -> Suppression:
+def _suppression(raw: Mapping[str, Any], i: int, source: str, check: bool = True
+                 ) -> Suppression:
     s = Suppression(
         id=raw["id"], regex=raw["regex"], reason=raw.get("reason", ""),
         codes=tuple(raw.get("codes", ())), case_sensitive=bool(raw.get("case_sensitive", False)),
         source=source,
     )
-    flags = 0 if s.case_sensitive else re.IGNORECASE
-    _compile_check(s.regex, flags, source=source, pid=s.id, key=f"suppress[{i}]")
+    if check:
+        flags = 0 if s.case_sensitive else re.IGNORECASE
+        _compile_check(s.regex, flags, source=source, pid=s.id, key=f"suppress[{i}]")
     return s
 
 

@@ -50,6 +50,7 @@ from healer.detect.lines import (
     SourceStarts,
     judge,
     needs_view,
+    view_document,
     view_fields,
 )
 from healer.errors import UnavailableError, UsageError
@@ -94,7 +95,7 @@ class Engine:
         self.clock = clock
         pats = catalog.patterns
         self._patterns = pats
-        self._confirm = [p.compiled().search for p in pats]
+        self._confirm = _match.lazy_searches([p.compiled for p in pats])
         self._generic = [p.generic for p in pats]
         self._rank = [SEVERITY_RANK[p.severity] for p in pats]
         self._min_rank = [RANK[p.min_level] for p in pats]
@@ -109,8 +110,10 @@ class Engine:
                 self.matchers.append(_match.ReMatcher(hm.leftover))
             # A pattern that cannot span lines and means the same to both engines needs no
             # confirming when Hyperscan reports it on a line.
-            for p in hm.patterns:
-                if p.id not in hm.prefiltered and _match.single_line_exact(p.regex):
+            exact = [p for p in hm.patterns if p.id not in hm.prefiltered]
+            for p, ok in zip(exact, _match.single_line_exact_all([p.regex for p in exact]),
+                             strict=True):
+                if ok:
                     self._confirm[p.index] = _trusted
         else:
             self.matchers.append(_match.ReMatcher(pats))
@@ -198,6 +201,9 @@ class Engine:
         """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads).
 
         A hit's line index counts from ``first`` (the lines before this block)."""
+        sp = self._speedups
+        if sp is not None and type(buf) in (bytes, bytearray):
+            return self._scan_block_native(sp, buf, lo, hi, tail, first)
         if len(self.matchers) == 1:
             cands = self.matchers[0].candidates(buf, lo, hi)
         else:
@@ -211,6 +217,33 @@ class Engine:
         if ansi:
             cands = self._clean_candidates(cands, ansi)
         cands.sort()
+        return self._pass1(buf, lo, hi, tail, first, cands, cleaned)
+
+    def _scan_block_native(self, sp: Any, buf: Any, lo: int, hi: int, tail: list[bytes],
+                           first: int) -> tuple[int, list[RawHit], list[bytes]]:
+        """``scan_block`` with the native module: Hyperscan hands its matches to a C collector
+        (no Python call, tuple or sort per match) that pass 1 in C reads as it is."""
+        cands = sp.Collector()
+        cands.reset(lo - 1)  # Hyperscan's exclusive end offsets within the view → buf offsets
+        for m in self.matchers:
+            if isinstance(m, _match.HyperscanMatcher):
+                m.collect(buf, lo, hi, cands)
+            else:
+                cands.extend(m.candidates(buf, lo, hi))
+        ansi = _match.ansi_lines(buf, lo, hi)
+        cleaned = {ls: text for ls, _, text in ansi}
+        if ansi:  # (the fast path keeps the raw candidates of ANSI lines: pass 1 skips them)
+            cands.extend(self._clean_candidates([], ansi))
+        got = sp.confirm_lines(buf, lo, hi, cands, first, cleaned, self._confirm, self._trusted)
+        if got is NotImplemented:  # a line with too many candidates for the C loop
+            return self._pass1(buf, lo, hi, tail, first, cands.pairs(), cleaned)
+        newlines, found = got
+        return newlines, self._pass2(buf, lo, found, tail), _tail_heads(buf, lo, hi, tail)
+
+    def _pass1(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int,
+               cands: list[tuple[int, int]], cleaned: dict[int, bytes]
+               ) -> tuple[int, list[RawHit], list[bytes]]:
+        """``scan_block`` from its sorted candidates."""
         if self._speedups is not None:  # the loop below, in C
             got = self._speedups.confirm_lines(buf, lo, hi, cands, first, cleaned,
                                                self._confirm, self._trusted)
@@ -319,7 +352,8 @@ class Engine:
         min_rank, single = self._min_rank, self._single
         sp = self._speedups
         if sp is not None and type(buf) in (bytes, bytearray):  # both loops below, in C
-            judged, bodies = sp.judge_lines(found, view_fields, SPEECH, RANK, min_rank)
+            judged, bodies = sp.judge_lines(found, view_fields, SPEECH, RANK, min_rank,
+                                            view_document)
             return sp.build_hits(
                 judged, self._suppressor.candidates(bodies), generic, single, window, windowed,
                 keep, self._resolve, parse_ts,

@@ -166,17 +166,39 @@ def view_fields(line: bytes) -> tuple[bytes, str, str, str]:
                         _JSON_WORDS.clear()
                     _JSON_WORDS[found] = word
                 return body, word, source, LOG
-        doc = _json(body)
-        if doc is not None:
-            level, part = _structured(doc)
-            return body, level, source, part
+        return view_document(body, source)
     return body, _level(body), source, LOG
+
+
+def view_document(body: bytes, source: str) -> tuple[bytes, str, str, str]:
+    """``view_fields`` of a line whose ``body`` (prefixes off, from ``source``) starts a JSON
+    document that must be read: a transcript event, or a record without a level field. The
+    native line model (healer.detect._native) strips the prefixes and hands such lines here."""
+    doc = _json(body)
+    if doc is not None:
+        level, part = _structured(doc)
+        return body, level, source, part
+    return body, _level(body), source, LOG
+
+
+_scan_json = json.JSONDecoder().scan_once
+_JSON_SPACE = " \t\n\r"  # json.decoder.WHITESPACE
 
 
 def _json(text: bytes) -> dict[str, Any] | None:
     try:
-        doc = json.loads(text)
-    except ValueError:
+        if text[1:2] == b"\x00":  # UTF-16 or UTF-32: json.loads detects it
+            doc = json.loads(text)
+        else:
+            # What json.loads(text) does for a body that starts with "{" or a space (no BOM,
+            # no NUL), without its encoding detection and the decoder's two regex calls: half
+            # of its time on a transcript line.
+            s = text.decode("utf-8", "surrogatepass")
+            start = 0 if s[:1] == "{" else len(s) - len(s.lstrip(_JSON_SPACE))
+            doc, end = _scan_json(s, start)
+            if end != len(s) and s[end:].lstrip(_JSON_SPACE):
+                return None  # extra data
+    except (ValueError, StopIteration):
         return None
     return doc if isinstance(doc, dict) else None
 

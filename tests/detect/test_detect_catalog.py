@@ -121,6 +121,16 @@ class TestUserCatalog:
         assert list((_private_cache / "detect").glob("catalog-*"))
         assert Catalog.load(path) == first
 
+    def test_a_catalog_whose_regex_fails_is_never_remembered(self, tmp_path: Path,
+                                                               _private_cache: Path) -> None:
+        """A remembered catalog's regexes are not compiled again to check them, so one that
+        passed the schema but not the regex check is not remembered: it fails every time."""
+        path = write(tmp_path, {"patterns": [dict(PATTERN, regex="(unclosed")]})
+        for _ in range(2):
+            with pytest.raises(CatalogError, match="does not compile"):
+                Catalog.load(path, "replace")
+        assert not list((_private_cache / "detect").glob("catalog-*"))
+
 
 class TestCatalogErrors:
     def expect(self, tmp_path: Path, data: object, *needles: str) -> CatalogError:

@@ -439,3 +439,38 @@ def test_catalog_yaml_roundtrip_file(tmp_path: Path) -> None:
          "case_sensitive": True}]}))
     eng = Engine(Catalog.load(path, "replace"))
     assert by_line(eng.scan_bytes(b"reason: OOMKilled\nreason: oomkilled\n")) == {1: {"X1"}}
+
+
+def test_regexes_are_compiled_when_they_first_confirm_a_line() -> None:
+    """lazy_searches: each entry behaves as the compiled regex's search from its first call,
+    when it puts the compiled search in its place; regexes never called are never compiled."""
+    from healer.detect import _match
+
+    compiled: list[str] = []
+
+    def compiler(rx: bytes) -> object:
+        def compile_() -> object:
+            compiled.append(rx.decode())
+            return __import__("re").compile(rx)
+        return compile_
+
+    table = _match.lazy_searches([compiler(b"time.?out"), compiler(b"refused")])
+    assert compiled == []
+    assert table[1](b"connection refused") is not None and table[1](b"ok") is None
+    assert compiled == ["refused"] and table[1] == __import__("re").compile(b"refused").search
+    assert not isinstance(table[0], type(table[1]))  # still waiting
+
+
+def test_which_regexes_need_no_confirming_is_remembered(_private_cache: Path) -> None:
+    """single_line_exact_all: single_line_exact for each regex, from the on-disk cache the
+    second time (and the same when the entry is damaged)."""
+    from healer.detect import _match
+
+    regexes = [r"connection refused", r"\bOOMKilled\b", r"^fatal", r"a\sb", r"x[^y]z"]
+    want = [_match.single_line_exact(r) for r in regexes]
+    assert want == [True, True, False, False, False]
+    assert _match.single_line_exact_all(regexes) == want
+    [entry] = (_private_cache / "detect").glob("exact-*")
+    assert _match.single_line_exact_all(regexes) == want
+    entry.write_bytes(b"garbage")
+    assert _match.single_line_exact_all(regexes) == want

@@ -143,9 +143,100 @@ def test_the_native_judge_views_the_lines_needs_view_names() -> None:
         viewed.append(bytes(line))
         return (line, "", "", lines.LOG)
 
-    judged, bodies = _native.speedups.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
-    assert viewed == [bytes(f[2]) for f in found if lines.needs_view(f[2])]
+    sp = _native.speedups
+    judged, bodies = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    # The native line model views what it can; the rest goes to view_fields (here: `view`).
+    assert viewed == [bytes(f[2]) for f in found
+                      if lines.needs_view(f[2]) and sp.view_line(f[2]) is None]
     assert len(judged) == len(bodies) == len(found)
+    for f, row in zip(found, judged, strict=True):
+        if not lines.needs_view(f[2]):
+            assert row[4:] == (f[2], "", "")
+        elif sp.view_line(f[2]) is not None:
+            body, level, source, _ = lines.view_fields(f[2])
+            assert row[4:] == (body, source, level)
+
+
+# Pieces of lines for the line model: every prefix, level and JSON form, whole, cut, too long
+# and next to each other (the regexes' backtracking edges).
+_PIECES = [
+    b"[pod/a-1/main] ", b"[pod/x/y/z] ", b"[pod//c] ", b"[pod/a/b]", b"[pod/a b/c] ",
+    b"[pod/" + b"n" * 253 + b"/c] ", b"[pod/" + b"n" * 254 + b"/c] ",
+    b"[pod/a/" + b"c" * 63 + b"] ",
+    b"[pod/a/" + b"c" * 64 + b"] ", b"[pod/\xc3\xa9/c] ", b"2024-05-01T10:00:00Z ",
+    b"2024-05-01 10:00:00.123 ", b"2024-05-01T10:00:00.123456789 ",
+    b"2024-05-01T10:00:00.1234567890 ", b"2024-05-01T10:00:00+05:30 ",
+    b"2024-05-01T10:00:00+0530 ", b"2024-05-01T10:00:00+05:3 ", b"2024-05-01T10:00:00z",
+    b"2024-05-01T10:00:00,5-01:00 ", b"2024-05-01T10:00:00. ", b"2024-05-01T10:00:00Zx ",
+    b"web-1  | ", b"web_1\t| ", b"w" * 63 + b" | ", b"w" * 64 + b" | ", b"api" + b" " * 40 + b"| ",
+    b"api" + b" " * 41 + b"| ", b"a.b-c| ", b"x |", b"-bad | ", b"{", b" {", b"\t{", b"}",
+    b'"type"', b'"msg": {', b'"msg":{', b'"msg":  {', b'"level"', b'"levelname"', b'"log.level"',
+    b'"lvl"', b'"severity"', b'"loglevel"', b" : ", b":", b'"INFO"', b'"warning"', b'"e"',
+    b'"abcdefghijkl"', b'"abcdefghijklm"', b'"Err"', b"30", b"50", b"1234", b"5x", b"60,",
+    b"level=", b"LVL=", b'severity="', b"loglevel=", b"info", b"warning", b"error2",
+    b"abcdefgh", b"abcdefghi", b"err_", b"[", b"<", b"(", b"]", b">", b")", b" ", b"\t", b"INFO",
+    b"WARN", b"WARNING", b"ERR", b"Error", b"Critical", b"Debug", b"CRIT", b"notice",
+    b"information", b"PANIC", b"FATAL", b"TRACE", b":", b"|", b"-", b"x", b"\r", b"\n",
+    b"\x1b[31m", b"<134>", b"<3>", b"<191>", b"<192>", b"<1234>", b"<12", b"I0501 10:00:00",
+    b"E1231 23:59:59.1", b"W0101 10:00:0", b"F0501 10:00:00 ", b"connection refused", b"\xff",
+    b"\x00", b"0", b"9", b"a" * 90, b"_",
+    b'{"type":"assistant","message":{"content":[{"type":"text","text":"timeout"}]}}',
+    b'{"type":"user","message":{"content":[{"type":"tool_result","is_error":true}]}}',
+    b'{"msg":{"type":"agent_message"}}', b'{"level":"error","msg":"x"}',
+]
+
+
+def _assert_native_view(line: bytes | bytearray) -> bool:
+    """The native view of ``line`` is view_fields' (True when it decided without Python)."""
+    want = lines.view_fields(line)
+    got = _native.speedups.view_line(line, lines.view_document)
+    if got is None:  # escape codes: left to view_fields
+        assert b"\x1b" in line
+    else:
+        assert got == want and type(got[0]) is type(want[0]), line
+    alone = _native.speedups.view_line(line)
+    assert alone is None or alone == want, line
+    return alone is not None
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(4))
+def test_the_native_line_model_is_view_fields(seed: int) -> None:
+    """view_fields in C (kubectl, timestamp and compose prefixes, plain-text, syslog, klog and
+    JSON-field levels; JSON documents handed to lines.view_document), on pieces of lines
+    put together at random."""
+    rnd = random.Random(seed)
+    decided = 0
+    for _ in range(8000):
+        line = b"".join(rnd.choice(_PIECES) for _ in range(rnd.randint(1, 8)))
+        if rnd.random() < 0.3:
+            line += b"\n"
+        for form in (line, bytearray(line)):
+            decided += _assert_native_view(form)
+    assert decided > 8000  # most of them without Python
+
+
+@needs_native
+def test_the_native_line_model_on_the_realistic_corpus() -> None:
+    """Every line of the realistic mixed-format corpus (kubectl and compose prefixes, logfmt,
+    JSON, klog, ANSI, Claude Code and Codex transcripts) is viewed as view_fields views it."""
+    import realistic_corpus
+
+    for text, _ in realistic_corpus.generate(20000, seed=7):
+        _assert_native_view(text.encode("utf-8") + b"\n")
+
+
+def test_a_json_body_is_read_as_json_loads_reads_it() -> None:
+    """lines._json skips json.loads's encoding detection: the same documents, the same
+    refusals (invalid UTF-8, lone surrogates, UTF-16, not an object)."""
+    for text in [b'{"a": 1}', b' {"a": "\\ud800"}', b'{"a": "\xff"}', b'{"a": "\xed\xa0\x80"}',
+                 b'{\x00"\x00}\x00', b"{", b" [1]", b'{"a": "\xc3\xa9"}', b"{}", b' \t{"a":1} \r\n',
+                 b'{"a":1} x', b'{"a":1}{}', b'{"a":1}\x0b', b"  ", b' {"a": [1, {"b": null}]}  ']:
+        try:
+            want = json.loads(text)
+        except ValueError:
+            want = None
+        assert lines._json(text) == (want if isinstance(want, dict) else None), text
 
 
 @needs_native
@@ -170,3 +261,78 @@ def test_native_pass_one_is_the_python_loop(seed: int) -> None:
             want = python.scan_block(buf, lo, len(data), [], 5)
             got = native.scan_block(buf, lo, len(data), [], 5)
             assert got == want and want[0] == data.count(b"\n", lo)
+
+
+@needs_native
+def test_the_collector_holds_what_the_python_handler_would() -> None:
+    """Hyperscan's matches kept in C (_speedups.Collector): the pairs the Python handler of
+    HyperscanMatcher.candidates makes, and pass 1 reads them as it reads the sorted list,
+    NotImplemented included (a line with more candidates than the C loop holds)."""
+    from healer.detect import _match
+
+    sp = _native.speedups
+    catalog = Catalog.load()
+    matcher = _match.HyperscanMatcher(catalog.patterns)
+    data = b"ok\nconnection refused; panicked at x\n\nfatal error: timeout\nok\n" * 50
+    confirm = [p.compiled().search for p in catalog.patterns]
+    trusted = [False] * len(confirm)
+    for lo in (0, 3):
+        col = sp.Collector()
+        col.reset(lo - 1)
+        matcher.collect(data, lo, len(data), col)
+        col.extend([(lo, 0)])
+        want = sorted([*matcher.candidates(data, lo, len(data)), (lo, 0)])
+        assert len(col) == len(want) and col.pairs() == want
+        assert sp.confirm_lines(data, lo, len(data), col, 7, {}, confirm, trusted) == \
+            sp.confirm_lines(data, lo, len(data), want, 7, {}, confirm, trusted)
+    crowded = sp.Collector()
+    crowded.extend([(0, i) for i in range(65)])
+    many = (confirm * 2)[:65]
+    assert sp.confirm_lines(data, 0, len(data), crowded, 0, {}, many, [False] * 65) is \
+        NotImplemented
+    assert crowded.pairs() == [(0, i) for i in range(65)]
+    with pytest.raises(TypeError):
+        sp.confirm_lines(data, 0, len(data), (), 0, {}, confirm, trusted)
+
+
+_EVENT_TYPES = ["assistant", "assistant", "item.completed", "item.started", "item.updated",
+                "user", "result", "error", "x", 5, None]
+_ITEM_TYPES = ["agent_message", "reasoning", "todo_list", "file_change", "command_execution",
+               "error", "other", 3, None]
+_JSON_SNIPS = [b'"type": "assistant"', b'"type":"item.completed"', b'"msg": {}', b",", b"{",
+               b"}", b"[", b"]", b'"', b"\\", b"\\u00", b"NaN", b"-Infinity", b"1e", b"01",
+               b"-", b"\x00", b"\x1f", b"\xff", b"\xed\xa0\x80", b"\xc3\xa9",
+               b"\xf0\x9f\x98\x80", b" ", b"\t", b"\x0b", b'"type": 5',
+               b'"typ\\u0065": "assistant"', b'"it\\u0065m": {}', b"9" * 120, b"true", b"nul",
+               b'"item": {"type": "agent_message"}', b'"item": {"type": "error", "type": 1}']
+
+
+@needs_native
+@pytest.mark.parametrize("seed", range(3))
+def test_the_native_transcript_events_are_view_document(seed: int) -> None:
+    """Claude Code assistant messages and Codex item events read in C: the same view as
+    json + lines._structured, on documents with repeated keys (the last one counts), escaped
+    keys, nesting, and bytes broken at random (invalid JSON or UTF-8 goes to Python)."""
+    rnd = random.Random(seed)
+    events = 0
+    for _ in range(6000):
+        doc: dict[str, object] = {}
+        for _ in range(rnd.randint(0, 4)):
+            key = rnd.choice(["type", "type", "item", "msg", "message", "subtype", "text"])
+            doc[key] = rnd.choice([rnd.choice(_EVENT_TYPES), [1, 2.5e3, -0.1, True, None],
+                                   {"type": rnd.choice(_ITEM_TYPES), "text": "timeout é"},
+                                   "x\ny", {"a": {"b": [{}]}}])
+        text = json.dumps(doc, ensure_ascii=rnd.random() < 0.5,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")])).encode()
+        if rnd.random() < 0.3:
+            text = text.replace(b'"type"', b'"type": "assistant", "type"', 1)
+        for _ in range(rnd.choice([0, 0, 0, 1, 2])):
+            pos = rnd.randint(0, len(text))
+            text = text[:pos] + rnd.choice(_JSON_SNIPS) + text[pos + rnd.choice([0, 1]):]
+        text = rnd.choice([b"", b"", b" ", b" \t"]) + text + rnd.choice([b"", b"", b" ", b"\r"])
+        if rnd.random() < 0.3:
+            text = rnd.choice([b"[pod/a/b] ", b"2024-05-01T10:00:00Z ", b"web-1 | "]) + text
+        _assert_native_view(text)
+        got = _native.speedups.view_line(text)
+        events += got is not None and b'"type"' in text
+    assert events > 100  # (most documents here are broken or of other kinds)
