@@ -42,8 +42,10 @@ class Store(abc.ABC):
         self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None,
         durable: bool = True,
     ) -> Record:
-        """Write a record. ``durable=False``: for derived records that can be rebuilt
-        (counters, indexes) a backend may skip the flush to disk; atomicity stays."""
+        """Write a record, visible to every reader when this returns. ``durable=False``: for
+        derived records that can be rebuilt (counters, indexes) a backend may skip the flush to
+        disk; atomicity stays. A durable write is on disk when this returns only under
+        ``store.sync: always``; otherwise ``sync()`` waits for it."""
 
     @abc.abstractmethod
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool: ...
@@ -62,6 +64,11 @@ class Store(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; the file store holds none."""
+
+    def sync(self) -> None:  # noqa: B027 - optional hook
+        """Block until every durable write this process made survives a power loss. The
+        file store batches its fsyncs (``store.sync``); a server-side store has nothing to
+        wait for here."""
 
     def stamp(self, kind: str, key: str) -> object | None:
         """A cheap token that changes whenever the record changes, or None if the backend

@@ -7,7 +7,10 @@
     <state>/sets/<set>/<key>              membership markers (e.g. the active sessions)
 
 Reads take no lock: every write is a rename, so a reader sees the old or the new record,
-never half of one.
+never half of one. Durable writes are group-committed (``healer.core.store.commit``): the
+record is visible when ``put`` returns; its fsyncs (file and folder) are batched by the
+process's one flusher. ``sync="always"`` (setting ``store.sync``) waits for the batch in every
+``put``; ``"batched"`` (the default) does not, and ``sync()`` waits for everything so far.
 """
 
 from __future__ import annotations
@@ -24,16 +27,22 @@ from filelock import FileLock, Timeout
 from healer.core.files import atomic_create_bytes, atomic_write_bytes
 from healer.core.names import safe_name
 from healer.core.store.base import Clock, Record, Store
+from healer.core.store.commit import SYNC_MODES, GroupCommit, process_commit
 from healer.errors import ConflictError, StoreError
 
 
 class FileStore(Store):
     """Records as JSON files under the state dir, for one machine (many processes)."""
 
-    def __init__(self, root: Path | str, *, clock: Clock = time.time, lock_timeout: float = 30):
+    def __init__(self, root: Path | str, *, clock: Clock = time.time, lock_timeout: float = 30,
+                 sync: str = "batched", commit: GroupCommit | None = None):
+        if sync not in SYNC_MODES:
+            raise StoreError(f"store.sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
         self.root = Path(root)
         self._clock = clock
         self._lock_timeout = lock_timeout
+        self.sync_mode = sync
+        self.commit = commit or process_commit()
         self._made: set[Path] = set()
         self._paths: dict[tuple[str, str], Path] = {}
 
@@ -123,10 +132,10 @@ class FileStore(Store):
         if expected_revision == 0:
             # Create-only needs no lock: link(2) refuses an existing target atomically.
             rec = self._encode(kind, key, 1, data)
-            if not atomic_create_bytes(path, self._bytes(rec), durable=durable):
+            if not atomic_create_bytes(path, self._bytes(rec), durable=False):
                 current = self._read(path)
                 raise ConflictError(kind, key, 0, current.revision if current else None)
-            return rec
+            return self._committed(path, rec, durable)
         try:
             with self._lock(kind, key):
                 try:
@@ -139,10 +148,22 @@ class FileStore(Store):
                 if expected_revision is not None and expected_revision != actual:
                     raise ConflictError(kind, key, expected_revision, actual or None)
                 rec = self._encode(kind, key, actual + 1, data)
-                atomic_write_bytes(path, self._bytes(rec), durable=durable)
-                return rec
+                atomic_write_bytes(path, self._bytes(rec), durable=False)
         except Timeout as exc:
             raise StoreError(f"{kind}/{key}: lock not acquired in {self._lock_timeout}s") from exc
+        return self._committed(path, rec, durable)  # the wait, if any, outside the lock
+
+    def _committed(self, path: Path, rec: Record, durable: bool) -> Record:
+        """Hand a durable write to the group commit (and wait for it under ``always``)."""
+        if durable:
+            ticket = self.commit.written(path)
+            if self.sync_mode == "always":
+                self.commit.wait(ticket)
+        return rec
+
+    def sync(self) -> None:
+        """Block until every durable write this process made is on disk."""
+        self.commit.sync()
 
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool:
         path = self._path(kind, key)
