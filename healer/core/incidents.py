@@ -225,6 +225,13 @@ class Ledger:
         # Repeats the gate judges as before: counted here, written once a second.
         self.repeats = Repeats(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
         _LIVE.add(self)
+        store.on_close(self.close)
+
+    def close(self) -> None:
+        """Write what this ledger gathered (repeats, counters, ring moves): at exit, or
+        when its store closes."""
+        self.repeats.close()
+        self.flush()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -895,8 +902,7 @@ def _flush_all() -> None:
     """A CLI process (``healer report``) exits right after its one report: count it."""
     for ledger in list(_LIVE):
         try:
-            ledger.repeats.close()
-            ledger.flush()
+            ledger.close()
         except Exception:
             log.warning("incident counters not written at exit")
 
