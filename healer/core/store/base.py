@@ -93,6 +93,13 @@ class Store(abc.ABC):
         file store batches its fsyncs (``store.sync``); a server-side store has nothing to
         wait for here."""
 
+    @property
+    def writes_wait(self) -> bool:
+        """Whether a write may wait long (a network round trip, the disk under
+        ``store.sync: always``): async callers then run it in a thread, and otherwise on
+        their loop (a thread hand-off costs more than the write)."""
+        return True
+
     def stamp(self, kind: str, key: str) -> object | None:
         """A cheap token that changes whenever the record changes, or None if the backend
         has none (callers then re-read). Lets hot paths cache records safely."""

@@ -77,13 +77,17 @@ class GroupCommit:
         path = os.fspath(path)
         with self._cond:
             self._written += 1
+            first = not self._files
             self._files[path] = None
             self._dirs[os.path.dirname(path) or "."] = None
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="healer-group-commit",
                                                 daemon=True)
                 self._thread.start()
-            self._cond.notify_all()
+            # Wake the flusher only to start a batch or to cut a full one short: waking it on
+            # every write would hand the GIL back and forth for nothing.
+            if first or len(self._files) >= MAX_BATCH:
+                self._cond.notify_all()
             return self._written
 
     def wait(self, ticket: int, timeout: float | None = None) -> None:
