@@ -143,7 +143,8 @@ class Sanitizer:
         Cached when the glue is short (then it holds nothing worth keeping secret)."""
         parts = set()
         n = len(text)
-        for s, e, rep in hits:
+        for hit in hits:
+            s, e, rep = _changed(text, *hit)
             if ((s == 0 or text[s - 1] in _NEUTRAL) and (e == n or text[e] in _NEUTRAL)
                     and rep.startswith(MARK) and rep.find("]") == len(rep) - 1):
                 parts.add("[]")  # the common case: one marker between spaces or brackets
@@ -198,6 +199,21 @@ class Sanitizer:
     def host_allowed(self, host: str) -> bool:
         host = host.lower().rstrip(".")
         return host in self._allowed or host.endswith(self._allowed_suffixes)
+
+
+def _changed(text: str, s: int, e: int, rep: str) -> Hit:
+    """The part of a hit its replacement really changes. A replacement that keeps the
+    matched text's own start or end around its marker (``Bearer `` before a token's marker,
+    ``password=`` before a value's) changes only what lies between: the kept text is glue like
+    any other text beside the marker, so ``Bearer [REDACTED-TOKEN]`` wakes nobody (it woke
+    the bearer rule itself, which then ran a second time for nothing)."""
+    k = rep.find(MARK)
+    if k > 0 and text.startswith(rep[:k], s, e):
+        s, rep = s + k, rep[k:]
+    end = rep.rfind("]") + 1
+    if 0 < end < len(rep) and e - (len(rep) - end) >= s and text.endswith(rep[end:], s, e):
+        e, rep = e - (len(rep) - end), rep[:end]
+    return s, e, rep
 
 
 def _occurrences(text: str, own: Iterable[str]) -> list[tuple[int, int]]:
