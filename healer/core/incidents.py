@@ -90,6 +90,7 @@ FLUSH_EVERY_S = 1.0
 
 Clock = Callable[[], float]
 Refire = Callable[[dict[str, Any], float], str]
+Fields = dict[str, Any] | Callable[[], dict[str, Any]] | None
 
 
 @dataclass(frozen=True)
@@ -343,12 +344,13 @@ class Ledger:
 
     # --- intake -------------------------------------------------------------------------------
 
-    def receive(self, signal: Signal, *, fields: dict[str, Any] | None = None,
+    def receive(self, signal: Signal, *, fields: Fields = None,
                 refire: Refire | None = None, decision: Decision | None = None,
                 merge: Callable[[dict[str, Any]], None] | None = None) -> Receipt:
         """File one signal: open, count, reopen or resolve its incident.
 
-        ``fields``: kind-specific data stored with a new (or reopened) incident.
+        ``fields``: kind-specific data stored with a new (or reopened) incident, or a function
+        making it (called only when it is stored: a repeat that is only counted needs none).
         ``refire(incident, now)`` decides what a firing signal does to a ``fixed`` or
         ``resolved`` incident (``reopened``, ``regression`` or ``duplicate``); by default a
         resolved one reopens and a fixed one is a duplicate.
@@ -366,7 +368,7 @@ class Ledger:
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             if signal.status == FIRING:
-                new = self._firing(cur, signal, fields or {}, now, out, refire)
+                new = self._firing(cur, signal, fields, now, out, refire)
                 if cur is not None and merge is not None:
                     merge(new)
                     if new.get("about"):  # what the capability folded in, within the limits
@@ -402,7 +404,7 @@ class Ledger:
         if cur is None or cur.get("status") not in (OPEN, HEALING):
             return None
         out: dict[str, str] = {}
-        new = self._firing(dict(cur), signal, {}, now, out, None)
+        new = self._firing(dict(cur), signal, None, now, out, None)
         _gate(new, decision, now)
         new["updated_at"] = now
         if out.get("action") != "duplicate" or not counting_only(cur, new):
@@ -413,7 +415,7 @@ class Ledger:
         data = self.repeats.overlay(signal.id, cur)
         return Receipt(signal.id, "duplicate", str(data.get("status", "")), data)
 
-    def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: dict[str, Any],
+    def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: Fields,
                 now: float, out: dict[str, str], refire: Refire | None) -> dict[str, Any]:
         if cur is None:
             out["action"] = "opened"
@@ -422,7 +424,7 @@ class Ledger:
                    "severity": signal.severity, "summary": signal.summary[:500],
                    "count": signal.count, "first_seen": now, "last_seen": now,
                    "attempts": 0, "attempt_ids": [], "rejections": {},
-                   "detail": dict(signal.detail), "trust": signal.trust, **fields}
+                   "detail": dict(signal.detail), "trust": signal.trust, **_made(fields)}
             if signal.about:
                 rec["about"] = dict(signal.about)
             if signal.reporters:
@@ -447,7 +449,7 @@ class Ledger:
                       ("reopened" if status == RESOLVED else "duplicate"))
         if action in ("reopened", "regression"):
             cur.pop("threshold", None)  # a new opening counts its occurrences anew
-            cur.update(fields)
+            cur.update(_made(fields))
             cur.update(status=OPEN, summary=signal.summary[:500] or cur.get("summary", ""),
                        severity=signal.severity, resolved_at=None, resolved_by=None,
                        stop_requested=False, reopened=int(cur.get("reopened", 0)) + 1)
@@ -918,6 +920,10 @@ def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
         cur["rejections"] = rej
     if not cur.get("history") or cur["history"][-1].get("reason") != decision.reason:
         _hist(cur, now, "gate", reason=decision.reason)
+
+
+def _made(fields: Fields) -> dict[str, Any]:
+    return (fields() if callable(fields) else fields) or {}
 
 
 def _matches(data: dict[str, Any], kind: str | None, status: str | None) -> bool:
