@@ -240,7 +240,12 @@ class Ledger:
         if not is_safe_name(iid):
             return None
         rec = self.store.get(INCIDENTS, iid)
-        return self.repeats.overlay(iid, rec.data) if rec else None
+        if rec is None:
+            return None
+        data = rec.data
+        for ledger in self._siblings():  # repeats counted by any ledger of this process
+            data = ledger.repeats.overlay(iid, data)
+        return data
 
     def require(self, iid: str) -> dict[str, Any]:
         found = self.get(iid)

@@ -17,6 +17,7 @@ import pytest
 
 from healer.testing.api import ServeProcess
 from healer.testing.loop import healer_env
+from healer.testing.wait import wait_for
 
 REPORT = {"error_type": "KeyError", "error_message": "'user_id'",
           "call_site": "src/app/users.py:load_user"}
@@ -69,10 +70,17 @@ class TestNoModel:
         events = [e["event"] for e in one.json()["audit"]]
         assert events == ["opened", "gate"]  # the repeat is counted, not logged again
 
-        status = healer(env, "status")
-        assert status.returncode == 0, status.stderr
-        assert "incidents: code 1 open" in status.stdout
-        assert f"{inc['id']} [open] KeyError in src/app/users.py:load_user (×2" in status.stdout
+        # Another process: the server writes its counters and counted repeats within a
+        # second (healer.core.incidents, healer.core.repeats), so the CLI sees them by then.
+        line = f"{inc['id']} [open] KeyError in src/app/users.py:load_user (×2"
+
+        def current() -> subprocess.CompletedProcess[str] | None:
+            out = healer(env, "status")
+            assert out.returncode == 0, out.stderr
+            ok = "incidents: code 1 open" in out.stdout and line in out.stdout
+            return out if ok else None
+
+        status = wait_for(current, timeout=10)
         assert "No model available" in status.stdout
 
     def test_metrics_count_reports_made_by_another_process(self, server: ServeProcess,
