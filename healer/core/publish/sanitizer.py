@@ -74,6 +74,10 @@ class Sanitizer:
         # The root as a whole path component: "/srv/app/x" → "x", "/srv/app" → ".", but
         # "/srv/application" stays.
         self._root_re = re.compile(re.escape(self.root) + r"(?:/|(?![\w.-]))") if root else None
+        # A root no proper prefix of which ends it cannot overlap itself: then, when every
+        # occurrence is followed by "/", a plain replace does what the regex does (faster).
+        r = self.root
+        self._root_plain = bool(r) and not any(r.endswith(r[:k]) for k in range(1, len(r)))
         hosts = {h.lower().strip(".") for h in (*DEFAULT_ALLOWED_HOSTS, *allowed_hosts) if h}
         self._allowed = frozenset(hosts)
         self._allowed_suffixes = tuple("." + h for h in hosts) + _RESERVED_SUFFIXES
@@ -98,7 +102,10 @@ class Sanitizer:
             return text
         original = text
         if self._root_re is not None and self.root in text:
-            text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
+            if self._root_plain and text.count(self.root) == text.count(self.root + "/"):
+                text = text.replace(self.root + "/", "")
+            else:
+                text = self._root_re.sub(lambda m: "" if m.group(0).endswith("/") else ".", text)
         view = View(text)
         census = self._census(text)
         everyone = range(len(self._detectors))
