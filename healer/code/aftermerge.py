@@ -132,12 +132,13 @@ class AfterMerge:
 
     def watched_fix(self, fingerprint: str, *, at: float | None = None) -> dict[str, Any] | None:
         """The fingerprint's newest attempt, when it is a merged fix still watched."""
-        newest = self.attempts.for_fingerprint(fingerprint)[:1]
-        merged = merged_at(newest[0]) if newest else None
+        newest = self.attempts.newest_for(fingerprint)
+        merged = merged_at(newest) if newest else None
         now = self.clock() if at is None else at
-        if merged is None or not 0 <= now - merged <= self.settings.context.watch_s:
+        if newest is None or merged is None or \
+                not 0 <= now - merged <= self.settings.context.watch_s:
             return None
-        return newest[0]
+        return newest
 
     def recurrence(self, fingerprint: str, *, release: str = "",
                    releases: Mapping[str, Any] | None = None,

@@ -131,6 +131,13 @@ class StoreSettings:
         "file", "`file`: records under the state dir (one machine). `jetstream`: NATS JetStream "
         "key-value buckets shared by every node's healer.", env="HEALER_STORE",
     )
+    sync: Literal["batched", "always"] = setting(
+        "batched", "When a durable write of the `file` backend reaches the disk. Both: the record "
+        "is visible to every process at once, and the fsyncs of a process's writes are batched "
+        "(one flusher, a few ms). `batched`: a write returns before its batch is synced, so a "
+        "power loss (not a crash of healer) can lose the last few ms of writes. `always`: each "
+        "write waits for its batch.", env="HEALER_STORE_SYNC",
+    )
     nats_urls: list[str] = setting(["nats://127.0.0.1:4222"], "NATS servers for `jetstream`.",
                                    env="HEALER_NATS_URLS")
     bucket: str = setting("healer", "JetStream key-value bucket holding the records.")

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _fsync_dir(folder: Path) -> None:
+def _fsync_dir(folder: Path | str) -> None:
     # The rename is only durable once the directory entry is on disk.
     with contextlib.suppress(OSError):
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
@@ -27,18 +27,20 @@ def _fsync_dir(folder: Path) -> None:
             os.close(fd)
 
 
-def _write_temp(path: Path, data: bytes, mode: int, durable: bool = True) -> Path:
+def _write_temp(path: str, data: bytes, mode: int, durable: bool = True) -> str:
     # O_EXCL | O_NOFOLLOW: a name someone planted (a symlink to a file of theirs or ours) is
-    # never written through; a fresh random name is tried instead.
+    # never written through; a fresh random name is tried instead. Plain strings, not
+    # pathlib: on the store's hot path the path objects cost more than the write.
+    folder, name = os.path.split(path)
     for _ in range(100):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        tmp = os.path.join(folder, f".{name}.{secrets.token_hex(6)}.tmp")
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
             fd = os.open(tmp, flags, 0o600)
         except FileExistsError:
             continue
         except FileNotFoundError:  # the folder first (not on every write: a syscall saved)
-            path.parent.mkdir(parents=True, exist_ok=True)
+            os.makedirs(folder or ".", exist_ok=True)
             fd = os.open(tmp, flags, 0o600)
         break
     else:
@@ -61,17 +63,17 @@ def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
                        durable: bool = True) -> Path:
     """Replace ``path`` with ``data`` atomically and (unless ``durable`` is false: derived
     data that can be rebuilt) durably."""
-    path = Path(path)
-    tmp = _write_temp(path, data, mode, durable)
+    name = os.fspath(path)
+    tmp = _write_temp(name, data, mode, durable)
     try:
-        os.replace(tmp, path)
+        os.replace(tmp, name)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     if durable:
-        _fsync_dir(path.parent)
-    return path
+        _fsync_dir(os.path.dirname(name) or ".")
+    return path if isinstance(path, Path) else Path(path)
 
 
 def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
@@ -81,17 +83,17 @@ def atomic_create_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
     Returns False (and writes nothing) when the file already exists. Uses link(2), which
     fails if the target exists, so content and existence appear together.
     """
-    path = Path(path)
-    tmp = _write_temp(path, data, mode, durable)
+    name = os.fspath(path)
+    tmp = _write_temp(name, data, mode, durable)
     try:
-        os.link(tmp, path)
+        os.link(tmp, name)
     except FileExistsError:
         return False
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
     if durable:
-        _fsync_dir(path.parent)
+        _fsync_dir(os.path.dirname(name) or ".")
     return True
 
 

@@ -33,6 +33,13 @@ recently changed ids (``incident-index/recent``) for paging, and one record of c
 (``incident-stats/all``: incidents by kind and status, gate decisions, attempts,
 escalations, what the flood limits dropped) that ``/metrics`` and ``healer status`` read
 whichever process wrote them.
+
+The counters and the ring are folded in memory: each write adds its deltas (``+1 open``,
+``-1 healing``, "move this id to the end") to the process's pending batch, and one
+compare-and-set per record applies the batch to what is stored — so another process's
+updates are never overwritten — at most ``FLUSH_EVERY_S`` after the first (a timer), when a
+flood limit drops something, and at exit. Every ledger of this process on the same store shows
+the pending deltas at once (``stats``, the ring); other processes see them within the window.
 """
 
 from __future__ import annotations
@@ -50,15 +57,17 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from healer.core import about as _about
-from healer.core import approval, repeats
+from healer.core import approval
 from healer.core import thresholds as th
 from healer.core.audit import Audit
 from healer.core.gate import Decision
 from healer.core.names import is_safe_name
-from healer.core.repeats import counting_only
+from healer.core.repeats import Repeats, counting_only
 from healer.core.store import Store
 from healer.core.trust import ANONYMOUS, ANONYMOUS_SET, LEVELS, TRUSTED
 from healer.errors import NotFoundError, UsageError
+
+log = logging.getLogger(__name__)
 
 INCIDENTS = "incidents"
 INDEX, RECENT = "incident-index", "recent"
@@ -81,6 +90,7 @@ FLUSH_EVERY_S = 1.0
 
 Clock = Callable[[], float]
 Refire = Callable[[dict[str, Any], float], str]
+Fields = dict[str, Any] | Callable[[], dict[str, Any]] | None
 
 
 @dataclass(frozen=True)
@@ -211,10 +221,18 @@ class Ledger:
         self.thresholds = {k: v for k, v in (thresholds or {}).items() if not v.trivial}
         self._lock = threading.Lock()
         self._pending: list[tuple[tuple[str, ...], int]] = []
-        self._flushed = time.monotonic()
+        self._touched: dict[str, None] = {}  # ids to move to the ring's end, oldest first
+        self._timer: threading.Timer | None = None
         # Repeats the gate judges as before: counted here, written once a second.
-        self.repeats = repeats.shared(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
+        self.repeats = Repeats(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
         _LIVE.add(self)
+        store.on_close(self.close)
+
+    def close(self) -> None:
+        """Write what this ledger gathered (repeats, counters, ring moves): at exit, or
+        when its store closes."""
+        self.repeats.close()
+        self.flush()
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -222,7 +240,12 @@ class Ledger:
         if not is_safe_name(iid):
             return None
         rec = self.store.get(INCIDENTS, iid)
-        return self.repeats.overlay(iid, rec.data) if rec else None
+        if rec is None:
+            return None
+        data = rec.data
+        for ledger in self._siblings():  # repeats counted by any ledger of this process
+            data = ledger.repeats.overlay(iid, data)
+        return data
 
     def require(self, iid: str) -> dict[str, Any]:
         found = self.get(iid)
@@ -302,24 +325,37 @@ class Ledger:
 
     def _recent(self) -> list[str]:
         rec = self.store.get(INDEX, RECENT)
-        return list(rec.data.get("ids", [])) if rec else []
+        ids = list(rec.data.get("ids", [])) if rec else []
+        touched: list[str] = []
+        for ledger in self._siblings():
+            with ledger._lock:
+                touched += ledger._touched
+        return _ring(ids, touched) if touched else ids
 
     def stats(self) -> dict[str, Any]:
         """The shared counters, with this process's not yet written counts added."""
         rec = self.store.get(STATS, STATS_KEY)
         data = json.loads(json.dumps(rec.data)) if rec else empty_stats()
-        with self._lock:
-            pending = list(self._pending)
+        pending: list[tuple[tuple[str, ...], int]] = []
+        for ledger in self._siblings():
+            with ledger._lock:
+                pending += ledger._pending
         return _apply(data, pending) if pending else data
+
+    def _siblings(self) -> list[Ledger]:
+        """The ledgers of this process on this store (whose unwritten counts are ours too)."""
+        where = _where(self.store)
+        return [led for led in list(_LIVE) if led is self or _where(led.store) == where]
 
     # --- intake -------------------------------------------------------------------------------
 
-    def receive(self, signal: Signal, *, fields: dict[str, Any] | None = None,
+    def receive(self, signal: Signal, *, fields: Fields = None,
                 refire: Refire | None = None, decision: Decision | None = None,
                 merge: Callable[[dict[str, Any]], None] | None = None) -> Receipt:
         """File one signal: open, count, reopen or resolve its incident.
 
-        ``fields``: kind-specific data stored with a new (or reopened) incident.
+        ``fields``: kind-specific data stored with a new (or reopened) incident, or a function
+        making it (called only when it is stored: a repeat that is only counted needs none).
         ``refire(incident, now)`` decides what a firing signal does to a ``fixed`` or
         ``resolved`` incident (``reopened``, ``regression`` or ``duplicate``); by default a
         resolved one reopens and a fixed one is a duplicate.
@@ -337,7 +373,7 @@ class Ledger:
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
             if signal.status == FIRING:
-                new = self._firing(cur, signal, fields or {}, now, out, refire)
+                new = self._firing(cur, signal, fields, now, out, refire)
                 if cur is not None and merge is not None:
                     merge(new)
                     if new.get("about"):  # what the capability folded in, within the limits
@@ -373,7 +409,7 @@ class Ledger:
         if cur is None or cur.get("status") not in (OPEN, HEALING):
             return None
         out: dict[str, str] = {}
-        new = self._firing(dict(cur), signal, {}, now, out, None)
+        new = self._firing(dict(cur), signal, None, now, out, None)
         _gate(new, decision, now)
         new["updated_at"] = now
         if out.get("action") != "duplicate" or not counting_only(cur, new):
@@ -384,7 +420,7 @@ class Ledger:
         data = self.repeats.overlay(signal.id, cur)
         return Receipt(signal.id, "duplicate", str(data.get("status", "")), data)
 
-    def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: dict[str, Any],
+    def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: Fields,
                 now: float, out: dict[str, str], refire: Refire | None) -> dict[str, Any]:
         if cur is None:
             out["action"] = "opened"
@@ -393,7 +429,7 @@ class Ledger:
                    "severity": signal.severity, "summary": signal.summary[:500],
                    "count": signal.count, "first_seen": now, "last_seen": now,
                    "attempts": 0, "attempt_ids": [], "rejections": {},
-                   "detail": dict(signal.detail), "trust": signal.trust, **fields}
+                   "detail": dict(signal.detail), "trust": signal.trust, **_made(fields)}
             if signal.about:
                 rec["about"] = dict(signal.about)
             if signal.reporters:
@@ -418,7 +454,7 @@ class Ledger:
                       ("reopened" if status == RESOLVED else "duplicate"))
         if action in ("reopened", "regression"):
             cur.pop("threshold", None)  # a new opening counts its occurrences anew
-            cur.update(fields)
+            cur.update(_made(fields))
             cur.update(status=OPEN, summary=signal.summary[:500] or cur.get("summary", ""),
                        severity=signal.severity, resolved_at=None, resolved_by=None,
                        stop_requested=False, reopened=int(cur.get("reopened", 0)) + 1)
@@ -771,17 +807,15 @@ class Ledger:
         return data
 
     def _touch_recent(self, iid: str) -> None:
-        def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
-            ids = [i for i in (cur or {}).get("ids", []) if i != iid]
-            return {"ids": [*ids, iid][-RECENT_SIZE:]}
-
-        self.store.update(INDEX, RECENT, fn, durable=False)  # derived: rebuildable
+        with self._lock:
+            self._touched.pop(iid, None)
+            self._touched[iid] = None
+            self._soon()
 
     def _count(self, kind: str, old: str | None, new: str | None, *, opened: bool = False,
                stat: tuple[str, str] | None = None, source: str = "") -> None:
-        """Move the shared counters. A status change is written at once (it is what lists
-        and ``healer status`` total); event counts (gate decisions, attempts, escalations)
-        are gathered and written at most once a second, and when the process exits."""
+        """Move the shared counters: gathered here, written within ``FLUSH_EVERY_S`` (and
+        when the process exits); this process's ledgers count them at once."""
         ops: list[tuple[tuple[str, ...], int]] = []
         if old:
             ops.append((("status", kind, old), -1))
@@ -796,29 +830,66 @@ class Ledger:
                 ops.append((("sources", source, label), 1))
         with self._lock:
             self._pending.extend(ops)
-            due = bool(old or new or opened) or \
-                time.monotonic() - self._flushed >= FLUSH_EVERY_S
-        if due:
+            self._soon()
+
+    def _soon(self) -> None:
+        """A flush within the window (under ``_lock``)."""
+        if self._timer is None:
+            self._timer = threading.Timer(FLUSH_EVERY_S, self._due)
+            self._timer.daemon = True
+            self._timer.name = "healer-incident-counters"
+            self._timer.start()
+
+    def _due(self) -> None:
+        try:
             self.flush()
+        except Exception:
+            log.warning("incident counters not written; kept for the next try", exc_info=True)
 
     def flush(self) -> None:
-        """Write the gathered counts (one compare-and-set of the counters record)."""
+        """Write the gathered counts and ring moves: one compare-and-set of each record,
+        applied to what is stored then (deltas, so no other process's update is lost)."""
         with self._lock:
             ops, self._pending = self._pending, []
-            self._flushed = time.monotonic()
-        if not ops:
-            return
+            touched, self._touched = list(self._touched), {}
+            timer, self._timer = self._timer, None
+        if timer is not None and timer is not threading.current_thread():
+            timer.cancel()
         try:
-            self.store.update(STATS, STATS_KEY, lambda cur: _apply(cur or empty_stats(), ops),
-                              durable=False)  # counters: derived, rebuildable
+            if touched:  # derived records, rebuildable: no flush to disk needed
+                self.store.update(INDEX, RECENT, lambda cur: {"ids": _ring(
+                    list((cur or {}).get("ids", [])), touched)}, durable=False)
+                touched = []
+            if ops:
+                self.store.update(STATS, STATS_KEY,
+                                  lambda cur: _apply(cur or empty_stats(), ops), durable=False)
         except Exception:
-            with self._lock:
-                self._pending = ops + self._pending  # the next flush tries again
+            with self._lock:  # the next flush tries again, before what came meanwhile
+                self._pending = ops + self._pending
+                self._touched = dict.fromkeys(_last_wins([*touched, *self._touched]))
+                self._soon()
             raise
 
     def _audit(self, event: str, iid: str, **fields: Any) -> None:
         if self.audit is not None:
             self.audit.write(event, iid, **fields)
+
+
+def _ring(ids: list[str], touched: list[str]) -> list[str]:
+    """The recent ring with ``touched`` moved (in order) to its end."""
+    moved = set(touched)
+    return [*(i for i in ids if i not in moved), *_last_wins(touched)][-RECENT_SIZE:]
+
+
+def _last_wins(ids: list[str]) -> list[str]:
+    """``ids`` without repeats, each where it came last."""
+    return list(reversed(dict.fromkeys(reversed(ids))))
+
+
+def _where(store: Store) -> object:
+    # Two FileStore objects on one state dir are one store (the same files).
+    root = getattr(store, "root", None)
+    return str(root) if root is not None else id(store)
 
 
 def _apply(stats: dict[str, Any], ops: list[tuple[tuple[str, ...], int]]) -> dict[str, Any]:
@@ -838,10 +909,9 @@ def _flush_all() -> None:
     """A CLI process (``healer report``) exits right after its one report: count it."""
     for ledger in list(_LIVE):
         try:
-            ledger.repeats.close()
-            ledger.flush()
+            ledger.close()
         except Exception:
-            logging.getLogger(__name__).warning("incident counters not written at exit")
+            log.warning("incident counters not written at exit")
 
 
 def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
@@ -855,6 +925,10 @@ def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
         cur["rejections"] = rej
     if not cur.get("history") or cur["history"][-1].get("reason") != decision.reason:
         _hist(cur, now, "gate", reason=decision.reason)
+
+
+def _made(fields: Fields) -> dict[str, Any]:
+    return (fields() if callable(fields) else fields) or {}
 
 
 def _matches(data: dict[str, Any], kind: str | None, status: str | None) -> bool:

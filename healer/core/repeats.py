@@ -29,7 +29,6 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from healer.core.store import Store
@@ -196,24 +195,3 @@ class Repeats:
                     again.rejections[reason] = again.rejections.get(reason, 0) + n
                 again.gate = again.gate or pend.gate
             raise
-
-
-_SHARED: dict[tuple[str, str, str], Repeats] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared(store: Store, kind: str, write: Write, *, window_s: float) -> Repeats:
-    """The one ``Repeats`` of this process for ``store``'s records of ``kind``.
-
-    Every ``Ledger`` of one state dir in a process (the report intake's, the API's, the
-    dashboard's) must show the same unwritten counts, or a repeat counted by one is missing
-    from what another lists. A store without a root (not a folder) keeps its own."""
-    root = getattr(store, "root", None)
-    if root is None:
-        return Repeats(store, kind, write, window_s=window_s)
-    key = (type(store).__name__, str(Path(root).resolve()), kind)
-    with _SHARED_LOCK:
-        found = _SHARED.get(key)
-        if found is None:
-            found = _SHARED[key] = Repeats(store, kind, write, window_s=window_s)
-        return found

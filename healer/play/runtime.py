@@ -550,8 +550,9 @@ class AgentRuntime:
         prefix = f"{play_id}."
         for key in [k for k in self.store.members(HELD) if k.startswith(prefix)]:
             self.store.remove_member(HELD, key)
-        for rec in list(self.store.list(AGENTS)):
-            if rec.key.startswith(prefix) and rec.data.get("play_id") == play_id:
+        for key in [k for k in self.store.keys(AGENTS) if k.startswith(prefix)]:
+            rec = self.store.get(AGENTS, key)  # only this play's: a start reads no other
+            if rec is not None and rec.data.get("play_id") == play_id:
                 self.store.delete(AGENTS, rec.key)
                 if rec.data.get("limit"):
                     self._leave(str(rec.data["limit"]), rec.key,

@@ -212,13 +212,18 @@ class SessionRegistry:
             "agents": {},
             "preflight": {},
         }
-        existing = self.store.get(KIND, play_id)
         try:
-            if existing is None:
+            # A new play is the common case: create first (atomic), read only on a conflict.
+            existing = None
+            try:
                 self.store.create(KIND, play_id, data)
-            elif existing.data.get("status") == "active":
+            except ConflictError:
+                existing = self.store.get(KIND, play_id)
+                if existing is None:
+                    raise  # deleted meanwhile: report the race as before
+            if existing is not None and existing.data.get("status") == "active":
                 raise AlreadyActive(f"play {play_id} is already active")
-            else:
+            if existing is not None:
                 # A new run of a finished play: the earlier runs stay readable, and issue ids
                 # go on counting, so an id never names two different issues.
                 old = existing.data

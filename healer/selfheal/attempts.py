@@ -186,6 +186,15 @@ class Attempts:
         found = [self.get(i) for i in reversed(ids)]
         return [a for a in found if a is not None]
 
+    def newest_for(self, fingerprint: str) -> dict[str, Any] | None:
+        """The newest attempt of one fingerprint (one read, not one per attempt)."""
+        rec = self.store.get(FINGERPRINTS, fingerprint)
+        for aid in reversed(rec.data.get("attempts", []) if rec else []):
+            found = self.get(aid)
+            if found is not None:
+                return found
+        return None
+
     def latest(self, limit: int = 20) -> list[dict[str, Any]]:
         """The newest ``limit`` attempts (ids sort by creation time) — from the ring of the
         newest ids kept with every creation, so ``healer status`` does not list every

@@ -254,7 +254,9 @@ class SelfHealService:
                           "below the investigation threshold. Continue normally.")
 
         # A person's silence: recorded and counted, no agent, no notification.
-        hush = self.silences.decision(dataclasses.asdict(signal))
+        # The signal's fields as they are (read only): asdict's deep copy cost more than the
+        # rest of the gates together.
+        hush = self.silences.decision(vars(signal))
         if hush is not None:
             step, sid = hush
             self.ledger.receive(signal, decision=step, fields={"silenced_by": sid},
@@ -271,28 +273,37 @@ class SelfHealService:
         if below is not None:
             return reject(below.reason, below.message)
         level = tr.combine(trust, trust_of(existing) if existing else None)
-        attempt = {
-            "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
-            "error_message": message, "traceback": traceback,
-            "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
-            "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
-            "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
-            "incident_id": signal.id, "lane": tr.lane(level),
-        }
+        lane = tr.lane(level)
+        made: list[dict[str, Any]] = []
+
+        def report() -> dict[str, Any]:
+            # Made (and the context scrubbed) only when it is stored: most reports are
+            # repeats the gate refuses, which only count.
+            if not made:
+                made.append({
+                    "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
+                    "error_message": message, "traceback": traceback,
+                    "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
+                    "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
+                    "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
+                    "incident_id": signal.id, "lane": lane,
+                })
+            return made[0]
+
         # The approval step: an incident its trust says needs a person waits for one, its
         # report kept (sanitised) for the start that follows the approval.
         step = approval.run_step(existing, level, self.approvals)
         if step is not None:
-            self.ledger.receive(signal, decision=step, fields={"report": attempt},
-                                merge=lambda cur: cur.setdefault("report", attempt))
+            self.ledger.receive(signal, decision=step, fields=lambda: {"report": report()},
+                                merge=lambda cur: cur.setdefault("report", report()))
             return {"accepted": False, "fingerprint": fp, "reason": step.reason,
                     "message": step.message}
 
         # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
         decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now,
-                              dataclasses.replace(self.policy, lane=attempt["lane"]),
+                              dataclasses.replace(self.policy, lane=lane),
                               self.model_available, self._admission,
-                              record=lambda aid: self.attempts.create(aid, attempt))
+                              record=lambda aid: self.attempts.create(aid, report()))
         if decision.reason == gate.ALREADY_INVESTIGATING:
             self.ledger.receive(signal, decision=decision)
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
@@ -300,7 +311,7 @@ class SelfHealService:
         if not decision.accepted:
             # Held for a while (cap, cooldown, breaker, no model): kept, sanitised, so the
             # loop's retry can start it once the gate allows (``retry_held``).
-            self.ledger.receive(signal, decision=decision, fields={"report": attempt})
+            self.ledger.receive(signal, decision=decision, fields=lambda: {"report": report()})
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
                     "message": decision.message}
 

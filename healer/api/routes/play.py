@@ -35,8 +35,12 @@ async def start(request: Request) -> Response:
     body = await json_body(request, "session-start")
     svc = _play(request)
     try:
-        # The store's fsyncs release the GIL: in threads, concurrent starts commit together.
-        data = await asyncio.to_thread(svc.start_session, body)
+        if svc.registry.store.writes_wait:
+            # Waiting for the disk (or the network) releases the GIL: in threads,
+            # concurrent starts wait together (one group commit).
+            data = await asyncio.to_thread(svc.start_session, body)
+        else:
+            data = svc.start_session(body)  # visible at once, synced in the background
     except AlreadyActive as exc:
         raise HTTPError(409, str(exc)) from exc
     except HostNotAllowedError as exc:

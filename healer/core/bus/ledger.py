@@ -137,6 +137,7 @@ class Ledger:
         self.store.add_member(self.pending_set, BATCH_MARK + key)
         # From here the batch's application survives a power loss: the journal has it all.
         self.store.put(JOURNAL, key, {"at": time.time(), "records": docs})
+        self.store.sync()  # on disk before anything is applied (store.sync may be batched)
         self.stats.commits += 1
         fresh: list[AgentResult] = []
         for result in results:
@@ -162,6 +163,7 @@ class Ledger:
             self.store.remove_member(self.pending_set, result.id)
             self.stats.duplicates += 1
             return False
+        self.store.sync()  # the application is on disk before anyone acts on it
         self.stats.commits += 1
         self._deliver(result)
         self.store.remove_member(self.pending_set, result.id)

@@ -7,6 +7,8 @@ processes (or two nodes, with the JetStream backend) can never both win the same
 
 - ``base``: the ``Store`` interface and ``Record``;
 - ``file``: ``FileStore``, one JSON file per record under the state dir (one machine);
+- ``commit``: ``GroupCommit``, the file store's one flusher per process: records visible at
+  once, their fsyncs batched (``store.sync``: ``batched`` or ``always``);
 - ``jetstream``: ``JetStreamStore``, a NATS JetStream key-value bucket (a fleet); loaded only
   when asked for, as it needs nats-py;
 - ``backends``: ``open_store``, the backend the settings name.

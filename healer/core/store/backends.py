@@ -1,4 +1,5 @@
-"""Which store backend the settings ask for (``store.backend``: ``file`` or ``jetstream``)."""
+"""Which store backend the settings ask for (``store.backend``: ``file`` or ``jetstream``;
+``store.sync``: when the file store's durable writes reach the disk)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ def open_store(settings: Any) -> Store:
     """The store the settings ask for."""
     backend = settings.store.backend
     if backend == "file":
-        return FileStore(settings.state_path)
+        return FileStore(settings.state_path, sync=settings.store.sync)
     if backend == "jetstream":
         from healer.core.store.jetstream import JetStreamStore
 

@@ -9,8 +9,11 @@ backend's primitives, so every backend shares their semantics.
 from __future__ import annotations
 
 import abc
+import inspect
 import json
+import logging
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,8 +45,10 @@ class Store(abc.ABC):
         self, kind: str, key: str, data: dict[str, Any], *, expected_revision: int | None = None,
         durable: bool = True,
     ) -> Record:
-        """Write a record. ``durable=False``: for derived records that can be rebuilt
-        (counters, indexes) a backend may skip the flush to disk; atomicity stays."""
+        """Write a record, visible to every reader when this returns. ``durable=False``: for
+        derived records that can be rebuilt (counters, indexes) a backend may skip the flush to
+        disk; atomicity stays. A durable write is on disk when this returns only under
+        ``store.sync: always``; otherwise ``sync()`` waits for it."""
 
     @abc.abstractmethod
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool: ...
@@ -60,8 +65,40 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def members(self, set_name: str) -> list[str]: ...
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release connections; the file store holds none."""
+    def close(self) -> None:
+        """Release connections (the file store holds none), after the ``on_close`` hooks."""
+        self.before_closing()
+
+    def on_close(self, fn: Callable[[], object]) -> None:
+        """Call ``fn`` (held weakly if it is a bound method) when the store closes: a ledger
+        writes what it gathered while the store can still take it."""
+        ref: Callable[[], Callable[[], object] | None] = (
+            weakref.WeakMethod(fn) if inspect.ismethod(fn) else lambda: fn)
+        hooks = [h for h in self.__dict__.get("_on_close", []) if h() is not None]
+        self.__dict__["_on_close"] = [*hooks, ref]
+
+    def before_closing(self) -> None:
+        """Run the ``on_close`` hooks once (a failing one is logged, the rest still run)."""
+        for ref in self.__dict__.pop("_on_close", []):
+            fn = ref()
+            if fn is None:
+                continue
+            try:
+                fn()
+            except Exception:
+                logging.getLogger(__name__).warning("store close hook failed", exc_info=True)
+
+    def sync(self) -> None:  # noqa: B027 - optional hook
+        """Block until every durable write this process made survives a power loss. The
+        file store batches its fsyncs (``store.sync``); a server-side store has nothing to
+        wait for here."""
+
+    @property
+    def writes_wait(self) -> bool:
+        """Whether a write may wait long (a network round trip, the disk under
+        ``store.sync: always``): async callers then run it in a thread, and otherwise on
+        their loop (a thread hand-off costs more than the write)."""
+        return True
 
     def stamp(self, kind: str, key: str) -> object | None:
         """A cheap token that changes whenever the record changes, or None if the backend

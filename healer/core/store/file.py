@@ -7,7 +7,10 @@
     <state>/sets/<set>/<key>              membership markers (e.g. the active sessions)
 
 Reads take no lock: every write is a rename, so a reader sees the old or the new record,
-never half of one.
+never half of one. Durable writes are group-committed (``healer.core.store.commit``): the
+record is visible when ``put`` returns; its fsyncs (file and folder) are batched by the
+process's one flusher. ``sync="always"`` (setting ``store.sync``) waits for the batch in every
+``put``; ``"batched"`` (the default) does not, and ``sync()`` waits for everything so far.
 """
 
 from __future__ import annotations
@@ -24,51 +27,61 @@ from filelock import FileLock, Timeout
 from healer.core.files import atomic_create_bytes, atomic_write_bytes
 from healer.core.names import safe_name
 from healer.core.store.base import Clock, Record, Store
+from healer.core.store.commit import SYNC_MODES, GroupCommit, process_commit
 from healer.errors import ConflictError, StoreError
 
 
 class FileStore(Store):
     """Records as JSON files under the state dir, for one machine (many processes)."""
 
-    def __init__(self, root: Path | str, *, clock: Clock = time.time, lock_timeout: float = 30):
+    def __init__(self, root: Path | str, *, clock: Clock = time.time, lock_timeout: float = 30,
+                 sync: str = "batched", commit: GroupCommit | None = None):
+        if sync not in SYNC_MODES:
+            raise StoreError(f"store.sync must be one of {', '.join(SYNC_MODES)}, got {sync!r}")
         self.root = Path(root)
         self._clock = clock
         self._lock_timeout = lock_timeout
-        self._made: set[Path] = set()
-        self._paths: dict[tuple[str, str], Path] = {}
+        self.sync_mode = sync
+        self.commit = commit or process_commit()
+        self._made: dict[tuple[str, ...], str] = {}
+        self._paths: dict[tuple[str, str], str] = {}
 
-    def _dir(self, *parts: str) -> Path:
-        path = self.root.joinpath(*parts)
-        if path not in self._made:
-            path.mkdir(parents=True, exist_ok=True)
-            self._made.add(path)
+    # Paths are plain strings, memoised: name checks and pathlib joins cost more than the
+    # small reads and writes they lead to.
+    def _dir(self, *parts: str) -> str:
+        path = self._made.get(parts)
+        if path is None:
+            path = os.path.join(self.root, *parts)
+            os.makedirs(path, exist_ok=True)
+            self._made[parts] = path
         return path
 
-    def _path(self, kind: str, key: str) -> Path:
-        # Memoised: name checks and path joins dominate the cost of a small read.
+    def _path(self, kind: str, key: str) -> str:
         path = self._paths.get((kind, key))
         if path is None:
             safe_name(kind, "record kind")
             safe_name(key, "record key")
-            path = self._dir("records", kind) / f"{key}.json"
+            path = os.path.join(self._dir("records", kind), f"{key}.json")
             if len(self._paths) > 100_000:
                 self._paths.clear()
             self._paths[(kind, key)] = path
         return path
 
     def _lock(self, kind: str, key: str) -> FileLock:
-        return FileLock(self._dir("locks", kind) / f"{key}.lock", timeout=self._lock_timeout)
+        return FileLock(os.path.join(self._dir("locks", kind), f"{key}.lock"),
+                        timeout=self._lock_timeout)
 
     @staticmethod
-    def _read(path: Path) -> Record | None:
+    def _read(path: str) -> Record | None:
         try:
-            raw = path.read_bytes()
+            with open(path, "rb") as fh:
+                raw = fh.read()
         except FileNotFoundError:
             return None
         return FileStore._decode(path, raw)
 
     @staticmethod
-    def _decode(path: Path, raw: bytes) -> Record:
+    def _decode(path: str, raw: bytes) -> Record:
         try:
             doc = json.loads(raw)
             return Record(doc["kind"], doc["key"], doc["revision"], doc["data"],
@@ -123,10 +136,10 @@ class FileStore(Store):
         if expected_revision == 0:
             # Create-only needs no lock: link(2) refuses an existing target atomically.
             rec = self._encode(kind, key, 1, data)
-            if not atomic_create_bytes(path, self._bytes(rec), durable=durable):
+            if not atomic_create_bytes(path, self._bytes(rec), durable=False):
                 current = self._read(path)
                 raise ConflictError(kind, key, 0, current.revision if current else None)
-            return rec
+            return self._committed(path, rec, durable)
         try:
             with self._lock(kind, key):
                 try:
@@ -139,10 +152,26 @@ class FileStore(Store):
                 if expected_revision is not None and expected_revision != actual:
                     raise ConflictError(kind, key, expected_revision, actual or None)
                 rec = self._encode(kind, key, actual + 1, data)
-                atomic_write_bytes(path, self._bytes(rec), durable=durable)
-                return rec
+                atomic_write_bytes(path, self._bytes(rec), durable=False)
         except Timeout as exc:
             raise StoreError(f"{kind}/{key}: lock not acquired in {self._lock_timeout}s") from exc
+        return self._committed(path, rec, durable)  # the wait, if any, outside the lock
+
+    def _committed(self, path: str, rec: Record, durable: bool) -> Record:
+        """Hand a durable write to the group commit (and wait for it under ``always``)."""
+        if durable:
+            ticket = self.commit.written(path)
+            if self.sync_mode == "always":
+                self.commit.wait(ticket)
+        return rec
+
+    @property
+    def writes_wait(self) -> bool:
+        return self.sync_mode == "always"
+
+    def sync(self) -> None:
+        """Block until every durable write this process made is on disk."""
+        self.commit.sync()
 
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool:
         path = self._path(kind, key)
@@ -152,12 +181,12 @@ class FileStore(Store):
                 return False
             if expected_revision is not None and expected_revision != current.revision:
                 raise ConflictError(kind, key, expected_revision, current.revision)
-            path.unlink()
+            os.unlink(path)
             return True
 
     def keys(self, kind: str) -> list[str]:
         safe_name(kind, "record kind")
-        folder = self.root / "records" / kind
+        folder = os.path.join(self.root, "records", kind)
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
@@ -166,19 +195,23 @@ class FileStore(Store):
 
     def add_member(self, set_name: str, key: str) -> None:
         safe_name(set_name, "set name")
-        marker = self._dir("sets", set_name) / safe_name(key, "member")
-        if not marker.exists():
-            marker.touch()
+        marker = os.path.join(self._dir("sets", set_name), safe_name(key, "member"))
+        # One open(2), no stat first; O_NOFOLLOW: a symlink planted as a member is refused.
+        try:
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise StoreError(f"{marker}: not a member marker ({exc.strerror})") from exc
+        os.close(fd)
 
     def remove_member(self, set_name: str, key: str) -> None:
         safe_name(set_name, "set name")
         with contextlib.suppress(FileNotFoundError):
-            (self.root / "sets" / set_name / safe_name(key, "member")).unlink()
+            os.unlink(os.path.join(self.root, "sets", set_name, safe_name(key, "member")))
 
     def members(self, set_name: str) -> list[str]:
         safe_name(set_name, "set name")
         try:
-            return sorted(n for n in os.listdir(self.root / "sets" / set_name)
+            return sorted(n for n in os.listdir(os.path.join(self.root, "sets", set_name))
                           if not n.startswith("."))
         except FileNotFoundError:
             return []

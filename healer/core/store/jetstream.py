@@ -264,6 +264,7 @@ class JetStreamStore(Store):
     def close(self) -> None:
         if self._closed:
             return
+        self.before_closing()
         self._closed = True
         try:
             self._io.run(self.nc.close(), timeout=5)
