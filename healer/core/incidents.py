@@ -323,6 +323,11 @@ class Ledger:
                  and _matches(r.data, kind, status)]
         return sorted(found, key=lambda d: d.get("updated_at", 0), reverse=True)
 
+    def recent(self) -> list[str]:
+        """The ids of the most recently changed incidents, oldest first, with the moves this
+        process has not written yet (another process sees them within ``FLUSH_EVERY_S``)."""
+        return self._recent()
+
     def _recent(self) -> list[str]:
         rec = self.store.get(INDEX, RECENT)
         ids = list(rec.data.get("ids", [])) if rec else []

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from healer.core.incidents import ACTIVE, INDEX, RECENT, Ledger
+from healer.core.incidents import ACTIVE, Ledger
 from healer.core.notify import notices, routes
 from healer.core.notify.base import HEALED, SILENCED, Notice, Target
 from healer.core.notify.outbox import Item, Outbox
@@ -61,8 +61,7 @@ class Notifier:
         return queued
 
     def _candidates(self) -> list[str]:
-        ring = self.store.get(INDEX, RECENT)
-        ids = list((ring.data.get("ids") or [])[-RING_TAIL:]) if ring else []
+        ids = self.ledger.recent()[-RING_TAIL:]  # with this process's unwritten moves
         for status in sorted(ACTIVE):
             ids += self.ledger.ids(status)
         ids += self.store.members(f"{OPEN_INDEX}-open")
