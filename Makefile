@@ -5,8 +5,11 @@
 VENV ?= .venv
 BIN := $(VENV)/bin
 PYTEST_ARGS ?=
+# `make test` leaves out the exhaustive rest of the big matrices (every source × every case,
+# the eval grid sample); `make test-all` runs everything.
+PYTEST_MARKS ?= not exhaustive
 
-.PHONY: run loop test setup setup-demo setup-test lint bench clean
+.PHONY: run loop test test-all setup setup-demo setup-test lint bench clean
 
 setup:
 	@scripts/setup.sh
@@ -29,7 +32,11 @@ loop: setup
 test: setup-test
 	$(BIN)/ruff check healer tests benchmarks
 	$(BIN)/python -m healer.config --check
-	$(BIN)/python -m pytest -n 2 --dist loadfile -q -rfE $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile -q -rfE -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
+
+## every test, the exhaustive matrices included
+test-all:
+	$(MAKE) test PYTEST_MARKS=
 
 lint: setup-test
 	$(BIN)/ruff check healer tests benchmarks

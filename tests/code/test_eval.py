@@ -233,11 +233,13 @@ async def test_an_unfixable_note_is_unfixable_correct(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.exhaustive
 async def test_a_sample_of_the_grid(tmp_path: Path) -> None:
     """Two fixtures × correct, wrong, unfixable, each as expected: a captured sentry-sdk
     envelope in Python and a JavaScript bug whose obvious patch is wrong. The whole grid
-    (13 × 3, about 10 minutes) is `healer eval`; CI runs this sample of it, and every
-    fixture's patches are proved sound without a model above."""
+    (13 × 3, about 10 minutes) is `healer eval`; this sample runs with `make test-all`; the
+    default run proves every fixture's patches sound without a model, and one correct and
+    one unfixable replay end to end."""
     _needs_claude()
     sample = discover(FIXTURES, ["py-division-by-zero", "js-type-confusion"])
     results = await run_all(cases(sample, REPLAYS, "scripted"),

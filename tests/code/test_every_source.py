@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 BEFORE = "### Reproduction (before the fix)"
 AFTER = "### Verification (after the fix)"
 
-# One case per source in the default suite (each case twice); the others are slow.
+# One case per source in the default suite (each case twice); the others are `exhaustive`
+# (`make test-all`).
 DEFAULT = {("report_http", "fix"), ("report_cli", "wrong"), ("sentry", "fix"),
            ("alertmanager", "edits_tests"), ("slack", "wrong"), ("loki", "edits_tests")}
 
@@ -40,7 +41,7 @@ DEFAULT = {("report_http", "fix"), ("report_cli", "wrong"), ("sentry", "fix"),
 def cases() -> Iterator[Any]:
     for source in INTAKE:
         for case in ("fix", "wrong", "edits_tests"):
-            marks = [] if (source, case) in DEFAULT else [pytest.mark.slow]
+            marks = [] if (source, case) in DEFAULT else [pytest.mark.slow, pytest.mark.exhaustive]
             yield pytest.param(source, case, marks=marks, id=f"{source}-{case}")
 
 
