@@ -6,7 +6,8 @@
   and "not found" for every object, as an empty cluster would) and ``kubectl kustomize``
   renders the whole set.
 - The shape a deployment of three needs: 3 replicas rolling one at a time, a budget of 2,
-  spread over nodes, a locked-down pod, JetStream R3.
+  spread over nodes, a locked-down pod, JetStream R3; the opt-in component that lets the
+  agent sandbox start in the pod lifts only what bubblewrap needs.
 - The settings file of the ConfigMap is valid healer settings, every environment variable
   the pod gets is one healer reads, and the probe paths answer on a real ``healer serve``
   started from those settings on a real nats-server — without the token, as kubelet asks.
@@ -255,6 +256,33 @@ def test_the_store_is_jetstream_r3_on_a_three_server_nats() -> None:
     _one(objs, "Service", "nats")
 
 
+def test_the_sandbox_component_lets_bubblewrap_in_and_keeps_the_rest(
+        tmp_path: Path, kubeconfig: dict[str, str]) -> None:
+    with_it = tmp_path / "with-sandbox"
+    with_it.mkdir()
+    base = os.path.relpath(KUBE, with_it)
+    (with_it / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [base], "components": [f"{base}/components/sandbox-userns"]}))
+    out = subprocess.run([_kubectl(), "kustomize", str(with_it)], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, out.stderr
+    objs = [d for d in yaml.safe_load_all(out.stdout) if d]
+    pod = _one(objs, "Deployment", "healer")["spec"]["template"]["spec"]
+    assert pod["hostUsers"] is False
+    assert pod["securityContext"]["seccompProfile"] == {"type": "Unconfined"}
+    assert pod["securityContext"]["appArmorProfile"] == {"type": "Unconfined"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    sc = _healer_container(objs)["securityContext"]
+    assert sc == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                  "capabilities": {"drop": ["ALL"]}, "procMount": "Unmasked"}
+    nats = _one(objs, "StatefulSet", "nats")["spec"]["template"]["spec"]
+    assert nats["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    out = subprocess.run([_kubectl(), "apply", "--dry-run=client", "--validate=false", "-k",
+                          str(with_it)], capture_output=True, text=True, timeout=60,
+                         env=kubeconfig, check=False)
+    assert out.returncode == 0, out.stderr
+
+
 # -- the settings are healer's ---------------------------------------------------------------
 
 def test_every_env_var_of_the_pod_is_a_real_setting() -> None:
@@ -365,13 +393,18 @@ def _build_context(dest: Path) -> Path:
     patterns = [p.strip() for p in (ROOT / ".dockerignore").read_text().splitlines()
                 if p.strip() and not p.startswith("#")]
     assert {".git", ".venv", "**/*.so"} <= set(patterns)
-    for path in ROOT.rglob("*"):
-        rel = path.relative_to(ROOT).as_posix()
-        if _ignored(rel, patterns) or path.is_dir() or path.is_symlink():
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(path, target)
+    for folder, dirs, files in os.walk(ROOT):
+        here = Path(folder)
+        dirs[:] = [d for d in dirs
+                   if not _ignored((here / d).relative_to(ROOT).as_posix(), patterns)]
+        for name in files:
+            path = here / name
+            rel = path.relative_to(ROOT).as_posix()
+            if _ignored(rel, patterns) or path.is_symlink():
+                continue
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, target)
     return dest
 
 
