@@ -410,6 +410,7 @@ def _build_context(dest: Path) -> Path:
 
 @pytest.mark.e2e
 @pytest.mark.slow
+@pytest.mark.exhaustive  # ~70 s of pip install: `make test-all` runs it
 def test_the_image_build_step_gives_a_venv_with_speedups(tmp_path: Path) -> None:
     context = _build_context(tmp_path / "src")
     assert not list(context.rglob("*.so")) and not (context / ".venv").exists()
