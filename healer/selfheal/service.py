@@ -683,17 +683,19 @@ class SelfHealService:
 
         return reap_worktrees(self.settings, self.store, now=self.clock())
 
-
     def on_result(self, result: Any) -> None:
-        """Bus subscriber: note a healing agent's own result on its attempt (run id = attempt
-        id). The attempt's outcome is still decided by the worktree, not by this claim."""
+        """Bus subscriber: note a healing agent's own result on its attempt (run id = the
+        attempt id, or one iteration's ``<attempt>-i<n>``). The attempt's outcome is still
+        decided by the worktree, not by this claim — except after a takeover, which applies
+        an ``unfixable`` verdict noted here. A run taken over gets no late notes."""
         if getattr(result, "kind", "") != "healing":
             return
         run_id = str(result.data.get("run_id", ""))
         m = _RUN_ID.match(run_id)
         if m and self.attempts.get(run_id) is None:
             run_id = m.group("aid")  # one iteration's run: its attempt
-        if not run_id or self.attempts.get(run_id) is None:
+        att = self.attempts.get(run_id) if run_id else None
+        if att is None or att.get("taken_over"):
             return
         summary = self.sanitizer.scrub(str(result.data.get("summary", "")))[:2000]
         self.attempts.update(run_id, agent_result={"status": result.data.get("status"),

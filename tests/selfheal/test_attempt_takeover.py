@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import httpx
@@ -40,8 +41,7 @@ TTL_S, SWEEP_S = 3.0, 1.0
 AGENT = r"""
 import secrets, sys, time
 from pathlib import Path
-probe = Path(sys.argv[1])
-(probe / f"agent-{secrets.token_hex(4)}").write_text("")  # its pid is the sandbox's
+(Path(sys.argv[1]) / f"agent-{secrets.token_hex(4)}").write_text("")  # its pid: the sandbox's
 time.sleep(120)
 """
 
@@ -99,9 +99,11 @@ def kill(pid: int, sig: int = signal.SIGKILL) -> None:
         os.kill(pid, sig)
 
 
+Replicas = tuple[LoopProcess, LoopProcess, Store, httpx.Client, Path]
+
+
 @contextlib.contextmanager
-def two_replicas(tmp: Path, repo: Path) -> Iterator[tuple[LoopProcess, LoopProcess, Store,
-                                                          httpx.Client, Path]]:
+def two_replicas(tmp: Path, repo: Path) -> Iterator[Replicas]:
     """Replicas ``a`` and ``b`` on one JetStream store; reports go to ``a``'s API."""
     probe = tmp / "probe"
     probe.mkdir()
@@ -252,3 +254,23 @@ class TestFencing:
         atts.update(aid, owner=None)
         [ended] = atts.recover(timeout_s=60)
         assert ended["status"] == st.FAILED
+
+
+def test_an_agent_verdict_that_reached_the_store_is_applied_once(service: Any) -> None:
+    """The agent's ``unfixable`` reached the store (the bus noted it) before its replica
+    died: the takeover applies that verdict, once, instead of running the report again."""
+    svc = service()
+    aid = svc.report(REPORT)["attempt_id"]
+    lease = AttemptLease(svc.store, aid, "a", ttl_s=1, clock=lambda: time.time() - 60)
+    assert lease.take()  # taken a minute ago, never renewed
+    svc.attempts.transition(aid, st.INVESTIGATING, worker={"host": "gone", "pid": 1},
+                            deadline=time.time() + 600, owner=lease.owner())
+    svc.on_result(SimpleNamespace(kind="healing", data={
+        "run_id": f"{aid}-i1", "status": "unfixable",
+        "summary": "not a code bug: the migration creating the table never ran"}))
+    [ended] = svc.take_over(launch=False)
+    assert ended["status"] == st.UNFIXABLE and "migration" in ended["unfixable_reason"]
+    assert "its replica a stopped renewing" in ended["reason"]
+    assert "retried_as" not in ended and len(svc.attempts.for_fingerprint(
+        ended["fingerprint"])) == 1
+    assert svc.take_over(launch=False) == []  # applied once
