@@ -11,6 +11,7 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   └── HostNotAllowedError      a host outside the setting that lists them (host, setting)
     ├── StoreError                   the state store could not do what was asked
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
+    │   │   └── AttemptLostError     a healing run's attempt lease was taken over (attempt_id)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
     ├── UnsafeDirError               a directory healer writes is not private (path, reason) exit 2
@@ -109,6 +110,18 @@ class ConflictError(StoreError):
         self.expected = expected
         self.actual = actual
         super().__init__(f"{kind}/{key}: expected revision {expected}, found {actual}")
+
+
+class AttemptLostError(ConflictError):
+    """A healing run no longer owns its attempt: the attempt lease was taken over (its
+    replica stopped renewing) or the record names another owner. The run stops and writes
+    nothing more; ``expected`` is the run's owner revision, ``actual`` the record's."""
+
+    def __init__(self, attempt_id: str, expected: int | None, actual: int | None):
+        super().__init__("heal-attempts", attempt_id, expected, actual)
+        self.attempt_id = attempt_id
+        self.args = (f"attempt {attempt_id}: this run lost it (owner revision {expected}, "
+                     f"the record's is {actual}); another replica took it over",)
 
 
 class NotFoundError(StoreError):

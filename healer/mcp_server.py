@@ -69,6 +69,13 @@ class AttemptView(TypedDict):
     # held: what healer's own model access waits for (code, class, title, until, since)
     hold: NotRequired[dict[str, Any]]
     held_at: NotRequired[float]
+    # the replica running it under its attempt lease: node, lease, revision
+    owner: NotRequired[dict[str, Any]]
+    # its replica stopped renewing: node, renewed_at, at, by (the replica that took over)
+    taken_over: NotRequired[dict[str, Any]]
+    retry_of: NotRequired[str]  # the attempt taken over that this one runs again
+    retried_as: NotRequired[str]  # the attempt that runs this one's report again
+    takeovers: NotRequired[int]  # how many replicas died under this report so far
 
 
 class HealingStatus(TypedDict):

@@ -74,11 +74,12 @@ from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import Forge, PullRequest, open_forge
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.store import Store
-from healer.errors import GitDirTamperedError, HealerError
+from healer.errors import AttemptLostError, GitDirTamperedError, HealerError
 from healer.selfheal import attempts as st
 from healer.selfheal import checks, gitdir, publication
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts, worker_identity
+from healer.selfheal.ownership import AttemptLease
 
 log = logging.getLogger(__name__)
 
@@ -333,16 +334,36 @@ class CodeAttempt:
         return code.max_iterations * (per + GRACE_S)
 
     async def run(self, signal: CodeSignal) -> AttemptEnd:
+        """Own the attempt through its lease (``healer.selfheal.ownership``) while it runs;
+        ``AttemptLostError`` when another run holds it or takes it over meanwhile — then
+        this run has stopped and written nothing more."""
+        aid = signal.attempt_id
+        lease = AttemptLease.for_settings(self.settings, self.store, aid, self.clock)
+        if not await asyncio.to_thread(lease.take):
+            raise AttemptLostError(aid, None, None)
+        try:
+            return await self._owned(signal, lease)
+        finally:
+            await asyncio.to_thread(lease.release)
+
+    async def _owned(self, signal: CodeSignal, lease: AttemptLease) -> AttemptEnd:
         aid = signal.attempt_id
         now, budget = self.clock(), self._budget()
         self.attempts.transition(aid, st.INVESTIGATING, expect=st.DISPATCH_PENDING,
                                  worker=worker_identity(), started_at=now,
-                                 deadline=now + budget, source=signal.source)
+                                 deadline=now + budget, source=signal.source,
+                                 owner=lease.owner())
+        self.attempts.fence(aid, lease.token)
+        task, loop = asyncio.current_task(), asyncio.get_running_loop()
+        assert task is not None
+        lease.keep(lambda: loop.call_soon_threadsafe(task.cancel))
         self.audit("heal_started", attempt_id=aid, source=signal.source)
         state = _Run()
         try:
             status, fields = await asyncio.wait_for(self._investigate(signal, state),
                                                     timeout=budget)
+        except AttemptLostError:
+            raise
         except TimeoutError:
             status, fields = st.TIMEOUT, {"reason": f"time limit of {budget:g} s exceeded"}
         except GitDirTamperedError as exc:
@@ -353,6 +374,8 @@ class CodeAttempt:
                 "reason": f"{exc.what} still contained personal data or secrets; nothing was "
                           "published", "findings": sorted({f.kind for f in exc.findings})}
         except asyncio.CancelledError:
+            if lease.lost.is_set():  # taken over: the attempt is another run's now
+                raise AttemptLostError(aid, lease.token, None) from None
             self._end(aid, st.FAILED, {"reason": "the healing run was cancelled (healer "
                                        "stopped)", "iterations": state.iterations})
             raise

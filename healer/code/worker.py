@@ -4,6 +4,11 @@ The settings come as JSON on stdin; the attempt is already admitted (``dispatch_
 An attempt of a living-context incident (its record names the ``incident``) runs through the
 context intake (``healer.context.heal``), any other through report_error's
 (``healer.selfheal.dispatch``); both end in ``healer.code.attempt``.
+
+This process holds the attempt's lease (``healer.selfheal.ownership``) and renews it itself,
+so the attempt stays its own when the loop that started it dies, and is taken over by another
+replica when this process (or its host) stops. A run that finds its lease taken — it was
+stopped or cut off past the lease's time — stops without touching the attempt (exit 1).
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ log = logging.getLogger(__name__)
 def main(argv: list[str] | None = None) -> int:
     from healer.config import load_settings
     from healer.core.store import open_store
-    from healer.errors import HealerError
+    from healer.errors import AttemptLostError, HealerError
     from healer.log import setup
     from healer.selfheal import attempts as st
 
@@ -49,6 +54,9 @@ def main(argv: list[str] | None = None) -> int:
             from healer.selfheal.dispatch import Dispatcher
 
             status = asyncio.run(Dispatcher(settings, store).run(args[0]))["status"]
+    except AttemptLostError as exc:
+        print(f"healer: stopped, the attempt is no longer this run's: {exc}", file=sys.stderr)
+        return 1
     except (st.TransitionError, HealerError) as exc:
         print(f"healer: {exc}", file=sys.stderr)
         return 1

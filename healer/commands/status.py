@@ -63,6 +63,12 @@ def _table(data: dict[str, Any]) -> None:
         detail = a.get("pr_url") or a.get("unfixable_reason") or a.get("reason")
         if detail:
             print(f"{'':<25} {' '.join(str(detail).split())[:150]}")
+        owner = a.get("owner") or {}
+        if a["status"] == "investigating" and owner.get("node"):
+            print(f"{'':<25} running on {owner['node']} (lease revision "
+                  f"{owner.get('revision', '?')})")
+        if a.get("retried_as"):
+            print(f"{'':<25} run again as {a['retried_as']}")
         if a.get("escalation"):
             print(f"{'':<25} escalated to a person: {a['escalation']}")
 

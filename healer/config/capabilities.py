@@ -229,6 +229,17 @@ class SelfhealSettings:
         "process", "Where a healing run happens: `process` (a detached worker that outlives the "
         "server that accepted the report) or `task` (an asyncio task in that server).",
     )
+    lease_ttl_s: float = setting(
+        15.0, "A running attempt's lease (`leases/attempt-<id>`), renewed by its worker every "
+        "third of this: an attempt whose replica stops renewing for this long is taken over "
+        "by another replica (ended with the reason and retried).", minimum=1)
+    takeover_interval_s: float = setting(
+        5.0, "How often one replica looks for attempts whose lease expired (shared stores "
+        "only; a single replica on the file store settles dead workers by their pid).",
+        minimum=0.5)
+    max_takeovers: int = setting(
+        2, "Retries of one report after the replicas running it died; past this the last "
+        "attempt ends failed and a person is told.", minimum=0)
 
 
 @dataclass

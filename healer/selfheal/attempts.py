@@ -56,13 +56,13 @@ import secrets
 import socket
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from healer.core import gate
 from healer.core import incidents as inc
 from healer.core.store import Store
-from healer.errors import ConflictError, NotFoundError, UsageError
+from healer.errors import AttemptLostError, ConflictError, NotFoundError, UsageError
 
 ATTEMPTS = "heal-attempts"
 FINGERPRINTS = "heal-fingerprints"
@@ -162,10 +162,28 @@ def worker_alive(worker: dict[str, Any] | None) -> bool:
 
 @dataclass
 class Attempts:
-    """The attempt records of one store."""
+    """The attempt records of one store.
+
+    ``fences``: attempt id → the owner revision this process's run holds
+    (``healer.selfheal.ownership``); every write to such an attempt is refused with
+    ``AttemptLostError`` once its record names another owner (a takeover wrote it)."""
 
     store: Store
     clock: Clock = time.time
+    fences: dict[str, int] = field(default_factory=dict)
+
+    def fence(self, attempt_id: str, revision: int) -> None:
+        """From now on, write ``attempt_id`` only while its owner revision is ``revision``."""
+        self.fences[attempt_id] = revision
+
+    def _check_owner(self, attempt_id: str, cur: dict[str, Any],
+                     expected: int | None = None) -> None:
+        want = expected if expected is not None else self.fences.get(attempt_id)
+        if want is None:
+            return
+        have = (cur.get("owner") or {}).get("revision")
+        if have != want:
+            raise AttemptLostError(attempt_id, want, have)
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -285,6 +303,7 @@ class Attempts:
         def fn(cur: dict[str, Any] | None) -> dict[str, Any]:
             if cur is None:
                 raise NotFoundError(ATTEMPTS, attempt_id)
+            self._check_owner(attempt_id, cur)
             cur.update(fields)
             cur["updated_at"] = self.clock()
             return cur
@@ -315,11 +334,15 @@ class Attempts:
         return out
 
     def transition(self, attempt_id: str, to: str, *, expect: str | None = None,
-                   **fields: Any) -> dict[str, Any]:
+                   owned_by: int | None = None, **fields: Any) -> dict[str, Any]:
         """Move an attempt to ``to`` (atomically); ``TransitionError`` if not allowed.
 
         ``expect``: also refuse unless the current status is this one (a worker that was
-        declared dead must not overwrite what recovery decided).
+        declared dead must not overwrite what recovery decided). ``owned_by``: also refuse
+        (``AttemptLostError``) unless the record's owner revision is this one (a takeover
+        ends only the run it found expired); a fenced attempt (``fence``) checks its own.
+        ``retry`` in ``fields``: the attempt ends to be run again under a new id (its
+        replica died) — no escalation, no cooldown, nothing for the breaker.
         """
         if to not in STATUSES:
             raise ValueError(f"unknown status {to!r}")
@@ -329,6 +352,7 @@ class Attempts:
             raise NotFoundError(ATTEMPTS, attempt_id)
         if (expect and cur["status"] != expect) or to not in TRANSITIONS.get(cur["status"], ()):
             raise TransitionError(attempt_id, cur["status"], to)
+        self._check_owner(attempt_id, cur, owned_by)
         if to in ACTIVE:
             self.store.add_member(UNFINISHED, attempt_id)  # resumed: recovery sees it again
         # The admission record first: a reader who sees the attempt's end also sees its slot
@@ -343,6 +367,7 @@ class Attempts:
             status = cur["status"]
             if (expect and status != expect) or to not in TRANSITIONS.get(status, ()):
                 raise TransitionError(attempt_id, status, to)
+            self._check_owner(attempt_id, cur, owned_by)
             previous["status"] = status
             cur.update(fields)
             cur["status"] = to
@@ -354,13 +379,14 @@ class Attempts:
                 cur["ended_at"] = now  # given up while on hold: no investigation to escalate
             elif status in ACTIVE and to not in ACTIVE:
                 cur["ended_at"] = now
-                if to in ESCALATES and not cur.get("incident") and not cur.get("deferred"):
+                if to in ESCALATES and not cur.get("incident") and not cur.get("deferred") \
+                        and not cur.get("retry"):
                     cur["escalation_due"] = True
             return cur
 
         try:
             rec = self.store.update(ATTEMPTS, attempt_id, fn)
-        except TransitionError:
+        except (TransitionError, AttemptLostError):
             self._reconcile_admission()  # the gate was told of an end that did not happen
             raise
         assert rec is not None
@@ -381,7 +407,8 @@ class Attempts:
         # up while on hold: no attempt was made, so neither happens.
         gate.settle(self.store, att["fingerprint"], att["attempt_id"], now=now, kind="code",
                     ended=ended or given_up,
-                    outcome=gate.DEFERRED if att.get("deferred") or given_up
+                    outcome=gate.DEFERRED if att.get("deferred") or att.get("retry")
+                    or given_up
                     else to if ended and to != UNFIXABLE else "",
                     breaker=to in BREAKER_FAILURES and not att.get("stopped"),
                     held=to in WAITING_REVIEW, lane=str(att.get("lane") or ""),
@@ -499,7 +526,9 @@ class Attempts:
         """Settle attempts a dead process left behind; return the ones changed.
 
         * ``investigating`` whose worker is gone → ``timeout`` if its deadline passed, else
-          ``failed``; also ``timeout`` when far past the deadline even if something still runs;
+          ``failed``; also ``timeout`` when far past the deadline even if something still runs.
+          A worker on another host holding the attempt's lease (``owner``) is not judged by
+          its pid: its lease decides (``SelfHealService.take_over``);
         * ``dispatch_pending`` older than ``PENDING_GRACE_S`` → ``failed`` (no worker started);
         * admission entries that point at finished or missing attempts are dropped;
         * an attempt marked ``escalation_due`` but missing from the due set (a crash between
@@ -517,7 +546,10 @@ class Attempts:
             try:
                 if status == INVESTIGATING:
                     deadline = att.get("deadline") or att["updated_at"] + timeout_s
-                    if now > deadline + STALE_GRACE_S or not alive(att.get("worker")):
+                    stale = now > deadline + STALE_GRACE_S
+                    if not stale and _runs_elsewhere(att):
+                        continue
+                    if stale or not alive(att.get("worker")):
                         to = TIMEOUT if now >= deadline else FAILED
                         reason = ("time limit exceeded" if to == TIMEOUT
                                   else "the healing worker stopped before finishing")
@@ -550,16 +582,29 @@ class Attempts:
                        now=self.clock(), on_hold_status=HELD)
 
 
+def _runs_elsewhere(att: dict[str, Any]) -> bool:
+    """Whether the attempt's run holds a lease and its worker is on another host."""
+    worker = att.get("worker") or {}
+    return bool(att.get("owner")) and worker.get("host") != socket.gethostname()
+
+
 def public_view(att: dict[str, Any]) -> dict[str, Any]:
     """What ``get_healing_status`` shows of an attempt (no worker internals).
+
+    ``owner``: the replica running it (``node``) under which lease revision, while it runs
+    and after; ``taken_over``: the replica that stopped renewing and when; ``retry_of``: the
+    attempt this one retries after such a takeover.
 
     ``escalation``: the seed file in ``.fleet-messages/human/`` that told a person about it,
     when it ended without a fix (the file may since have moved to ``archive/``)."""
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
             "reason", "unfixable_reason", "findings", "escalation", "held", "approved_by",
-            "hold", "held_at")
+            "hold", "held_at", "taken_over", "retry_of", "retried_as", "takeovers")
     out = {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
+    owner = att.get("owner")
+    if isinstance(owner, dict) and owner.get("node"):
+        out["owner"] = {k: owner[k] for k in ("node", "lease", "revision") if k in owner}
     # The protocol's statuses; waiting for a worker is part of investigating.
     if out.get("status") == DISPATCH_PENDING:
         out["status"] = INVESTIGATING

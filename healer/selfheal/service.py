@@ -19,12 +19,16 @@ The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
   limit, the day's budget) go through the gate again once the hold is over, and run;
 * ``recover()`` / ``reap()`` — for start-up and the loop's periodic housekeeping; recovery
   also writes the escalations still due (``healer.selfheal.escalate``), including those of the
-  attempts it settled.
+  attempts it settled;
+* ``take_over()`` — with replicas sharing a store: attempts whose lease expired (their
+  replica stopped renewing, ``healer.selfheal.ownership``) get the agent's verdict applied
+  once if it already reached the store, or end with the reason and run again under a new id
+  through the gate (``selfheal.max_takeovers`` times, then a person is told).
 
 Background runs are detached worker processes by default (``selfheal.worker: process``), so
 an MCP server that exits (the Claude Code session ended) does not take the run with it; with
 ``task`` they are asyncio tasks in the calling server. Either way a run whose process died is
-settled by ``recover()``.
+settled by ``recover()`` (its pid, on the same host) or ``take_over()`` (its lease, on any).
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -53,9 +58,9 @@ from healer.core.incidents import OPEN, Ledger, Signal, trust_of
 from healer.core.publish.sanitizer import Sanitizer
 from healer.core.silences import Silences
 from healer.core.store import Store
-from healer.errors import UsageError
+from healer.errors import ConflictError, UsageError
 from healer.selfheal import attempts as st
-from healer.selfheal import gates
+from healer.selfheal import gates, ownership
 from healer.selfheal.attempts import Attempts, new_attempt_id, public_view
 from healer.selfheal.runner import HEALING_ENV, AgentRunner, runner_for
 
@@ -69,6 +74,11 @@ MAX_TRACEBACK = 100_000
 MAX_CONTEXT = 20_000
 MAX_NAME = 200
 MODEL_CHECK_TTL_S = 30.0
+# What a retry after a takeover takes over from the attempt it retries (its report).
+RETRY_FIELDS = ("fingerprint", "error_type", "call_site", "error_message", "traceback",
+                "context", "tool_name", "severity", "normalised", "incident_id", "lane")
+AGENT_VERDICTS = frozenset({"unfixable", "escalated"})  # need no clone to be applied
+_RUN_ID = re.compile(r"^(?P<aid>.+?)(?:-r\d+)?-i\d+$")  # healer.code.attempt's run ids
 
 
 def _cut_head(text: str, limit: int) -> str:
@@ -577,20 +587,115 @@ class SelfHealService:
             log.exception("escalations after recovery failed")
         return [self.attempts.get(a["attempt_id"]) or a for a in changed]
 
+    def take_over(self, *, launch: bool = True) -> list[dict[str, Any]]:
+        """Settle the ``investigating`` attempts whose lease expired, wherever they ran.
+
+        For each, the lease is taken first (so the old run, if it comes back, finds it
+        gone), then the attempt is written only if it still names the owner found expired:
+        the agent's own ``unfixable`` verdict, if it reached the store (``on_result``), is
+        applied; anything else ends ``failed`` with the reason and — unless
+        ``selfheal.max_takeovers`` retries were spent — runs again under a new id through
+        the gate (``retried_as``). ``launch=False``: the caller starts those. Returns the
+        attempts taken over."""
+        out = []
+        now = self.clock()
+        sh = self.settings.selfheal
+        for att in self.attempts.unfinished():
+            if att.get("status") != st.INVESTIGATING:
+                continue
+            seen = ownership.expired(self.store, att, now)
+            if seen is None:
+                continue
+            aid = att["attempt_id"]
+            lease = ownership.seize(self.store, aid, self.settings.node, sh.lease_ttl_s, seen,
+                                    now)
+            if lease is None:
+                continue  # renewed meanwhile, or another replica is taking it over
+            try:
+                ended = self._take(att, seen, lease, now)
+            except (st.TransitionError, ConflictError):
+                continue  # its run ended it meanwhile: that end stands
+            finally:
+                lease.release()
+            log.warning("attempt %s taken over: %s", aid, ended.get("reason"))
+            if ended.get("status") == st.FAILED and not ended.get("retry"):
+                self._escalate_soon(aid)
+            elif ended.get("retry"):
+                ended = self._retry(ended, launch=launch)
+            out.append(ended)
+        return out
+
+    def _take(self, att: dict[str, Any], seen: dict[str, Any], lease: Any,
+              now: float) -> dict[str, Any]:
+        owner = att.get("owner") or {}
+        node = str(owner.get("node") or "?")
+        until = seen.get("expires_at")
+        renewed = float(until) - self.settings.selfheal.lease_ttl_s if until else None
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(renewed)) if renewed \
+            else "an unknown time"
+        why = f"its replica {node} stopped renewing at {when}"
+        common = {"expect": st.INVESTIGATING, "owned_by": owner.get("revision"),
+                  "owner": {"lease": lease.name, "revision": lease.revision,
+                            "node": self.settings.node, "holder": lease.owner},
+                  "taken_over": {"node": node, "renewed_at": renewed, "at": now,
+                                 "by": self.settings.node}}
+        agent = att.get("agent_result") or {}
+        if agent.get("status") in AGENT_VERDICTS:
+            said = self.sanitizer.scrub(str(agent.get("summary") or "no reason given"))
+            return self.attempts.transition(
+                att["attempt_id"], st.UNFIXABLE, unfixable_reason=said[:2000],
+                reason=f"the agent reported {agent['status']} ({why}): "
+                       f"{' '.join(said.split())[:300]}", **common)
+        retry = not att.get("incident") and \
+            int(att.get("takeovers") or 0) < self.settings.selfheal.max_takeovers
+        return self.attempts.transition(
+            att["attempt_id"], st.FAILED, retry=retry,
+            reason=f"{why}; run again as a new attempt" if retry else
+            f"{why}; retried {int(att.get('takeovers') or 0)} time(s) already", **common)
+
+    def _retry(self, old: dict[str, Any], *, launch: bool) -> dict[str, Any]:
+        """Run a taken-over attempt's report again, through the gate like any report."""
+        report = {k: old[k] for k in RETRY_FIELDS if k in old}
+        report.update(retry_of=old["attempt_id"], takeovers=int(old.get("takeovers") or 0) + 1)
+        now = self.clock()
+        decision = gate.admit(self.store, old["fingerprint"], lambda: new_attempt_id(now), now,
+                              dataclasses.replace(self.policy, lane=str(old.get("lane") or "")),
+                              self.model_available, self._admission,
+                              record=lambda aid: self.attempts.create(aid, report))
+        iid = str(old.get("incident_id") or "")
+        if iid:
+            self.ledger.decided(iid, decision)
+        if not decision.accepted:
+            if iid and decision.reason in gate.RETRYABLE:
+                self.ledger.update(iid, report=report)  # the retry pass starts it later
+            return old
+        if iid:
+            self.ledger.started(iid, decision.attempt_id, "a healing agent is being "
+                                "dispatched again (the replica running it stopped)")
+        old = self.attempts.update(old["attempt_id"], retried_as=decision.attempt_id)
+        if launch:
+            self._launch(decision.attempt_id)
+        return old
+
     def reap(self) -> list[str]:
         """Remove worktrees past ``selfheal.worktree_ttl_s`` (call periodically)."""
         from healer.selfheal.dispatch import reap_worktrees
 
         return reap_worktrees(self.settings, self.store, now=self.clock())
 
-
     def on_result(self, result: Any) -> None:
-        """Bus subscriber: note a healing agent's own result on its attempt (run id = attempt
-        id). The attempt's outcome is still decided by the worktree, not by this claim."""
+        """Bus subscriber: note a healing agent's own result on its attempt (run id = the
+        attempt id, or one iteration's ``<attempt>-i<n>``). The attempt's outcome is still
+        decided by the worktree, not by this claim — except after a takeover, which applies
+        an ``unfixable`` verdict noted here. A run taken over gets no late notes."""
         if getattr(result, "kind", "") != "healing":
             return
         run_id = str(result.data.get("run_id", ""))
-        if not run_id or self.attempts.get(run_id) is None:
+        m = _RUN_ID.match(run_id)
+        if m and self.attempts.get(run_id) is None:
+            run_id = m.group("aid")  # one iteration's run: its attempt
+        att = self.attempts.get(run_id) if run_id else None
+        if att is None or att.get("taken_over"):
             return
         summary = self.sanitizer.scrub(str(result.data.get("summary", "")))[:2000]
         self.attempts.update(run_id, agent_result={"status": result.data.get("status"),
@@ -646,6 +751,17 @@ def create_loop_service(healer: Any) -> None:
             svc._launch(attempt_id)
 
     healer.every("selfheal-retry", 60.0, retry)
+    if healer.settings.store.backend != "file":
+        # Replicas share the store: a replica that dies leaves attempts only a lease can
+        # tell are dead. (On the file store one replica settles them by pid: recover.)
+        async def take_over() -> None:
+            for att in await asyncio.to_thread(svc.take_over, launch=False):
+                if att.get("retried_as"):
+                    svc._launch(att["retried_as"])
+
+        # Every replica sweeps: the lease is seized by compare-and-set, so one of them wins
+        # each attempt. (With duties, ``healer.once`` runs it on one replica.)
+        healer.every("attempt-takeover", sh.takeover_interval_s, take_over)
     healer.bus.subscribe(svc.on_result)
 
 
