@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -109,3 +110,55 @@ class TestAddresses:
         assert f"http://127.0.0.1:{port}/api/v1/session/play-first-hour" in text, text
         assert ":8083" not in text
 
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every path under ``root`` with its mode and size (what a check must not change)."""
+    return {str(p.relative_to(root)): (p.lstat().st_mode, p.lstat().st_size)
+            for p in root.rglob("*")}
+
+
+class TestDoctor:
+    def test_doctor_changes_nothing(self, tmp_path: Path) -> None:
+        """In an empty HOME and working folder, `healer doctor` creates none of healer's
+        folders: it says they will be created."""
+        home, cwd = tmp_path / "home", tmp_path / "cwd"
+        home.mkdir()
+        cwd.mkdir()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("HEALER")}
+        env.update(HOME=str(home), HEALER_RESULTS_DIR=str(cwd / "results"))
+        before = tree(tmp_path)
+        r = healer("doctor", "--json", env=env, cwd=cwd)
+        assert tree(tmp_path) == before
+        checks = {c["name"]: c for c in json.loads(r.stdout)["checks"]}
+        for name in ("dir: state", "dir: results", "dir: fleet messages"):
+            assert checks[name]["ok"] is True
+            assert checks[name]["detail"].endswith("will be created (0700) when healer starts")
+
+
+class TestUsageMistakes:
+    def test_an_unknown_option_is_named_before_missing_ones(self, env: dict[str, str]) -> None:
+        r = healer("report", "--bogus", "x", env=env)
+        assert r.returncode == 2
+        assert r.stderr.strip().splitlines()[-1] == \
+            "healer report: error: unrecognized arguments: --bogus x"
+
+    def test_missing_required_options_are_still_named(self, env: dict[str, str]) -> None:
+        r = healer("report", "--message", "m", env=env)
+        assert r.returncode == 2 and "the following arguments are required: --type" in r.stderr
+
+    @pytest.mark.parametrize("bad", ["handler", "src/app.py:", ":handler", "src/app.py:9x",
+                                     "a.py:f:g", " a.py:f"])
+    def test_a_call_site_must_be_path_colon_function(self, env: dict[str, str],
+                                                     bad: str) -> None:
+        r = healer("report", "--type", "KeyError", "--message", "m", "--call-site", bad,
+                   env=env)
+        assert r.returncode == 2
+        assert "is not PATH:FUNCTION" in r.stderr and "Traceback" not in r.stderr
+
+    @pytest.mark.parametrize("good", ["src/app/tools.py:lookup", "app.py:Cls.run",
+                                      "app.py:<module>", "my app/x.py:outer.<locals>.inner"])
+    def test_call_sites_as_python_spells_them_pass(self, good: str) -> None:
+        from healer.commands.report import call_site
+
+        assert call_site(good) == good
