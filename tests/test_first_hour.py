@@ -162,3 +162,33 @@ class TestUsageMistakes:
         from healer.commands.report import call_site
 
         assert call_site(good) == good
+
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+class TestReadme:
+    def test_the_exit_codes_are_healers(self) -> None:
+        """README's exit-code list names exactly the codes healer.errors defines."""
+        import re
+
+        from healer import errors
+
+        text = " ".join(README.read_text().split())
+        listed = text.split("Exit codes: ", 1)[1].split(". ", 1)[0]
+        codes = {int(c) for c in re.findall(r"\*\*(\d+)\*\*", listed)}
+        defined = {v for k, v in vars(errors).items() if k.startswith("EXIT_")}
+        assert codes == defined
+        assert "port already in use" in listed
+
+    def test_the_play_example_says_how_long_escalation_takes(self) -> None:
+        """The minutes README gives for the play example follow from the play defaults."""
+        import re
+
+        from healer.config.capabilities import PlaySettings
+
+        play = PlaySettings()
+        minutes = play.max_iterations * play.reevaluate_after_s / 60
+        text = " ".join(README.read_text().split())
+        said = re.search(r"the escalation comes about (\d+) minutes after the issue", text)
+        assert said and int(said.group(1)) == round(minutes)
