@@ -192,3 +192,14 @@ class TestReadme:
         text = " ".join(README.read_text().split())
         said = re.search(r"the escalation comes about (\d+) minutes after the issue", text)
         assert said and int(said.group(1)) == round(minutes)
+
+
+def test_the_public_url_is_an_address_the_api_answers_on(env: dict[str, str]) -> None:
+    """Behind `api.public_url` a proxy forwards its Host: healer answers it, and still refuses
+    a name nobody configured (DNS rebinding)."""
+    s = ServeProcess({**env, "HEALER_PUBLIC_URL": "https://healer.example.com"})
+    try:
+        assert s.http.get("/health", headers={"Host": "healer.example.com"}).status_code == 200
+        assert s.http.get("/health", headers={"Host": "evil.example"}).status_code == 421
+    finally:
+        s.close()

@@ -51,8 +51,9 @@ class ApiSettings:
     public_url: str = setting(
         "", "The base URL people and SDKs reach the API at (`https://healer.example.com`, "
         "behind a proxy or a DNS name): every address healer writes — Sentry DSNs, the "
-        "commands in escalations, dashboard links — uses it. Empty: the address the API "
-        "serves on (`api.host:api.port`; a wildcard bind names this machine).",
+        "commands in escalations, dashboard links — uses it, and its host and origin are "
+        "accepted like `allowed_hosts` and `allowed_origins` entries. Empty: the address "
+        "the API serves on (`api.host:api.port`; a wildcard bind names this machine).",
         env="HEALER_PUBLIC_URL")
     token: str = setting(
         "", "Bearer token every route needs when set (webhooks carry their own signatures; "
