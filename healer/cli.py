@@ -6,7 +6,8 @@ touches this file and ``healer --help`` stays fast (command modules import their
 dependencies inside ``main``).
 
 Exit codes: 0 ok · 1 the command found problems (alerts, failures, unhealthy) · 2 usage or
-input error, nothing changed · 3 something healer needs is missing · 130 interrupted.
+input error, nothing changed · 3 something healer needs is missing or unreachable (a taken
+port too) · 130 interrupted.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def usage() -> str:
     lines += [
         "",
         "Run 'healer COMMAND --help' for a command's options.",
-        "Exit codes: 0 ok, 1 problems found, 2 usage/input error, 3 dependency missing.",
+        "Exit codes: 0 ok, 1 problems found, 2 usage/input error, 3 something needed is",
+        "missing or unreachable (e.g. the API port is in use), 130 interrupted.",
     ]
     return "\n".join(lines)
 

@@ -6,7 +6,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -115,20 +114,33 @@ def tools(settings: Settings) -> list[Check]:
 
 
 def _own_dir(label: str, folder: Path, subs: tuple[str, ...]) -> Check:
-    """Created (0700) if missing, then checked as every start checks it (no symlink, healer's
-    user owns it, not group/other-writable; ``healer.core.safedirs``), then written to."""
+    """Checked as every start checks it (no symlink, healer's user owns it, not group/other-
+    writable; ``healer.core.safedirs``) and for writing — without changing anything: a folder
+    that does not exist yet is reported as one healer will create, if its parent lets it."""
     try:
-        safedirs.ensure_private_dir(folder)
         problem = safedirs.check_dir(folder, *subs)
+        if problem and problem.startswith("does not exist"):
+            return _to_create(label, folder)
         if problem:
             return Check(label, False, f"{folder}: {problem}")
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".doctor-"):
-            pass
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return Check(label, False, f"{folder}: not writable by this user")
         return Check(label, True, f"{folder}: ok (no symlink, yours, not group/other-writable)")
     except UnsafeDirError as exc:
         return Check(label, False, str(exc))
     except OSError as exc:
         return Check(label, False, f"{folder}: {exc.strerror}")
+
+
+def _to_create(label: str, folder: Path) -> Check:
+    """A missing folder: fine when its nearest existing parent lets healer create it."""
+    parent = Path(os.path.abspath(folder)).parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        return Check(label, False, f"{folder}: does not exist, and {parent} does not let "
+                                   "this user create it")
+    return Check(label, True, f"{folder}: will be created (0700) when healer starts")
 
 
 def folders(settings: Settings) -> list[Check]:

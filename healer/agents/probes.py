@@ -126,8 +126,20 @@ def _seed_writable(inbox: Path) -> Probe:
             os.close(fd)
             test.unlink()
     except OSError as exc:
-        return Probe(False, f"{inbox}: {exc.strerror or exc}")
+        return Probe(False, _inbox_trouble(inbox, exc))
     return Probe(True, f"{inbox} writable", (time.monotonic() - start) * 1000)
+
+
+def _inbox_trouble(inbox: Path, exc: OSError) -> str:
+    """What is wrong with a seed inbox, as a sentence a person reads in a diagnosis (not the
+    bare ``…/n2: File exists`` of the failed ``mkdir``)."""
+    if inbox.is_symlink():
+        return f"the seed inbox {inbox} is a symbolic link, not a folder"
+    if inbox.exists() and not inbox.is_dir():
+        return f"the seed inbox {inbox} is a file, not a folder: no seed file can go in it"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return f"the seed inbox {inbox} is not writable ({exc.strerror})"
+    return f"no seed file can be written in {inbox}: {exc.strerror or exc}"
 
 
 async def probe_seed(inbox: Path, timeout: float = 2.0) -> Probe:

@@ -2,12 +2,13 @@
 
 The checks, in order, each answered before the body is read:
 
-1. **Host** — a loopback name or address, the bound address, or an ``api.allowed_hosts`` entry;
-   anything else is 421 (a DNS-rebinding page reaches 127.0.0.1 under its own name).
+1. **Host** — a loopback name or address, the bound address, ``api.public_url``'s host or an
+   ``api.allowed_hosts`` entry; anything else is 421 (a DNS-rebinding page reaches 127.0.0.1
+   under its own name).
 2. **Origin** — when a browser sends one, it must be healer's own (the request's scheme and
-   Host) or an ``api.allowed_origins`` entry; anything else, ``null`` included, is 403. A
-   browser that sends no Origin on a mutating request but says ``Sec-Fetch-Site: cross-site``
-   or ``same-site`` is refused the same way.
+   Host, or ``api.public_url``'s) or an ``api.allowed_origins`` entry; anything else, ``null``
+   included, is 403. A browser that sends no Origin on a mutating request but says
+   ``Sec-Fetch-Site: cross-site`` or ``same-site`` is refused the same way.
 3. **Token** — with ``api.token`` set every route needs ``Authorization: Bearer <token>``
    (scheme in any case), except the signed routes (webhooks) and, as configured, ``/health``
    and ``/metrics``. A client address that sent too many wrong tokens waits
@@ -50,6 +51,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cached_property
+from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -93,13 +95,19 @@ class GuardPolicy:
 
     @classmethod
     def from_settings(cls, api: object, ingest: object = None) -> GuardPolicy:
+        # The address healer tells people to use (api.public_url) is one it answers on.
+        public = urlsplit(str(getattr(api, "public_url", "") or ""))
+        own_host = (public.hostname,) if public.hostname else ()
+        own_origin = (_origin_key(f"{public.scheme}://{public.netloc}"),) if own_host else ()
         return cls(
             ingest_origins=tuple(_origin_key(o) for o in getattr(ingest, "cors_origins", ())),
             ingest_max_body=getattr(ingest, "max_body_bytes", 1 << 20),
             bind_host=getattr(api, "host", "127.0.0.1"),
             token=getattr(api, "token", ""),
-            allowed_hosts=tuple(h.lower().rstrip(".") for h in getattr(api, "allowed_hosts", ())),
-            allowed_origins=tuple(_origin_key(o) for o in getattr(api, "allowed_origins", ())),
+            allowed_hosts=tuple(h.lower().rstrip(".") for h in (
+                *getattr(api, "allowed_hosts", ()), *own_host)),
+            allowed_origins=tuple(_origin_key(o) for o in (
+                *getattr(api, "allowed_origins", ()), *own_origin)),
             public_health=getattr(api, "public_health", True),
             public_metrics=getattr(api, "public_metrics", False),
             max_body=getattr(api, "max_body_bytes", 1 << 20),

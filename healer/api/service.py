@@ -81,6 +81,9 @@ class ApiService:
                 raise OSError(f"HTTP API could not start on {s.host}:{s.port}: {exc}")
             await asyncio.sleep(0.01)
         host, port = sock.getsockname()[:2]
+        # Everything this process writes for people builds its address from the settings
+        # (healer.core.address): `api.port: 0` must read as the port really bound.
+        s.port = port
         self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
         log.info("HTTP API on %s", self.url)
 

@@ -13,12 +13,32 @@ from healer.errors import EXIT_INTERRUPTED, EXIT_USAGE, HealerError
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that exits 2 with one clear line on a usage mistake."""
+    """argparse that exits 2 with one clear line on a usage mistake — the first mistake:
+    an unknown option is named before the required ones it may have left out
+    (``--bogus x`` is a typo of ``--type x``, not a missing ``--type``)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.print_usage(sys.stderr)
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         raise SystemExit(EXIT_USAGE)
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        self._refuse_unknown(args)
+        return super().parse_args(args, namespace)
+
+    def _refuse_unknown(self, args: Any) -> None:
+        """Parse once with nothing required; arguments left over are the error to name."""
+        required = [a for a in self._actions if a.required]
+        groups = [g for g in self._mutually_exclusive_groups if g.required]
+        for item in (*required, *groups):
+            item.required = False
+        try:
+            _, extras = self.parse_known_args(args, argparse.Namespace())
+        finally:
+            for item in (*required, *groups):
+                item.required = True
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
 
 
 def parser(name: str, description: str, epilog: str = "") -> Parser:

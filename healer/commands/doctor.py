@@ -14,7 +14,8 @@ def main(argv: list[str]) -> int:
         "nats-server, the claude CLI, writable state/results/fleet dirs, the settings\n"
         "sources, which executor `auto` picks and why, whether the agent sandbox\n"
         "(bubblewrap) starts here (OFF with agents.sandbox: off), and (with kube.enabled)\n"
-        "whether the cluster answers, as whom, and with which permissions.",
+        "whether the cluster answers, as whom, and with which permissions. It changes\n"
+        "nothing: a folder that does not exist yet is reported as one healer will create.",
         "exit codes: 0 everything required is fine, 1 something required is missing,\n"
         "2 bad settings",
     )

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -27,6 +29,19 @@ awaiting_approval), 2 bad input.
 """
 
 
+# A path (no colon, no control character, no space at either end), then a function name
+# as Python's frames spell it: `handler`, `Cls.method`, `<module>`, `outer.<locals>.inner`.
+CALL_SITE = re.compile(r"(?=\S)[^:\x00-\x1f]+(?<=\S):[A-Za-z_<][\w.<>]*")
+
+
+def call_site(value: str) -> str:
+    """``--call-site``: ``PATH:FUNCTION`` (``src/app/tools.py:lookup``, ``app.py:Cls.run``)."""
+    if not CALL_SITE.fullmatch(value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not PATH:FUNCTION (e.g. src/app/tools.py:lookup)")
+    return value
+
+
 def main(argv: list[str]) -> int:
     p = parser("report", HELP, EPILOG)
     p.add_argument("--type", required=True, dest="error_type",
@@ -35,7 +50,7 @@ def main(argv: list[str]) -> int:
                    help="the exact exception message")
     p.add_argument("--traceback-file", metavar="FILE",
                    help="file holding the full traceback ('-' reads stdin)")
-    p.add_argument("--call-site", metavar="PATH:FUNCTION",
+    p.add_argument("--call-site", metavar="PATH:FUNCTION", type=call_site,
                    help="where it happened (default: from the traceback)")
     p.add_argument("--context", default="", help="your analysis; no user data")
     p.add_argument("--tool-name", default="", help="the tool that raised the error")

@@ -10,9 +10,11 @@ def main(argv: list[str]) -> int:
 
     p = parser(
         "sentry",
-        "Point any Sentry SDK at healer. `healer sentry dsn` prints a DSN for the HTTP API\n"
-        "(api.host:api.port), making a key for the project the first time and keeping it in\n"
-        "<state dir>/sentry-keys.json (mode 0600). Give the DSN to the SDK:\n\n"
+        "Point any Sentry SDK at healer. `healer sentry dsn` prints a DSN for the HTTP API,\n"
+        "making a key for the project the first time and keeping it in\n"
+        "<state dir>/sentry-keys.json (mode 0600). The address is api.public_url when set,\n"
+        "else the one the healer running on this state dir serves on (`healer serve --port`),\n"
+        "else api.host:api.port. Give the DSN to the SDK:\n\n"
         "  Python:      sentry_sdk.init(dsn=\"http://KEY@127.0.0.1:8083/1\")\n"
         "  JavaScript:  Sentry.init({ dsn: \"http://KEY@127.0.0.1:8083/1\" })\n\n"
         "Its errors become living-context incidents (healer context incidents).",
@@ -22,7 +24,7 @@ def main(argv: list[str]) -> int:
     d = sub.add_parser("dsn", help="print (and on first use create) a project's DSN")
     d.add_argument("--project", default="default",
                    help="project name (default: default); each gets its own id and key")
-    d.add_argument("--host", help="host name SDKs reach healer by (default: api.host)")
+    d.add_argument("--host", help="host name SDKs reach healer by (default: the address above)")
     d.add_argument("--json", action="store_true", help="print {dsn, key, project, project_id}")
     add_settings_args(d)
     args = p.parse_args(argv)

@@ -25,8 +25,11 @@ class DetectSettings:
 
 @dataclass
 class PlaySettings:
-    healer_endpoint: str = setting("http://localhost:8083", "Where orchestrators reach healer "
-                                   "(cto-config `defaults.play.healerEndpoint`).")
+    healer_endpoint: str = setting(
+        "", "Where orchestrators reach healer (cto-config `defaults.play.healerEndpoint`); the "
+        "commands in play escalations name it. Empty: `api.public_url`, else the address the "
+        "API serves on. `api.public_url` wins when both are set.",
+        pattern="^(https?://.+)?$")
     max_iterations: int = setting(3, "Remediation attempts before escalating to a human "
                                   "(cto-config `defaults.remediation.maxIterations`).", minimum=1)
     sync_timeout_s: float = setting(300.0, "cto-config `defaults.remediation.syncTimeoutSecs`.",

@@ -21,6 +21,7 @@ from healer.config.fields import is_dataclass_type, public_fields
 from healer.config.schema import type_schema
 from healer.config.settings import Settings
 from healer.core import thresholds
+from healer.core.address import check_public_url
 from healer.core.names import MIN_TOKEN_CHARS, is_loopback_host, safe_name
 from healer.core.schemas import errors as schema_errors
 from healer.errors import ConfigError, UnsafeNameError
@@ -289,6 +290,12 @@ def _check_semantics(s: Settings) -> None:
     if s.api.token and s.api.token != s.api.token.strip():
         raise ConfigError("the token has leading or trailing white space", file="settings",
                           key="api.token", expected="a token without surrounding white space")
+    if s.api.public_url:
+        try:
+            s.api.public_url = check_public_url(s.api.public_url)
+        except ValueError as exc:
+            raise ConfigError(str(exc), file="settings", key="api.public_url",
+                              expected="an http(s) base URL, or empty") from exc
     for proxy in s.api.trusted_proxies:
         try:
             ipaddress.ip_network(proxy.strip(), strict=False)

@@ -48,6 +48,13 @@ class ApiSettings:
     )
     port: int = setting(8083, "TCP port of the HTTP API (0 picks a free one).",
                         env="HEALER_PORT", minimum=0, maximum=65535)
+    public_url: str = setting(
+        "", "The base URL people and SDKs reach the API at (`https://healer.example.com`, "
+        "behind a proxy or a DNS name): every address healer writes — Sentry DSNs, the "
+        "commands in escalations, dashboard links — uses it, and its host and origin are "
+        "accepted like `allowed_hosts` and `allowed_origins` entries. Empty: the address "
+        "the API serves on (`api.host:api.port`; a wildcard bind names this machine).",
+        env="HEALER_PUBLIC_URL")
     token: str = setting(
         "", "Bearer token every route needs when set (webhooks carry their own signatures; "
         "see `public_health` and `public_metrics`). Empty disables the check, which is allowed "
@@ -381,7 +388,8 @@ class NotifySettings:
     interval_s: float = setting(1.0, "How often the loop looks for changed incidents and "
                                 "due deliveries.", minimum=0.05)
     links_url: str = setting("", "Base URL of healer's dashboard for links in messages "
-                             "(e.g. `https://healer.example.com`); empty: no dashboard link.")
+                             "(e.g. `https://healer.example.com`); empty: `api.public_url`, "
+                             "and no dashboard link when that is empty too.")
     slack: SlackNotifySettings = section(SlackNotifySettings, "Slack target.")
     pagerduty: PagerDutyNotifySettings = section(PagerDutyNotifySettings, "PagerDuty target.")
     webhook: WebhookNotifySettings = section(WebhookNotifySettings, "Signed JSON webhook target.")

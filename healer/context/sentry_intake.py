@@ -240,13 +240,17 @@ class EventQueue:
 
 
 def dsn_for(settings: Any, key: str, project_id: str, host: str | None = None) -> str:
-    """``http://KEY@HOST:PORT/ID`` for the configured API address (a wildcard bind prints
-    this machine's name)."""
-    import socket
+    """``http://KEY@HOST:PORT/ID`` at the address SDKs reach healer by
+    (``healer.core.address.served_url``: ``api.public_url``, else the running server's
+    address, else ``api.host:api.port``); ``host`` replaces its host name."""
+    from urllib.parse import urlsplit, urlunsplit
 
-    name = host or settings.api.host
-    if name in ("", "0.0.0.0", "::", "*"):  # noqa: S104 - names, not a bind
-        name = socket.getfqdn() or "localhost"
+    from healer.core.address import served_url
+
+    parts = urlsplit(served_url(settings))
+    name = host or parts.hostname or "localhost"
     if ":" in name and not name.startswith("["):
         name = f"[{name}]"
-    return f"http://{key}@{name}:{settings.api.port}/{project_id}"
+    netloc = f"{key}@{name}" + (f":{parts.port}" if parts.port else "")
+    path = f"{parts.path.rstrip('/')}/{project_id}"
+    return urlunsplit((parts.scheme, netloc, path, "", ""))

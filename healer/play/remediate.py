@@ -32,7 +32,7 @@ from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
 from healer.errors import HealerError
 from healer.play import evaluate, workspace
 from healer.play.about import play_about
-from healer.play.sessions import SessionRegistry, iso
+from healer.play.sessions import SessionRegistry, healer_url, iso
 
 log = logging.getLogger(__name__)
 
@@ -383,7 +383,7 @@ class Remediator:
         if forge_url:
             steps.append(f"The analysis is in {forge_url}.")
         steps.append(f"When done, finish or restart the play: "
-                     f"`curl -X POST {self.settings.play.healer_endpoint}/api/v1/session/"
+                     f"`curl -X POST {healer_url(self.settings)}/api/v1/session/"
                      f"{play_id}/finish`.")
         esc = Escalation(
             title=f"[HEAL-{evaluate.alert_code(issue)}] {issue['description'][:120]}: {play_id}",
@@ -392,7 +392,7 @@ class Remediator:
             what_happened=(f"{agent} in play `{play_id}` has a **{issue['issue_type']}** "
                            f"issue: {issue['description']}. {plan.reason}."),
             attempts=attempts, next_steps=steps,
-            commands=[f"curl -s {self.settings.play.healer_endpoint}/api/v1/session/{play_id}"],
+            commands=[f"curl -s {healer_url(self.settings)}/api/v1/session/{play_id}"],
             evidence=list(issue.get("evidence", []))[:10],
             labels=["heal", evaluate.alert_code(issue), "escalation"],
             # The escalation lands on the evaluation's issue (one per code and workflow family).

@@ -39,7 +39,7 @@ from healer.core.publish.forge_issues import Issues
 from healer.core.store import Store
 from healer.play import workspace
 from healer.play.about import play_about
-from healer.play.sessions import SessionRegistry, iso
+from healer.play.sessions import SessionRegistry, healer_url, iso
 
 log = logging.getLogger(__name__)
 
@@ -262,7 +262,7 @@ class AgentRuntime:
                 "that meets it and restarts none of them until their logs show them working."),
                 steps=[failures.CODES[code].remedy,
                        f"Then restart the paused agents; `curl -s "
-                       f"{self.settings.play.healer_endpoint}/api/v1/incidents/{signal.id}` "
+                       f"{healer_url(self.settings)}/api/v1/incidents/{signal.id}` "
                        "lists them."],
                 evidence=evidence[:10], dedup=f"heal-{limit}"))
         return {"action": "paused", "code": code, "incident_id": signal.id}
@@ -398,7 +398,7 @@ class AgentRuntime:
             severity="critical" if failures.class_of(code) in (
                 failures.TERMINAL, failures.CRASH_LOOP) else "high",
             incident=iid, what_happened=what, next_steps=steps,
-            commands=[f"curl -s {self.settings.play.healer_endpoint}/api/v1/incidents/{iid}"],
+            commands=[f"curl -s {healer_url(self.settings)}/api/v1/incidents/{iid}"],
             evidence=evidence, labels=["heal", code, "escalation"], dedup_key=dedup,
             one_open=True)
         record = await escalate(self.settings, self.store, esc, issues=self.issues,

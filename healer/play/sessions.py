@@ -36,6 +36,17 @@ class AlreadyActive(UsageError):
 ANY_HOST = "*"
 
 
+def healer_url(settings: Any) -> str:
+    """The API address the play's escalations tell a person to use: ``api.public_url`` when
+    set, else ``play.healer_endpoint`` (cto-config's ``healerEndpoint``) when set, else the
+    address this healer serves on."""
+    from healer.core.address import public_url
+
+    if settings.api.public_url:
+        return public_url(settings)
+    return str(settings.play.healer_endpoint or public_url(settings)).rstrip("/")
+
+
 def tools_server_host(url: str) -> str:
     """The host of a tools-server URL, as the probe would connect to it ('' if none)."""
     import httpx

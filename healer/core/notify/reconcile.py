@@ -82,12 +82,16 @@ class Notifier:
                                    severity=str(incident.get("severity", "")),
                                    source=str(incident.get("source", "")),
                                    labels=notices.labels_of(incident))
-        notice = notices.build(incident, links_url=self.settings.notify.links_url) \
-            if chosen else None
+        notice = notices.build(incident, links_url=self._links_url()) if chosen else None
         queued = self._queue(iid, state, notice, chosen, mine)
         mine["seen_at"] = incident.get("updated_at")
         self.store.put(RECORDS, iid, mine)
         return queued
+
+    def _links_url(self) -> str:
+        """Where a message's dashboard link points: ``notify.links_url``, else the API's
+        public address (never a guessed default nobody serves on)."""
+        return str(self.settings.notify.links_url or self.settings.api.public_url)
 
     def _queue(self, iid: str, state: str, notice: Notice | None, chosen: list[str],
                mine: dict[str, Any]) -> int:
