@@ -631,12 +631,12 @@ def create_loop_service(healer: Any) -> None:
     healer.extras.setdefault("api_services", {})["selfheal"] = svc
     healer.recovery.append(lambda: asyncio.to_thread(svc.recover))
     sh = healer.settings.selfheal
-    healer.every("selfheal-refresh", sh.refresh_interval_s, lambda: asyncio.to_thread(svc.refresh))
+    healer.once("selfheal-refresh", sh.refresh_interval_s, lambda: asyncio.to_thread(svc.refresh))
     # Recovery also runs periodically: it settles runs whose worker died after start-up.
-    healer.every("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
+    healer.once("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
     healer.every("selfheal-reap", 3600.0, lambda: asyncio.to_thread(svc.reap))
     # Reverts a crash (or a report without an event loop) left to prepare.
-    healer.every("code-aftermerge", sh.refresh_interval_s, svc.aftermerge.propose_due)
+    healer.once("code-aftermerge", sh.refresh_interval_s, svc.aftermerge.propose_due)
 
     async def retry() -> None:
         # Decide off the event loop; start in it (``selfheal.worker: task`` needs the loop).
@@ -645,7 +645,7 @@ def create_loop_service(healer: Any) -> None:
         for attempt_id in await asyncio.to_thread(svc.retry_held, launch=False):
             svc._launch(attempt_id)
 
-    healer.every("selfheal-retry", 60.0, retry)
+    healer.once("selfheal-retry", 60.0, retry)
     healer.bus.subscribe(svc.on_result)
 
 
