@@ -164,8 +164,11 @@ class Duties:
                         self.store.put(KIND, d.lease.name,
                                        {**rec.data, "expires_at": now, "released_at": now},
                                        expected_revision=d.lease.revision)
-                except Exception as exc:  # it expires by itself within ttl
-                    log.warning("duty %s: could not release the lease: %s", d.name, exc)
+                except Exception as exc:  # they expire by themselves within ttl
+                    log.warning("duties: could not release the leases: %s", exc)
+                    for rest in self._duties.values():
+                        self._forget(rest)
+                    return  # the store is away: asking again for each duty only waits longer
                 self._forget(d)
 
     def leaders(self) -> list[dict[str, Any]]:
