@@ -69,6 +69,7 @@ class Duties:
     clock: Callable[[], float] = time.time
     _duties: dict[str, _Duty] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
+    _released: bool = False  # after release() nothing is taken again (a late tick in flight)
 
     @property
     def renew_every_s(self) -> float:
@@ -103,6 +104,8 @@ class Duties:
     def _tick(self, d: _Duty) -> bool:
         """Renew or take one lease; True if it was just taken."""
         with self._lock:
+            if self._released:
+                return False
             started = self.clock()
             if d.token and d.lease.held:
                 if d.lease.renew():
@@ -152,8 +155,10 @@ class Duties:
 
     def release(self) -> None:
         """Give up every held lease at once (a clean stop): the record is expired, not
-        deleted, so the next holder's token is still larger than ours."""
+        deleted, so the next holder's token is still larger than ours. Final: a renewal still
+        in flight takes nothing afterwards."""
         with self._lock:
+            self._released = True
             for d in self._duties.values():
                 if not d.lease.held:
                     continue
@@ -170,6 +175,7 @@ class Duties:
                         self._forget(rest)
                     return  # the store is away: asking again for each duty only waits longer
                 self._forget(d)
+        log.info("%s released its duties", self.owner)
 
     def leaders(self) -> list[dict[str, Any]]:
         """``{duty, owner, since, expires_at, revision, mine}`` for every duty known here or

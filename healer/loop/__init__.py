@@ -314,15 +314,16 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
             renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewer
+        try:  # first (led services stopped, then the leases freed): a successor takes the
+            # duties over on its next try, not after the ttl, while the rest stops here
+            await healer.leading.release()
+        except Exception:
+            log.exception("releasing the duties failed")
         for svc in reversed(started):
             try:
                 await svc.stop()
             except Exception:
                 log.exception("stopping %s failed", svc.name)
-        try:  # a successor takes the duties over on its next try, not after the ttl
-            await healer.leading.release()
-        except Exception:
-            log.exception("releasing the duties failed")
         await asyncio.to_thread(healer.bus.stop)
         healer.store.close()
         _write_status(healer, "stopped")

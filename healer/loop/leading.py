@@ -137,9 +137,8 @@ class Leading:
         for tasks in self._jobs.values():
             for t in tasks:
                 t.cancel()
-        try:  # the store may be away: the leases then expire by themselves
-            await asyncio.wait_for(asyncio.to_thread(self.duties.release),
-                                   self.duties.renew_every_s)
+        try:  # the store may be away: the leases expire by themselves within the ttl anyway
+            await asyncio.wait_for(asyncio.to_thread(self.duties.release), self.duties.ttl_s)
         except TimeoutError:
             log.warning("duties: the store did not answer; the leases expire within %.0f s",
                         self.duties.ttl_s)

@@ -145,6 +145,8 @@ class TestDuties:
         assert [r["owner"] for r in read_leaders(b.store, clock=_clock)] == [None]
         assert b.tick() == {"watch": True}  # no wait for the ttl
         assert b.fence("watch") > old  # released, not deleted: tokens only grow
+        b.release()
+        assert a.tick() == {"watch": False}  # a renewal late after the release takes nothing
 
     def test_a_late_write_under_an_old_token_is_refused(
             self, pair: tuple[Duties, Duties, Clock]) -> None:

@@ -72,7 +72,6 @@ def takeover_s(store: Any, gone: str, started: float) -> float:
     return time.monotonic() - started
 
 
-@pytest.mark.slow
 def test_three_replicas_share_the_duties_and_survive_a_kill(tmp_path: Path) -> None:
     with NatsCluster(3, store_dir=tmp_path / "nats") as nc:
         envs = [replica_env(tmp_path, f"n{i}", nc.urls, "ha1") for i in range(3)]
@@ -99,7 +98,7 @@ def test_three_replicas_share_the_duties_and_survive_a_kill(tmp_path: Path) -> N
             loops[int(new[1:])].stop()  # a clean stop releases: no wait for the ttl
             handed = takeover_s(store, new, started)
             print(f"takeover after a clean stop: {handed:.2f} s")
-            assert handed <= RENEW + 1.5
+            assert handed <= RENEW + 1.5, loops[int(new[1:])].log()[-3000:]
         finally:
             store.close()
             for lp in loops:
