@@ -140,7 +140,7 @@ def collect_routes(ctx: ApiContext) -> list[BaseRoute]:
     routes: list[BaseRoute] = [
         route("/health", _health, summary="Liveness, version and who leads which duty"),
         route("/ready", _ready, summary="Readiness: the store answers",
-              responses={503: "the store does not answer"}),
+              responses={200: "the store answers", 503: "the store does not answer"}),
         route("/metrics", _metrics, summary="Prometheus metrics"),
         route("/openapi.json", _openapi, summary="This description"),
     ]
