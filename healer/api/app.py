@@ -9,6 +9,7 @@ and time); handlers parse bodies with ``healer.api.http.json_body`` (strict JSON
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -62,10 +63,50 @@ class ApiContext:
     closing: list[Callable[[], None]] = field(default_factory=list)
 
 
+READY_TIMEOUT_S = 2.0
+
+
+def _leaders(ctx: ApiContext) -> list[dict[str, Any]]:
+    loop = ctx.services.get("loop")
+    duties = getattr(loop, "duties", None)
+    if duties is not None:
+        return duties.leaders()  # type: ignore[no-any-return]
+    from healer.core.duties import read_leaders
+
+    return read_leaders(ctx.store)
+
+
 async def _health(request: Request) -> Response:
+    """Liveness: answers while the process serves, whatever the store does; who leads which
+    duty when the store answers in time (``duties``), else ``duties_error``."""
     ctx: ApiContext = request.app.state.ctx
-    return ok({"status": "healthy", "version": __version__, "service": "healer",
-               "node": ctx.settings.node, "uptime_s": round(time.time() - ctx.started_at, 1)})
+    body: dict[str, Any] = {"status": "healthy", "version": __version__, "service": "healer",
+                            "node": ctx.settings.node,
+                            "uptime_s": round(time.time() - ctx.started_at, 1)}
+    loop = ctx.services.get("loop")
+    if getattr(loop, "duties", None) is not None:
+        body["owner"] = loop.duties.owner  # type: ignore[union-attr]
+    try:
+        body["duties"] = await asyncio.wait_for(asyncio.to_thread(_leaders, ctx),
+                                                READY_TIMEOUT_S)
+    except Exception as exc:  # liveness must not fail because the store is away
+        body["duties_error"] = f"the store did not answer: {type(exc).__name__} {exc}".strip()
+    return ok(body)
+
+
+async def _ready(request: Request) -> Response:
+    """Readiness: 200 when the store answers a read within 2 s, else 503 with the reason."""
+    ctx: ApiContext = request.app.state.ctx
+    try:
+        await asyncio.wait_for(asyncio.to_thread(ctx.store.get, "leases", "ready-probe"),
+                               READY_TIMEOUT_S)
+    except TimeoutError:
+        return ok({"status": "not_ready", "reason": f"the store did not answer within "
+                   f"{READY_TIMEOUT_S:.0f} s"}, 503)
+    except Exception as exc:
+        return ok({"status": "not_ready",
+                   "reason": f"the store failed: {type(exc).__name__}: {exc}"}, 503)
+    return ok({"status": "ready", "node": ctx.settings.node})
 
 
 async def _metrics(request: Request) -> Response:
@@ -97,7 +138,9 @@ async def _unexpected(request: Request, exc: Exception) -> Response:
 
 def collect_routes(ctx: ApiContext) -> list[BaseRoute]:
     routes: list[BaseRoute] = [
-        route("/health", _health, summary="Liveness and version"),
+        route("/health", _health, summary="Liveness, version and who leads which duty"),
+        route("/ready", _ready, summary="Readiness: the store answers",
+              responses={200: "the store answers", 503: "the store does not answer"}),
         route("/metrics", _metrics, summary="Prometheus metrics"),
         route("/openapi.json", _openapi, summary="This description"),
     ]

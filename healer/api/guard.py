@@ -10,8 +10,8 @@ The checks, in order, each answered before the body is read:
    included, is 403. A browser that sends no Origin on a mutating request but says
    ``Sec-Fetch-Site: cross-site`` or ``same-site`` is refused the same way.
 3. **Token** — with ``api.token`` set every route needs ``Authorization: Bearer <token>``
-   (scheme in any case), except the signed routes (webhooks) and, as configured, ``/health``
-   and ``/metrics``. A client address that sent too many wrong tokens waits
+   (scheme in any case), except the signed routes (webhooks) and, as configured, ``/health``,
+   ``/ready`` and ``/metrics``. A client address that sent too many wrong tokens waits
    (``healer.api.throttle``): 429 with ``Retry-After``, its token not even looked at.
 4. **Content type** — a mutating request with a body must say ``application/json`` (or a
    ``+json`` type): ``text/plain``, forms and multipart are what a page can send cross-site
@@ -142,7 +142,7 @@ class GuardPolicy:
                 (method == "POST" and path in SLACK_PATHS):
             return True
         if method in SAFE_METHODS:
-            if path == "/health":
+            if path in ("/health", "/ready"):
                 return self.public_health
             if path == "/metrics":
                 return self.public_metrics

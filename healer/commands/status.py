@@ -26,6 +26,10 @@ the first of the next month, or a raised budget ("agent_spend" and "agent_spend.
 --json). An incident whose source wants more occurrences first (gate.thresholds) shows the
 gate decision "awaiting_occurrences".
 
+With several replicas on one store (docs/ha.md) the overview lists who leads which
+once-only duty and since when ("duties" in --json: duty, owner "<node>/<instance>" or null
+while nobody leads it, since, expires_at, revision).
+
 Incidents only anonymous sources reported are marked "anonymous"; what waits for a person's
 approval (a code agent to start, a held fix to publish) is listed with the `healer approve`
 and `healer deny` commands; what the flood limits dropped is counted.
@@ -73,6 +77,17 @@ def _table(data: dict[str, Any]) -> None:
             print(f"{'':<25} escalated to a person: {a['escalation']}")
 
 
+def _duties(rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    print("duties (one replica leads each):")
+    for r in rows:
+        who = r["owner"] or "nobody leads it"
+        since = f"since {_age(r['since'])}" if r["since"] else ""
+        print(f"  {r['duty']:<20} {who:<32} {since}".rstrip())
+    print()
+
+
 def _incident(store: Any, iid: str, as_json: bool) -> int:
     from healer.overview import incident, render_incident
 
@@ -112,6 +127,9 @@ def main(argv: list[str]) -> int:
             from healer.overview import overview, render
 
             data["overview"] = overview(settings, service.store)
+            from healer.core.duties import read_leaders
+
+            data["duties"] = read_leaders(service.store)
             waiting = bool(data["overview"]["needs_a_person"]) or bool(
                 data["overview"]["approvals"]["waiting"])
         if args.json:
@@ -120,6 +138,7 @@ def main(argv: list[str]) -> int:
             if "overview" in data:
                 print(render(data["overview"]))
                 print()
+                _duties(data["duties"])
             _table(data)
         needs = any(a["status"] in _NEEDS_PERSON for a in data["attempts"])
         return 1 if needs or waiting else 0

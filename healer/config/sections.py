@@ -74,8 +74,8 @@ class ApiSettings:
         items={"type": "string", "pattern": "^https?://[^/]+$"},
     )
     public_health: bool = setting(
-        True, "Whether `GET /health` answers without the token (liveness probes rarely carry "
-        "one).")
+        True, "Whether `GET /health` and `GET /ready` answer without the token (liveness and "
+        "readiness probes rarely carry one).")
     public_metrics: bool = setting(
         False, "Whether `GET /metrics` answers without the token (for scrapers that cannot "
         "send `Authorization`).")
@@ -165,6 +165,20 @@ class StoreSettings:
     lease_ttl_s: float = setting(30.0, "How long a node's lease on a peer or incident lasts "
                                  "unless renewed; a dead node's lease is taken over after it.",
                                  minimum=1)
+
+
+@dataclass
+class HaSettings:
+    lease_ttl_s: float = setting(
+        15.0, "How long a replica's lease on a once-only duty (a watcher, a poller, a sweep, "
+        "the notifier) lasts unless renewed. Renewed every third of it; a replica that cannot "
+        "renew stops the duty a third before expiry, and another replica takes it over within "
+        "about this long after the leader dies (at once after a clean stop).",
+        env="HEALER_HA_LEASE_TTL_S", minimum=3, maximum=600)
+    instance: str = setting(
+        "", "This process's name among the replicas, in lease owners `<node>/<instance>`; "
+        "empty: a random one at every start (a restarted replica is a new owner).",
+        env="HEALER_HA_INSTANCE", pattern="^$|^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
 @dataclass

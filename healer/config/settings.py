@@ -25,6 +25,7 @@ from healer.config.sections import (
     ExecutorSettings,
     ForgeSettings,
     GateSettings,
+    HaSettings,
     LogSettings,
     NotifySettings,
     StoreSettings,
@@ -55,6 +56,8 @@ class Settings:
     api: ApiSettings = section(ApiSettings, "The HTTP API.")
     bus: BusSettings = section(BusSettings, "The results bus.")
     store: StoreSettings = section(StoreSettings, "Where state lives.")
+    ha: HaSettings = section(HaSettings, "Several replicas on one shared store: who leads "
+                             "each once-only duty (docs/ha.md).")
     executor: ExecutorSettings = section(ExecutorSettings, "How agents run.")
     agents: AgentsSettings = section(AgentsSettings, "What confines agents and what they may "
                                      "spend.")

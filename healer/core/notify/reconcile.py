@@ -28,6 +28,7 @@ from healer.core.notify import notices, routes
 from healer.core.notify.base import HEALED, SILENCED, Notice, Target
 from healer.core.notify.outbox import Item, Outbox
 from healer.core.store import Store
+from healer.errors import ConflictError
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,10 @@ class Notifier:
         self.outbox = Outbox(settings.state_path, max_attempts=n.max_attempts,
                              backoff_s=n.backoff_s, max_backoff_s=n.max_backoff_s)
         self.ledger = Ledger(store)
+        # Called right before a receiver is called; raises ConflictError when this replica no
+        # longer leads the ``notify`` duty (the loop sets it: ``Duties.fence``), so a paused
+        # leader that wakes up after a takeover sends nothing twice.
+        self.fence: Callable[[], object] | None = None
 
     # --- incidents → outbox ---------------------------------------------------------------------
 
@@ -148,6 +153,13 @@ class Notifier:
         rec = self.store.get(RECORDS, iid)
         memo = dict(((rec.data.get("targets") or {}).get(item.target) or {}).get("memo") or {}
                     ) if rec else {}
+        if self.fence is not None:
+            try:
+                self.fence()
+            except ConflictError:
+                log.warning("notify: not sending %s for %s, this replica no longer leads "
+                            "the notify duty", item.target, iid)
+                return False
         try:
             result = await target.send(item.notice, memo)
         except Exception as exc:  # a bug in a target: recorded like a final failure

@@ -52,9 +52,11 @@ class NotifyService:
             await asyncio.sleep(self.interval_s)
 
 
-def create_service(healer: Any) -> NotifyService | None:
+def create_service(healer: Any) -> Any:
     """The loop's factory: nothing to run when no target is configured."""
     notifier = Notifier(healer.settings, healer.store)
     if not notifier.targets:
         return None
-    return NotifyService(notifier, healer.settings.notify.interval_s)
+    # Every replica may receive; one sends (as Alertmanager's HA cluster does).
+    notifier.fence = lambda: healer.duties.fence("notify")
+    return healer.lead("notify", NotifyService(notifier, healer.settings.notify.interval_s))

@@ -61,10 +61,10 @@ def create_service(healer: Any) -> GitHubLoopService | None:
     watcher = GitHubWatcher(healer.settings, healer.store,
                             sink=lambda: AlertSink.from_healer(healer))
     healer.extras.setdefault("api_services", {})["github"] = watcher
-    healer.every("github-deliveries", PRUNE_EVERY_S, watcher.prune_deliveries)
+    healer.once("github-deliveries", PRUNE_EVERY_S, watcher.prune_deliveries)
     poller = None
     if polling(gh):
         poller = Poller(watcher, make_client(gh))
         watcher.poller = poller
-        healer.every("github-poll", gh.poll_interval_s, poller.poll_once)
+        healer.once("github-poll", gh.poll_interval_s, poller.poll_once)
     return GitHubLoopService(healer, watcher, poller)

@@ -86,6 +86,11 @@ class KubeWatcher:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self) -> None:
+        if self._stopping.is_set():  # started again: this replica leads the watcher again
+            self.client, self.logs, self.feed = None, None, None
+            self.state = ClusterState(self.kube, self.clock, started_at=self.clock())
+            self.reflectors, self._tasks = [], []
+            self._stopping = asyncio.Event()
         self._load_firing()
         self._tasks.append(asyncio.ensure_future(self._run()))
 
@@ -261,7 +266,7 @@ def _signature(alert: PlayAlert) -> tuple[Any, ...]:
     return alert.severity, d.get("reason", ""), d.get("restarts", 0), d.get("exit_code")
 
 
-def create_service(healer: Any) -> KubeWatcher | None:
+def create_service(healer: Any) -> Any:
     """The loop's ``kube`` service: only with ``kube.enabled`` and the play capability."""
     if not healer.settings.kube.enabled:
         return None
@@ -271,4 +276,4 @@ def create_service(healer: Any) -> KubeWatcher | None:
         return None
     watcher = KubeWatcher(healer.settings, healer.store, sink)
     healer.extras["kube_watcher"] = watcher
-    return watcher
+    return healer.lead("kube-watcher", watcher)  # started while this replica leads it

@@ -84,3 +84,16 @@ def _alert_records(rig: Any) -> list[dict[str, Any]]:
     from healer.play import alerts
 
     return alerts.firing(rig.play.store)
+
+
+class TestLeadership:
+    async def test_a_stopped_watcher_watches_again_when_started_again(self, rig: Any) -> None:
+        """A replica that loses the kube-watcher duty stops the watcher; when it leads again
+        the same watcher starts afresh: it connects, lists and alerts on what it sees."""
+        _pods(rig, "p-s")
+        await until(lambda: rig.watcher.state.pods, timeout=10)
+        await rig.watcher.stop()
+        rig.kube.objects.patch("pods", "cto", "p-s", crash_loop())
+        await rig.watcher.start()
+        await until(lambda: rig.incidents("A7"), timeout=10)
+        assert all(not t.done() for t in rig.watcher._tasks)
