@@ -127,6 +127,9 @@ def reap_worktrees(settings: Any, store: Store, *, now: float | None = None) -> 
             continue
         if att["status"] == st.AWAITING_APPROVAL:
             continue  # its clone holds the fix a person has yet to judge
+        node = (att.get("owner") or {}).get("node")
+        if node and node != settings.node:
+            continue  # its clone is on that replica's disk: that replica reaps it
         keep_branch = att["status"] in (st.PR_OPEN, st.PR_MERGED)
         wt.remove(att.get("repo") or "", att["worktree"],
                   branch=att.get("branch", ""), delete_branch=not keep_branch)

@@ -138,6 +138,20 @@ class TestAfterThePR:
         assert not Path(fixed["worktree"]).exists()
         assert "heal-" not in git(repo, "worktree", "list")
 
+    async def test_a_clone_on_another_replica_is_left_to_it(self, service: Any, repo: Path
+                                                           ) -> None:
+        """Replicas share the store, not disks: an attempt run by another node keeps its
+        clone until that node reaps it; this node's own are reaped."""
+        svc = service("fix")
+        fixed = await heal(svc, repo)
+        owner = svc.attempts.require(fixed["attempt_id"]).get("owner") or {}
+        svc.attempts.update(fixed["attempt_id"], owner={**owner, "node": "another-node"})
+        assert reap_worktrees(svc.settings, svc.store, now=time.time() + 86400 + 1) == []
+        assert Path(fixed["worktree"]).exists()
+        svc.attempts.update(fixed["attempt_id"], owner={**owner, "node": svc.settings.node})
+        reaped = reap_worktrees(svc.settings, svc.store, now=time.time() + 86400 + 1)
+        assert reaped == [fixed["attempt_id"]] and not Path(fixed["worktree"]).exists()
+
 
 class TestBackground:
     def test_detached_worker_runs_the_attempt(self, make_settings: Any, repo: Path) -> None:
