@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 2
+#define NATIVE_VERSION 3
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -252,6 +252,29 @@ static int out_quoted(Out *o, PyObject *text) {
     return 0;
 }
 
+/* The proleptic Gregorian date of a day since 1970-01-01 (Howard Hinnant's
+ * civil_from_days, the inverse of epoch_day): what gmtime gives, without its lock and time
+ * zone work, which cost more than the rest of an alert's JSON. */
+static void civil_from_days(long long z, long long *y, int *m, int *d) {
+    z += 719468;
+    long long era = floor_div(z, 146097);
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static char *put_digits(char *w, long long v, int width) {  /* zero-padded, v >= 0 */
+    for (int k = width - 1; k >= 0; k--) {
+        w[k] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return w + width;
+}
+
 /* `"2024-05-01T10:00:00.123Z"` as _timestamps.iso makes it; 0 when this code does not
  * render that time (before 1970 or after 9999: the fallback does). */
 static int out_stamp(Out *o, double ts) {
@@ -260,14 +283,29 @@ static int out_stamp(Out *o, double ts) {
     long long total = (long long)r;
     long long minute = total / 60000;
     long long in_minute = total % 60000;
-    time_t at = (time_t)(minute * 60);
-    struct tm tm;
-    if (gmtime_r(&at, &tm) == NULL || tm.tm_year + 1900 > 9999) return 0;
+    long long day = minute / 1440, in_day = minute % 1440, y;
+    int mo, d;
+    civil_from_days(day, &y, &mo, &d);
+    if (y > 9999) return 0;
     if (out_reserve(o, 32) < 0) return -1;
-    int w = snprintf(o->buf + o->len, 32, "\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     (int)(in_minute / 1000), (int)(in_minute % 1000));
-    o->len += w;
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    w = put_digits(w, y, 4);
+    *w++ = '-';
+    w = put_digits(w, mo, 2);
+    *w++ = '-';
+    w = put_digits(w, d, 2);
+    *w++ = 'T';
+    w = put_digits(w, in_day / 60, 2);
+    *w++ = ':';
+    w = put_digits(w, in_day % 60, 2);
+    *w++ = ':';
+    w = put_digits(w, in_minute / 1000, 2);
+    *w++ = '.';
+    w = put_digits(w, in_minute % 1000, 3);
+    *w++ = 'Z';
+    *w++ = '"';
+    o->len = w - o->buf;
     return 1;
 }
 
@@ -336,7 +374,19 @@ static int render_one(Out *o, PyObject *a, Slot *slots, PyObject *fragments) {
     }
     Py_ssize_t mark = o->len;
     char digits[32];
-    int nd = snprintf(digits, sizeof digits, "%lld,\"ts\":", n);
+    int nd = 0;
+    if (n < 0) return 0;  /* (a line number is never negative: the fallback renders it) */
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (int i = 0, j = nd - 1; i < j; i++, j--) {
+        char c = digits[i];
+        digits[i] = digits[j];
+        digits[j] = c;
+    }
+    memcpy(digits + nd, ",\"ts\":", 6);
+    nd += 6;
     if (out_ascii(o, slot->prefix) < 0 || out_raw(o, digits, nd) < 0) return -1;
     if (ts == Py_None) {
         if (out_raw(o, "null", 4) < 0) return -1;
@@ -1799,6 +1849,96 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* ANSI escapes (healer.detect._match.ANSI)                                                   */
+
+/* The length of the escape sequence at s[p] (an ESC) as _match.ANSI matches it there, or 0:
+ *   \x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])
+ * Each repeat's class is disjoint from what may follow it, so taking the most it can is the
+ * only way it matches (no backtracking to try). */
+static Py_ssize_t ansi_at(const unsigned char *s, Py_ssize_t p, Py_ssize_t n) {
+    Py_ssize_t q = p + 1;
+    if (q >= n) return 0;
+    unsigned char c = s[q];
+    if (c == '[') {
+        q++;
+        while (q < n && s[q] >= 0x30 && s[q] <= 0x3f) q++;
+        while (q < n && s[q] >= 0x20 && s[q] <= 0x2f) q++;
+        if (q < n && s[q] >= 0x40 && s[q] <= 0x7e) return q + 1 - p;
+        return 0;
+    }
+    if (c == ']') {
+        Py_ssize_t k = q + 1;
+        while (k < n && s[k] != 0x07 && s[k] != 0x1b && s[k] != '\n') k++;
+        if (k < n && s[k] == 0x07) return k + 1 - p;
+        if (k + 1 < n && s[k] == 0x1b && s[k + 1] == '\\') return k + 2 - p;
+        return 2;  /* ']' is in [@-Z\\-_] too */
+    }
+    if ((c >= '@' && c <= 'Z') || (c >= '\\' && c <= '_')) return 2;
+    return 0;
+}
+
+/* _match.ANSI.sub(b"", s[0:n]) */
+static PyObject *strip_escapes(const unsigned char *s, Py_ssize_t n) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t len = 0, p = 0;
+    while (p < n) {
+        const unsigned char *esc = memchr(s + p, 0x1b, (size_t)(n - p));
+        Py_ssize_t e = esc ? esc - s : n;
+        memcpy(w + len, s + p, (size_t)(e - p));
+        len += e - p;
+        if (e >= n) break;
+        Py_ssize_t k = ansi_at(s, e, n);
+        if (k == 0) {  /* not a sequence: the ESC stays */
+            w[len++] = 0x1b;
+            p = e + 1;
+        } else {
+            p = e + k;
+        }
+    }
+    if (len != n && _PyBytes_Resize(&out, len) < 0) return NULL;
+    return out;
+}
+
+/* _match.ansi_lines(buf, lo, hi): the lines of buf[lo:hi] holding ESC, as (start, end, text
+ * without escapes). */
+static PyObject *ansi_lines(PyObject *self, PyObject *args) {
+    PyObject *buf;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "Onn:ansi_lines", &buf, &lo, &hi)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *s = view.buf;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto done;
+    if (lo < 0) lo = 0;
+    if (hi > view.len) hi = view.len;
+    Py_ssize_t p = lo;
+    while (p < hi) {
+        const unsigned char *esc = memchr(s + p, 0x1b, (size_t)(hi - p));
+        if (esc == NULL) break;
+        Py_ssize_t e = esc - s;
+        const unsigned char *nl = e > lo ? memrchr(s + lo, '\n', (size_t)(e - lo)) : NULL;
+        Py_ssize_t ls = nl ? nl - s + 1 : lo;
+        const unsigned char *end = memchr(s + e, '\n', (size_t)(hi - e));
+        Py_ssize_t le = end ? end - s : hi;
+        PyObject *text = strip_escapes(s + ls, le - ls);
+        PyObject *row = text ? Py_BuildValue("(nnN)", ls, le, text) : NULL;
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(row);
+        p = le;
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"parse_iso", parse_iso, METH_O,
@@ -1822,6 +1962,8 @@ static PyMethodDef methods[] = {
     {"filter_hits", filter_hits, METH_VARARGS,
      "filter_hits(hits, window, ts_override, not_before, seen_at, lo_t, skew, start_of, "
      "skew_s) -> (rows, raws)."},
+    {"ansi_lines", ansi_lines, METH_VARARGS,
+     "ansi_lines(buf, lo, hi) -> [(start, end, text)]: _match.ansi_lines."},
     {"make_alerts", make_alerts, METH_VARARGS,
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
     {NULL, NULL, 0, NULL},

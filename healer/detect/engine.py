@@ -230,7 +230,7 @@ class Engine:
                 m.collect(buf, lo, hi, cands)
             else:
                 cands.extend(m.candidates(buf, lo, hi))
-        ansi = _match.ansi_lines(buf, lo, hi)
+        ansi = sp.ansi_lines(buf, lo, hi)
         cleaned = {ls: text for ls, _, text in ansi}
         if ansi:  # (the fast path keeps the raw candidates of ANSI lines: pass 1 skips them)
             cands.extend(self._clean_candidates([], ansi))
