@@ -336,3 +336,42 @@ def test_the_native_transcript_events_are_view_document(seed: int) -> None:
         got = _native.speedups.view_line(text)
         events += got is not None and b'"type"' in text
     assert events > 100  # (most documents here are broken or of other kinds)
+
+
+@needs_native
+def test_ansi_lines_are_the_regex_s() -> None:
+    """ansi_lines in C: the lines holding ESC and their text as _match.ANSI strips it — every
+    sequence form (CSI, OSC ended by BEL or ST, two-byte), cut or unended ones, lone ESCs, at
+    the ends of the block and of the buffer, from bytes and bytearrays."""
+    from healer.detect import _match
+
+    rnd = random.Random(7)
+    pieces = [b"\x1b", b"[", b"]", b"\\", b"\x07", b"\n", b"31m", b"0;1", b" ", b"!", b"/",
+              b"@", b"~", b"a", b"Z", b"_", b"^", b"?", b"8;;http://x", b"\x1b\\", b"\x7f",
+              b"\x80", b"[0m", b"(B", b"\x1b]", b"\x1b[", b"error"]
+    sp = _native.speedups
+    for _ in range(20_000):
+        data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 40)))
+        starts = [0] + [i + 1 for i, c in enumerate(data) if c == 10]
+        lo = rnd.choice(starts)
+        hi = rnd.choice([len(data), rnd.randint(lo, len(data))])
+        for buf in (data, bytearray(data)):
+            assert sp.ansi_lines(buf, lo, hi) == _match.ansi_lines(buf, lo, hi), (data, lo, hi)
+
+
+@needs_native
+def test_json_times_are_iso_s_from_1970_to_9999() -> None:
+    """The alert time in C (days to a date without gmtime): _timestamps.iso's text for any
+    millisecond of the years it renders, leap days and the ends of months and years too."""
+    from healer.detect._timestamps import iso
+
+    rnd = random.Random(8)
+    pattern = Catalog.load().patterns[0]
+    stamps = [rnd.uniform(0, 253402300799.999) for _ in range(20_000)]
+    stamps += [day * 86400.0 + off for day in range(0, 2_932_897, 97)
+               for off in (0.0, 86399.9994)]
+    stamps += [951782400.0, 951868799.999, 4107542400.0, 68256000000.0]  # 2000-02-29, 2100
+    alerts = [Alert(pattern.code, pattern.id, pattern.priority, pattern.severity, "s", 7, "x",
+                    ts, MappingProxyType({}), pattern, "error", "") for ts in stamps]
+    got = json_lines(alerts).splitlines()
+    assert [json.loads(line)["ts"] for line in got] == [iso(ts) for ts in stamps]
