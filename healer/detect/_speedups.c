@@ -636,11 +636,26 @@ static int cmp_ll(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* Interned strings: the line model's levels and parts; set up by the module's init. */
+static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
+    *PART_LOG, *PART_SPEECH;
+
 typedef struct {
     PyObject *buf, *confirm, *trusted, *cleaned, *found;
     const char *data;
     int is_bytes;
+    /* With the line model's ranks (confirm_lines' optional rank and min_rank): a candidate
+     * line that judge_lines would drop whatever its patterns confirm is dropped here, before
+     * any Python object is made for it (most candidate lines of a real log: info and debug
+     * lines, the agent's own words). */
+    int judge;
+    long ranks[6];  /* lines.RANK of trace … fatal */
+    long *min_rank;
+    Py_ssize_t npats;
 } Pass;
+
+static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
+                       const long long *idxs, int k);
 
 /* One candidate line: its patterns confirmed, added to found when any matches. */
 static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
@@ -664,6 +679,9 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         Py_XDECREF(line);
         return 0;
     }
+    if (line == NULL && ps->judge &&
+        judged_away(ps, (const unsigned char *)ps->data + ls, le - ls, idxs, n))
+        return 0;
     if (line == NULL) {
         line = ps->is_bytes ? PyBytes_FromStringAndSize(ps->data + ls, le - ls)
                             : PyByteArray_FromStringAndSize(ps->data + ls, le - ls);
@@ -717,14 +735,53 @@ fail:
 
 /* Engine.scan_block's pass 1 (candidates → confirmed lines); NotImplemented for a buffer
  * that is neither bytes nor bytearray or a line with too many candidates. */
+static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssize_t hi,
+                              Py_ssize_t first);
+
 static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     Pass ps;
-    PyObject *cands;
+    PyObject *cands, *rank = NULL, *min_rank = NULL;
     Py_ssize_t lo, hi, first;
-    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands, &first,
-                          &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm, &PyList_Type,
-                          &ps.trusted))
+    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!|O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands,
+                          &first, &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm,
+                          &PyList_Type, &ps.trusted, &PyDict_Type, &rank, &PyList_Type,
+                          &min_rank))
         return NULL;
+    ps.judge = 0;
+    ps.min_rank = NULL;
+    ps.npats = 0;
+    if (rank != NULL && min_rank != NULL) {
+        PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+        ps.judge = 1;
+        for (int k = 0; k < 6 && ps.judge; k++) {
+            PyObject *r = PyDict_GetItemWithError(rank, levels[k]);
+            if (r == NULL && PyErr_Occurred()) return NULL;
+            ps.ranks[k] = r != NULL ? PyLong_AsLong(r) : -1;
+            if (r == NULL || (ps.ranks[k] == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                ps.judge = 0;  /* ranks this code does not know: judge_lines decides */
+            }
+        }
+        ps.npats = PyList_GET_SIZE(min_rank);
+        ps.min_rank = ps.judge && ps.npats ? PyMem_Malloc(sizeof(long) * ps.npats) : NULL;
+        if (ps.judge && ps.npats && ps.min_rank == NULL) return PyErr_NoMemory();
+        for (Py_ssize_t i = 0; ps.judge && i < ps.npats; i++) {
+            ps.min_rank[i] = PyLong_AsLong(PyList_GET_ITEM(min_rank, i));
+            if (ps.min_rank[i] == -1 && PyErr_Occurred()) {
+                PyMem_Free(ps.min_rank);
+                return NULL;
+            }
+        }
+        if (ps.npats == 0) ps.judge = 0;
+    }
+    PyObject *out = confirm_pass(&ps, cands, lo, hi, first);
+    PyMem_Free(ps.min_rank);
+    return out;
+}
+
+static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssize_t hi,
+                              Py_ssize_t first) {
+    Pass ps = *psp;
     Collector *col = NULL;
     if (PyObject_TypeCheck(cands, &CollectorType)) {
         col = (Collector *)cands;
@@ -844,10 +901,6 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
 
 /* ---------------------------------------------------------------------------------------- */
 /* The line model (healer.detect.lines.view_fields), for the lines it can be sure of         */
-
-/* Interned strings: the levels, the parts; set up by the module's init. */
-static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
-    *PART_LOG, *PART_SPEECH;
 
 static int is_ws(unsigned char c) { return is_space(c); }
 static int is_alpha(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
@@ -1428,6 +1481,85 @@ static PyObject *view_native(PyObject *line, PyObject *document) {
 
 /* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
  * tests. */
+/* What view_native finds of a line's level and part (both borrowed), without making its
+ * body or source: 1, or 0 where view_native would leave the line to Python (an escape code,
+ * a JSON document its readers do not take). Kept step for step with view_native. */
+static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, PyObject **part) {
+    Py_ssize_t b = 0, e = n;
+    if (e > b && s[e - 1] == '\n') e--;
+    if (e > b && s[e - 1] == '\r') e--;
+    if (memchr(s, 0x1b, (size_t)e) != NULL) return 0;
+    int have_source = 0;
+    if (!(e > b && s[b] == '{')) {
+        for (int round = 0; round < 3; round++) {
+            Py_ssize_t len = e - b;
+            const unsigned char *at = s + b;
+            if (len >= 1 && at[0] == '[') {
+                Py_ssize_t a1, n1, a2, n2;
+                Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
+                if (got) {
+                    have_source = 1;
+                    b += got;
+                    continue;
+                }
+            }
+            if (len >= 1 && is_digit(at[0])) {
+                Py_ssize_t got = stamp_prefix(at, len);
+                if (got) {
+                    b += got;
+                    continue;
+                }
+            }
+            if (!have_source && len >= 1 && is_alnum(at[0]) &&
+                memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
+                Py_ssize_t name;
+                Py_ssize_t got = compose_prefix(at, len, &name);
+                if (got) {
+                    have_source = 1;
+                    b += got;
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    Py_ssize_t j = b;
+    if (j < e && s[j] == ' ')
+        while (j < e && is_ws(s[j])) j++;
+    *part = PART_LOG;
+    if (j < e && s[j] == '{') {
+        PyObject *found = NULL;
+        if (!transcript_marker(s + b, e - b)) found = json_level(s + b, e - b);
+        else if (!transcript_event(s + b, e - b, &found, part)) found = NULL;
+        if (found == NULL) return 0;
+        *level = found;
+        return 1;
+    }
+    *level = text_level(s + b, e - b);
+    return 1;
+}
+
+/* Whether judge_lines would drop this candidate line whatever its patterns (idxs) confirm:
+ * it needs viewing, and it is the agent's speech or states a level below every pattern's
+ * min_level. 0 when unsure (the line then takes the usual way). */
+static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
+                       const long long *idxs, int k) {
+    if (!needs_view(s, n)) return 0;
+    PyObject *level, *part;
+    if (!quick_view(s, n, &level, &part)) return 0;
+    if (part == PART_SPEECH) return 1;
+    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+    long rank = -1;
+    for (int i = 0; i < 6; i++)
+        if (level == levels[i]) rank = ps->ranks[i];
+    if (rank < 0) return 0;  /* no level stated ("" keeps every pattern) */
+    for (int i = 0; i < k; i++) {
+        if (idxs[i] < 0 || idxs[i] >= ps->npats) return 0;  /* the usual way reports it */
+        if (rank >= ps->min_rank[idxs[i]]) return 0;
+    }
+    return 1;
+}
+
 static PyObject *view_line(PyObject *self, PyObject *args) {
     PyObject *line, *document = Py_None;
     if (!PyArg_ParseTuple(args, "O|O:view_line", &line, &document)) return NULL;

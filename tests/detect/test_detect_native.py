@@ -375,3 +375,28 @@ def test_json_times_are_iso_s_from_1970_to_9999() -> None:
                     ts, MappingProxyType({}), pattern, "error", "") for ts in stamps]
     got = json_lines(alerts).splitlines()
     assert [json.loads(line)["ts"] for line in got] == [iso(ts) for ts in stamps]
+
+
+@needs_native
+@pytest.mark.parametrize("generic", [False, True])
+def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
+    """confirm_lines given the line model's ranks drops a candidate line before it becomes
+    objects only when judge_lines would drop it (speech, a level under every candidate
+    pattern's min_level): what the judge keeps is the same, on every line shape of the mixed
+    corpus and the realistic one, with the embedded catalog and the seed one."""
+    from test_detect_fast_path import mixed_lines
+
+    cat = Catalog.load() if generic else Catalog.load().select(generic=False)
+    engine = Engine(cat, engine="hyperscan")
+    data = b"".join(mixed_lines(6000, seed=5)) + b"\n"
+    sp = _native.speedups
+    cands = sp.Collector()
+    cands.reset(-1)
+    engine.matchers[0].collect(data, 0, len(data), cands)
+    confirm, trusted = engine._confirm, engine._trusted
+    n_all, found_all = sp.confirm_lines(data, 0, len(data), cands, 0, {}, confirm, trusted)
+    n_cut, found_cut = sp.confirm_lines(data, 0, len(data), cands, 0, {}, confirm, trusted,
+                                        lines.RANK, engine._min_rank)
+    assert n_all == n_cut and len(found_cut) < len(found_all)
+    judge = [lines.view_fields, lines.SPEECH, lines.RANK, engine._min_rank, lines.view_document]
+    assert sp.judge_lines(found_cut, *judge) == sp.judge_lines(found_all, *judge)
