@@ -191,6 +191,9 @@ class _Output:
         return sum(self.counts.values())
 
     def summary(self, stream: IO[str], sources: int) -> None:
+        if not stream.isatty():  # a file, a pipe, a CI log: the same table without rich
+            self._plain_summary(stream, sources)
+            return
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
@@ -228,6 +231,28 @@ class _Output:
             console.print(services)
 
 
+    def _plain_summary(self, stream: IO[str], sources: int) -> None:
+        from healer.commands._box_table import box_table
+
+        if not self.counts:
+            stream.write(f"no alerts in {sources} source(s)\n")
+            return
+        order = sorted(self.counts, key=lambda k: (-SEVERITY_RANK.get(k[1], 0), k[0]))
+        stream.write(box_table(
+            f"{self.total} alert(s) in {sources} source(s)",
+            ["code", "severity", "alerts", "patterns", "meaning"],
+            [[k[0], k[1], str(self.counts[k]), ", ".join(sorted(self.ids[k])), self.meaning[k]]
+             for k in order], right=frozenset({2}), wrap=frozenset({3, 4})))
+        reports = self.services.reports()
+        if reports:
+            stream.write(box_table(
+                f"{len(reports)} service(s) over the thresholds ({ERRORS_MIN} errors or "
+                f"{WARNINGS_MIN} warnings)",
+                ["service", "band", "errors", "warnings", "sample lines"],
+                [[r.service, r.band, str(r.errors), str(r.warnings), "\n".join(r.samples)]
+                 for r in reports], right=frozenset({2, 3}), wrap=frozenset({0, 4})))
+
+
 class ScanRun:
     """One ``healer scan`` invocation."""
 
@@ -263,7 +288,8 @@ class ScanRun:
                     for text, counts, services in engine.render_file(
                             f, out.render, start_time=start, not_before=not_before,
                             workers=a.workers, progress=_progress_for(f),
-                            idle=None if a.no_summary else _import_rich,
+                            idle=None if a.no_summary or not self._summary_stream().isatty()
+                            else _import_rich,
                             emit=out.emitter()):
                         out.write(text, counts, catalog, services)
             if a.follow or use_stdin or a.cmd or a.loki or k8s:
@@ -281,9 +307,11 @@ class ScanRun:
             return max(getattr(e, "exit_code", 3) for e in failures)
         return EXIT_FINDINGS if out.total else EXIT_OK
 
+    def _summary_stream(self) -> IO[str]:
+        return sys.stderr if self.args.json else sys.stdout
+
     def _summary(self, out: _Output, sources: int) -> None:
-        stream = sys.stderr if self.args.json else sys.stdout
-        out.summary(stream, sources)
+        out.summary(self._summary_stream(), sources)
 
     def _follow(self, engine: Engine, out: _Output, files: list[str], use_stdin: bool,
                 start: float | None, not_before: float | None) -> list[Exception]:

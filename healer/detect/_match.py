@@ -337,17 +337,24 @@ class Suppressor:
         """For each line, the suppressions worth trying on it (in catalog order)."""
         if self._db is None or not lines:
             return [self._always] * len(lines)
-        starts = line_starts(lines)
+        joined = b"\n".join(lines)
+        hits = self._db.candidates(joined, 0, len(joined))
+        out = [self._always] * len(lines)
+        if not hits:  # the common case: no line's offsets needed
+            return out
+        # A line's number is the newlines before its match, counted from the previous match
+        # (no table of 100,000 line starts for a handful of matches).
         found: dict[int, set[int]] = {}
-        right = bisect.bisect_right
-        for off, k in self._db.candidates(b"\n".join(lines), 0, starts[-1] - 1):
-            n = right(starts, off) - 1
+        count = joined.count
+        n = at = 0
+        for off, k in sorted(hits):
+            n += count(b"\n", at, off)
+            at = off
             got = found.get(n)
             if got is None:
                 found[n] = {k}
             else:
                 got.add(k)
-        out = [self._always] * len(lines)
         for n, got in found.items():
             out[n] = sorted(got.union(self._always))
         return out

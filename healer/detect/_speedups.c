@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 2
+#define NATIVE_VERSION 3
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -252,6 +252,29 @@ static int out_quoted(Out *o, PyObject *text) {
     return 0;
 }
 
+/* The proleptic Gregorian date of a day since 1970-01-01 (Howard Hinnant's
+ * civil_from_days, the inverse of epoch_day): what gmtime gives, without its lock and time
+ * zone work, which cost more than the rest of an alert's JSON. */
+static void civil_from_days(long long z, long long *y, int *m, int *d) {
+    z += 719468;
+    long long era = floor_div(z, 146097);
+    long long doe = z - era * 146097;
+    long long yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    long long doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    long long mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static char *put_digits(char *w, long long v, int width) {  /* zero-padded, v >= 0 */
+    for (int k = width - 1; k >= 0; k--) {
+        w[k] = (char)('0' + v % 10);
+        v /= 10;
+    }
+    return w + width;
+}
+
 /* `"2024-05-01T10:00:00.123Z"` as _timestamps.iso makes it; 0 when this code does not
  * render that time (before 1970 or after 9999: the fallback does). */
 static int out_stamp(Out *o, double ts) {
@@ -260,14 +283,29 @@ static int out_stamp(Out *o, double ts) {
     long long total = (long long)r;
     long long minute = total / 60000;
     long long in_minute = total % 60000;
-    time_t at = (time_t)(minute * 60);
-    struct tm tm;
-    if (gmtime_r(&at, &tm) == NULL || tm.tm_year + 1900 > 9999) return 0;
+    long long day = minute / 1440, in_day = minute % 1440, y;
+    int mo, d;
+    civil_from_days(day, &y, &mo, &d);
+    if (y > 9999) return 0;
     if (out_reserve(o, 32) < 0) return -1;
-    int w = snprintf(o->buf + o->len, 32, "\"%04d-%02d-%02dT%02d:%02d:%02d.%03dZ\"",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     (int)(in_minute / 1000), (int)(in_minute % 1000));
-    o->len += w;
+    char *w = o->buf + o->len;
+    *w++ = '"';
+    w = put_digits(w, y, 4);
+    *w++ = '-';
+    w = put_digits(w, mo, 2);
+    *w++ = '-';
+    w = put_digits(w, d, 2);
+    *w++ = 'T';
+    w = put_digits(w, in_day / 60, 2);
+    *w++ = ':';
+    w = put_digits(w, in_day % 60, 2);
+    *w++ = ':';
+    w = put_digits(w, in_minute / 1000, 2);
+    *w++ = '.';
+    w = put_digits(w, in_minute % 1000, 3);
+    *w++ = 'Z';
+    *w++ = '"';
+    o->len = w - o->buf;
     return 1;
 }
 
@@ -336,7 +374,19 @@ static int render_one(Out *o, PyObject *a, Slot *slots, PyObject *fragments) {
     }
     Py_ssize_t mark = o->len;
     char digits[32];
-    int nd = snprintf(digits, sizeof digits, "%lld,\"ts\":", n);
+    int nd = 0;
+    if (n < 0) return 0;  /* (a line number is never negative: the fallback renders it) */
+    do {
+        digits[nd++] = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    for (int i = 0, j = nd - 1; i < j; i++, j--) {
+        char c = digits[i];
+        digits[i] = digits[j];
+        digits[j] = c;
+    }
+    memcpy(digits + nd, ",\"ts\":", 6);
+    nd += 6;
     if (out_ascii(o, slot->prefix) < 0 || out_raw(o, digits, nd) < 0) return -1;
     if (ts == Py_None) {
         if (out_raw(o, "null", 4) < 0) return -1;
@@ -586,11 +636,26 @@ static int cmp_ll(const void *x, const void *y) {
     return (a > b) - (a < b);
 }
 
+/* Interned strings: the line model's levels and parts; set up by the module's init. */
+static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
+    *PART_LOG, *PART_SPEECH;
+
 typedef struct {
     PyObject *buf, *confirm, *trusted, *cleaned, *found;
     const char *data;
     int is_bytes;
+    /* With the line model's ranks (confirm_lines' optional rank and min_rank): a candidate
+     * line that judge_lines would drop whatever its patterns confirm is dropped here, before
+     * any Python object is made for it (most candidate lines of a real log: info and debug
+     * lines, the agent's own words). */
+    int judge;
+    long ranks[6];  /* lines.RANK of trace … fatal */
+    long *min_rank;
+    Py_ssize_t npats;
 } Pass;
+
+static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
+                       const long long *idxs, int k);
 
 /* One candidate line: its patterns confirmed, added to found when any matches. */
 static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
@@ -614,6 +679,9 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         Py_XDECREF(line);
         return 0;
     }
+    if (line == NULL && ps->judge &&
+        judged_away(ps, (const unsigned char *)ps->data + ls, le - ls, idxs, n))
+        return 0;
     if (line == NULL) {
         line = ps->is_bytes ? PyBytes_FromStringAndSize(ps->data + ls, le - ls)
                             : PyByteArray_FromStringAndSize(ps->data + ls, le - ls);
@@ -667,14 +735,53 @@ fail:
 
 /* Engine.scan_block's pass 1 (candidates → confirmed lines); NotImplemented for a buffer
  * that is neither bytes nor bytearray or a line with too many candidates. */
+static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssize_t hi,
+                              Py_ssize_t first);
+
 static PyObject *confirm_lines(PyObject *self, PyObject *args) {
     Pass ps;
-    PyObject *cands;
+    PyObject *cands, *rank = NULL, *min_rank = NULL;
     Py_ssize_t lo, hi, first;
-    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands, &first,
-                          &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm, &PyList_Type,
-                          &ps.trusted))
+    if (!PyArg_ParseTuple(args, "OnnOnO!O!O!|O!O!:confirm_lines", &ps.buf, &lo, &hi, &cands,
+                          &first, &PyDict_Type, &ps.cleaned, &PyList_Type, &ps.confirm,
+                          &PyList_Type, &ps.trusted, &PyDict_Type, &rank, &PyList_Type,
+                          &min_rank))
         return NULL;
+    ps.judge = 0;
+    ps.min_rank = NULL;
+    ps.npats = 0;
+    if (rank != NULL && min_rank != NULL) {
+        PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+        ps.judge = 1;
+        for (int k = 0; k < 6 && ps.judge; k++) {
+            PyObject *r = PyDict_GetItemWithError(rank, levels[k]);
+            if (r == NULL && PyErr_Occurred()) return NULL;
+            ps.ranks[k] = r != NULL ? PyLong_AsLong(r) : -1;
+            if (r == NULL || (ps.ranks[k] == -1 && PyErr_Occurred())) {
+                PyErr_Clear();
+                ps.judge = 0;  /* ranks this code does not know: judge_lines decides */
+            }
+        }
+        ps.npats = PyList_GET_SIZE(min_rank);
+        ps.min_rank = ps.judge && ps.npats ? PyMem_Malloc(sizeof(long) * ps.npats) : NULL;
+        if (ps.judge && ps.npats && ps.min_rank == NULL) return PyErr_NoMemory();
+        for (Py_ssize_t i = 0; ps.judge && i < ps.npats; i++) {
+            ps.min_rank[i] = PyLong_AsLong(PyList_GET_ITEM(min_rank, i));
+            if (ps.min_rank[i] == -1 && PyErr_Occurred()) {
+                PyMem_Free(ps.min_rank);
+                return NULL;
+            }
+        }
+        if (ps.npats == 0) ps.judge = 0;
+    }
+    PyObject *out = confirm_pass(&ps, cands, lo, hi, first);
+    PyMem_Free(ps.min_rank);
+    return out;
+}
+
+static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssize_t hi,
+                              Py_ssize_t first) {
+    Pass ps = *psp;
     Collector *col = NULL;
     if (PyObject_TypeCheck(cands, &CollectorType)) {
         col = (Collector *)cands;
@@ -794,10 +901,6 @@ static int needs_view(const unsigned char *s, Py_ssize_t len) {
 
 /* ---------------------------------------------------------------------------------------- */
 /* The line model (healer.detect.lines.view_fields), for the lines it can be sure of         */
-
-/* Interned strings: the levels, the parts; set up by the module's init. */
-static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
-    *PART_LOG, *PART_SPEECH;
 
 static int is_ws(unsigned char c) { return is_space(c); }
 static int is_alpha(unsigned char c) { return (c | 32) >= 'a' && (c | 32) <= 'z'; }
@@ -1378,6 +1481,85 @@ static PyObject *view_native(PyObject *line, PyObject *document) {
 
 /* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
  * tests. */
+/* What view_native finds of a line's level and part (both borrowed), without making its
+ * body or source: 1, or 0 where view_native would leave the line to Python (an escape code,
+ * a JSON document its readers do not take). Kept step for step with view_native. */
+static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, PyObject **part) {
+    Py_ssize_t b = 0, e = n;
+    if (e > b && s[e - 1] == '\n') e--;
+    if (e > b && s[e - 1] == '\r') e--;
+    if (memchr(s, 0x1b, (size_t)e) != NULL) return 0;
+    int have_source = 0;
+    if (!(e > b && s[b] == '{')) {
+        for (int round = 0; round < 3; round++) {
+            Py_ssize_t len = e - b;
+            const unsigned char *at = s + b;
+            if (len >= 1 && at[0] == '[') {
+                Py_ssize_t a1, n1, a2, n2;
+                Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
+                if (got) {
+                    have_source = 1;
+                    b += got;
+                    continue;
+                }
+            }
+            if (len >= 1 && is_digit(at[0])) {
+                Py_ssize_t got = stamp_prefix(at, len);
+                if (got) {
+                    b += got;
+                    continue;
+                }
+            }
+            if (!have_source && len >= 1 && is_alnum(at[0]) &&
+                memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
+                Py_ssize_t name;
+                Py_ssize_t got = compose_prefix(at, len, &name);
+                if (got) {
+                    have_source = 1;
+                    b += got;
+                    continue;
+                }
+            }
+            break;
+        }
+    }
+    Py_ssize_t j = b;
+    if (j < e && s[j] == ' ')
+        while (j < e && is_ws(s[j])) j++;
+    *part = PART_LOG;
+    if (j < e && s[j] == '{') {
+        PyObject *found = NULL;
+        if (!transcript_marker(s + b, e - b)) found = json_level(s + b, e - b);
+        else if (!transcript_event(s + b, e - b, &found, part)) found = NULL;
+        if (found == NULL) return 0;
+        *level = found;
+        return 1;
+    }
+    *level = text_level(s + b, e - b);
+    return 1;
+}
+
+/* Whether judge_lines would drop this candidate line whatever its patterns (idxs) confirm:
+ * it needs viewing, and it is the agent's speech or states a level below every pattern's
+ * min_level. 0 when unsure (the line then takes the usual way). */
+static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
+                       const long long *idxs, int k) {
+    if (!needs_view(s, n)) return 0;
+    PyObject *level, *part;
+    if (!quick_view(s, n, &level, &part)) return 0;
+    if (part == PART_SPEECH) return 1;
+    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+    long rank = -1;
+    for (int i = 0; i < 6; i++)
+        if (level == levels[i]) rank = ps->ranks[i];
+    if (rank < 0) return 0;  /* no level stated ("" keeps every pattern) */
+    for (int i = 0; i < k; i++) {
+        if (idxs[i] < 0 || idxs[i] >= ps->npats) return 0;  /* the usual way reports it */
+        if (rank >= ps->min_rank[idxs[i]]) return 0;
+    }
+    return 1;
+}
+
 static PyObject *view_line(PyObject *self, PyObject *args) {
     PyObject *line, *document = Py_None;
     if (!PyArg_ParseTuple(args, "O|O:view_line", &line, &document)) return NULL;
@@ -1799,6 +1981,96 @@ fail:
 }
 
 /* ---------------------------------------------------------------------------------------- */
+/* ANSI escapes (healer.detect._match.ANSI)                                                   */
+
+/* The length of the escape sequence at s[p] (an ESC) as _match.ANSI matches it there, or 0:
+ *   \x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)|[@-Z\\-_])
+ * Each repeat's class is disjoint from what may follow it, so taking the most it can is the
+ * only way it matches (no backtracking to try). */
+static Py_ssize_t ansi_at(const unsigned char *s, Py_ssize_t p, Py_ssize_t n) {
+    Py_ssize_t q = p + 1;
+    if (q >= n) return 0;
+    unsigned char c = s[q];
+    if (c == '[') {
+        q++;
+        while (q < n && s[q] >= 0x30 && s[q] <= 0x3f) q++;
+        while (q < n && s[q] >= 0x20 && s[q] <= 0x2f) q++;
+        if (q < n && s[q] >= 0x40 && s[q] <= 0x7e) return q + 1 - p;
+        return 0;
+    }
+    if (c == ']') {
+        Py_ssize_t k = q + 1;
+        while (k < n && s[k] != 0x07 && s[k] != 0x1b && s[k] != '\n') k++;
+        if (k < n && s[k] == 0x07) return k + 1 - p;
+        if (k + 1 < n && s[k] == 0x1b && s[k + 1] == '\\') return k + 2 - p;
+        return 2;  /* ']' is in [@-Z\\-_] too */
+    }
+    if ((c >= '@' && c <= 'Z') || (c >= '\\' && c <= '_')) return 2;
+    return 0;
+}
+
+/* _match.ANSI.sub(b"", s[0:n]) */
+static PyObject *strip_escapes(const unsigned char *s, Py_ssize_t n) {
+    PyObject *out = PyBytes_FromStringAndSize(NULL, n);
+    if (out == NULL) return NULL;
+    unsigned char *w = (unsigned char *)PyBytes_AS_STRING(out);
+    Py_ssize_t len = 0, p = 0;
+    while (p < n) {
+        const unsigned char *esc = memchr(s + p, 0x1b, (size_t)(n - p));
+        Py_ssize_t e = esc ? esc - s : n;
+        memcpy(w + len, s + p, (size_t)(e - p));
+        len += e - p;
+        if (e >= n) break;
+        Py_ssize_t k = ansi_at(s, e, n);
+        if (k == 0) {  /* not a sequence: the ESC stays */
+            w[len++] = 0x1b;
+            p = e + 1;
+        } else {
+            p = e + k;
+        }
+    }
+    if (len != n && _PyBytes_Resize(&out, len) < 0) return NULL;
+    return out;
+}
+
+/* _match.ansi_lines(buf, lo, hi): the lines of buf[lo:hi] holding ESC, as (start, end, text
+ * without escapes). */
+static PyObject *ansi_lines(PyObject *self, PyObject *args) {
+    PyObject *buf;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "Onn:ansi_lines", &buf, &lo, &hi)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *s = view.buf;
+    PyObject *out = PyList_New(0);
+    if (out == NULL) goto done;
+    if (lo < 0) lo = 0;
+    if (hi > view.len) hi = view.len;
+    Py_ssize_t p = lo;
+    while (p < hi) {
+        const unsigned char *esc = memchr(s + p, 0x1b, (size_t)(hi - p));
+        if (esc == NULL) break;
+        Py_ssize_t e = esc - s;
+        const unsigned char *nl = e > lo ? memrchr(s + lo, '\n', (size_t)(e - lo)) : NULL;
+        Py_ssize_t ls = nl ? nl - s + 1 : lo;
+        const unsigned char *end = memchr(s + e, '\n', (size_t)(hi - e));
+        Py_ssize_t le = end ? end - s : hi;
+        PyObject *text = strip_escapes(s + ls, le - ls);
+        PyObject *row = text ? Py_BuildValue("(nnN)", ls, le, text) : NULL;
+        if (row == NULL || PyList_Append(out, row) < 0) {
+            Py_XDECREF(row);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(row);
+        p = le;
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* ---------------------------------------------------------------------------------------- */
 
 static PyMethodDef methods[] = {
     {"parse_iso", parse_iso, METH_O,
@@ -1822,6 +2094,8 @@ static PyMethodDef methods[] = {
     {"filter_hits", filter_hits, METH_VARARGS,
      "filter_hits(hits, window, ts_override, not_before, seen_at, lo_t, skew, start_of, "
      "skew_s) -> (rows, raws)."},
+    {"ansi_lines", ansi_lines, METH_VARARGS,
+     "ansi_lines(buf, lo, hi) -> [(start, end, text)]: _match.ansi_lines."},
     {"make_alerts", make_alerts, METH_VARARGS,
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
     {NULL, NULL, 0, NULL},

@@ -230,11 +230,14 @@ class Engine:
                 m.collect(buf, lo, hi, cands)
             else:
                 cands.extend(m.candidates(buf, lo, hi))
-        ansi = _match.ansi_lines(buf, lo, hi)
+        ansi = sp.ansi_lines(buf, lo, hi)
         cleaned = {ls: text for ls, _, text in ansi}
         if ansi:  # (the fast path keeps the raw candidates of ANSI lines: pass 1 skips them)
             cands.extend(self._clean_candidates([], ansi))
-        got = sp.confirm_lines(buf, lo, hi, cands, first, cleaned, self._confirm, self._trusted)
+        # With the line model's ranks, a candidate line judge_lines would drop anyway (an
+        # info line, the agent's speech) is dropped in pass 1, before it becomes objects.
+        got = sp.confirm_lines(buf, lo, hi, cands, first, cleaned, self._confirm, self._trusted,
+                               RANK, self._min_rank)
         if got is NotImplemented:  # a line with too many candidates for the C loop
             return self._pass1(buf, lo, hi, tail, first, cands.pairs(), cleaned)
         newlines, found = got

@@ -336,3 +336,67 @@ def test_the_native_transcript_events_are_view_document(seed: int) -> None:
         got = _native.speedups.view_line(text)
         events += got is not None and b'"type"' in text
     assert events > 100  # (most documents here are broken or of other kinds)
+
+
+@needs_native
+def test_ansi_lines_are_the_regex_s() -> None:
+    """ansi_lines in C: the lines holding ESC and their text as _match.ANSI strips it — every
+    sequence form (CSI, OSC ended by BEL or ST, two-byte), cut or unended ones, lone ESCs, at
+    the ends of the block and of the buffer, from bytes and bytearrays."""
+    from healer.detect import _match
+
+    rnd = random.Random(7)
+    pieces = [b"\x1b", b"[", b"]", b"\\", b"\x07", b"\n", b"31m", b"0;1", b" ", b"!", b"/",
+              b"@", b"~", b"a", b"Z", b"_", b"^", b"?", b"8;;http://x", b"\x1b\\", b"\x7f",
+              b"\x80", b"[0m", b"(B", b"\x1b]", b"\x1b[", b"error"]
+    sp = _native.speedups
+    for _ in range(20_000):
+        data = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(0, 40)))
+        starts = [0] + [i + 1 for i, c in enumerate(data) if c == 10]
+        lo = rnd.choice(starts)
+        hi = rnd.choice([len(data), rnd.randint(lo, len(data))])
+        for buf in (data, bytearray(data)):
+            assert sp.ansi_lines(buf, lo, hi) == _match.ansi_lines(buf, lo, hi), (data, lo, hi)
+
+
+@needs_native
+def test_json_times_are_iso_s_from_1970_to_9999() -> None:
+    """The alert time in C (days to a date without gmtime): _timestamps.iso's text for any
+    millisecond of the years it renders, leap days and the ends of months and years too."""
+    from healer.detect._timestamps import iso
+
+    rnd = random.Random(8)
+    pattern = Catalog.load().patterns[0]
+    stamps = [rnd.uniform(0, 253402300799.999) for _ in range(20_000)]
+    stamps += [day * 86400.0 + off for day in range(0, 2_932_897, 97)
+               for off in (0.0, 86399.9994)]
+    stamps += [951782400.0, 951868799.999, 4107542400.0, 68256000000.0]  # 2000-02-29, 2100
+    alerts = [Alert(pattern.code, pattern.id, pattern.priority, pattern.severity, "s", 7, "x",
+                    ts, MappingProxyType({}), pattern, "error", "") for ts in stamps]
+    got = json_lines(alerts).splitlines()
+    assert [json.loads(line)["ts"] for line in got] == [iso(ts) for ts in stamps]
+
+
+@needs_native
+@pytest.mark.parametrize("generic", [False, True])
+def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
+    """confirm_lines given the line model's ranks drops a candidate line before it becomes
+    objects only when judge_lines would drop it (speech, a level under every candidate
+    pattern's min_level): what the judge keeps is the same, on every line shape of the mixed
+    corpus and the realistic one, with the embedded catalog and the seed one."""
+    from test_detect_fast_path import mixed_lines
+
+    cat = Catalog.load() if generic else Catalog.load().select(generic=False)
+    engine = Engine(cat, engine="hyperscan")
+    data = b"".join(mixed_lines(6000, seed=5)) + b"\n"
+    sp = _native.speedups
+    cands = sp.Collector()
+    cands.reset(-1)
+    engine.matchers[0].collect(data, 0, len(data), cands)
+    confirm, trusted = engine._confirm, engine._trusted
+    n_all, found_all = sp.confirm_lines(data, 0, len(data), cands, 0, {}, confirm, trusted)
+    n_cut, found_cut = sp.confirm_lines(data, 0, len(data), cands, 0, {}, confirm, trusted,
+                                        lines.RANK, engine._min_rank)
+    assert n_all == n_cut and len(found_cut) < len(found_all)
+    judge = [lines.view_fields, lines.SPEECH, lines.RANK, engine._min_rank, lines.view_document]
+    assert sp.judge_lines(found_cut, *judge) == sp.judge_lines(found_all, *judge)

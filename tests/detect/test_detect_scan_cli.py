@@ -36,6 +36,23 @@ class TestOutput:
         assert f"{path}:2: R2 high [connection-refused] connection refused" in r.out
         assert "3 alert(s)" in r.out and "critical" in r.out and "│ R2" in r.out
 
+    def test_summary_off_a_terminal_is_drawn_without_rich(self, tmp_path: Path) -> None:
+        """Off a terminal the summary is healer's own drawing of the same table (importing
+        rich would cost more start-up than scanning 50 MB)."""
+        path = log(tmp_path, "ok\nconnection refused\nfatal error\n" + "timeout\n" * 5)
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "healer", "scan",
+                               "--json", str(path)], cwd=tmp_path, env=scan_env(tmp_path),
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert proc.returncode == 1, proc.stderr
+        imported = [ln.split("|")[-1].strip() for ln in proc.stderr.splitlines()
+                    if ln.startswith("import time:")]
+        assert "rich" not in imported and "healer.detect.engine" in imported
+        table = [ln for ln in proc.stderr.splitlines() if not ln.startswith("import time:")]
+        assert table[0] == "7 alert(s) in 1 source(s)"
+        assert table[1].startswith("┏━━━━━━┳") and table[-1].startswith("└")
+        assert any(ln.startswith("│ R2   │ high") for ln in table)
+        assert "service(s) over the thresholds" in proc.stderr
+
     def test_json_lines(self, tmp_path: Path) -> None:
         """--json prints one JSON alert per line; the summary goes to stderr."""
         r = run_scan(tmp_path, "--json", str(CORPUS / "agent.log"))
