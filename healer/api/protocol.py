@@ -26,6 +26,10 @@ def protocol_class(header_timeout_s: float) -> Any:
         return "auto"
 
     class HeaderDeadlineProtocol(HttpToolsProtocol):  # type: ignore[misc,valid-type]
+        # When the connection began waiting for a request's headers (None: not waiting).
+        # One timer per connection checks it and re-arms itself while it waits, so a
+        # request costs two attribute writes rather than a timer scheduled and cancelled.
+        _head_since: float | None = None
         _head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -34,7 +38,7 @@ def protocol_class(header_timeout_s: float) -> Any:
             self._arm()
 
         def on_headers_complete(self) -> None:
-            self._disarm()
+            self._head_since = None
             super().on_headers_complete()
 
         def on_response_complete(self) -> None:
@@ -44,22 +48,28 @@ def protocol_class(header_timeout_s: float) -> Any:
                 self._arm()
 
         def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
-
-        def _arm(self) -> None:
-            self._disarm()
-            self._head_timer = self.loop.call_later(header_timeout_s, self._head_timeout)
-
-        def _disarm(self) -> None:
+            self._head_since = None
             if self._head_timer is not None:
                 self._head_timer.cancel()
                 self._head_timer = None
+            super().connection_lost(exc)
 
-        def _head_timeout(self) -> None:
+        def _arm(self) -> None:
+            self._head_since = self.loop.time()
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_at(self._head_since + header_timeout_s,
+                                                     self._head_check)
+
+        def _head_check(self) -> None:
             self._head_timer = None
-            if not self.transport.is_closing():
+            since = self._head_since
+            if since is None or self.transport.is_closing():
+                return  # headers arrived; the next wait arms a timer again
+            due = since + header_timeout_s
+            if self.loop.time() >= due:
                 self.transport.close()
+            else:  # an earlier wait ended in time; this one started later
+                self._head_timer = self.loop.call_at(due, self._head_check)
 
     return HeaderDeadlineProtocol
 

@@ -7,6 +7,7 @@ import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
+from healer.core.schema_fast import Check, compile_checker
 from healer.resources import bundle_path
 
 if TYPE_CHECKING:  # jsonschema costs ~50 ms to import: only when a schema is checked
@@ -27,6 +28,12 @@ def validator(name: str) -> Draft202012Validator:
     cls = _validator_class()
     cls.check_schema(s)
     return cls(s, format_checker=cls.FORMAT_CHECKER)  # type: ignore[no-any-return]
+
+
+@cache
+def fast_checker(name: str) -> Check | None:
+    """``schemas/<name>``'s certainly-valid check (``healer.core.schema_fast``), or None."""
+    return compile_checker(schema(name), regex=ecma_regex)
 
 
 @cache
@@ -98,6 +105,9 @@ def describe(error: ValidationError) -> tuple[str, str]:
 
 def errors(name: str, data: Any) -> list[tuple[str, str]]:
     """All problems of ``data`` against schema ``name`` as (key, message), best first."""
+    fast = fast_checker(name)
+    if fast is not None and fast(data):
+        return []  # the common case: no need to walk the schema with jsonschema
     v = validator(name)
     found = sorted(v.iter_errors(data), key=lambda e: (len(e.absolute_path), e.path))
     return [describe(e) for e in found]

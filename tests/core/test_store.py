@@ -12,7 +12,7 @@ import pytest
 
 from healer.core.lease import Lease
 from healer.core.store import FileStore, Store
-from healer.errors import ConflictError, UnsafeNameError
+from healer.errors import ConflictError, StoreError, UnsafeNameError
 
 
 @pytest.fixture
@@ -248,3 +248,45 @@ class TestListingUnderLoad:
             for p in procs:
                 p.join(60)
             st.close()
+
+
+class TestFileSetMarkers:
+    """A file store's member markers are hard links to one ``.member`` file per set (no new
+    inode per member), and a planted symlink is still never taken for a member."""
+
+    def test_markers_share_one_inode_and_stay_hidden(self, tmp_path: Path) -> None:
+        store = FileStore(tmp_path)
+        for key in ("p1", "p2", "p1"):
+            store.add_member("active", key)
+        folder = tmp_path / "sets" / "active"
+        shared = (folder / ".member").stat()
+        assert (folder / "p1").stat().st_ino == (folder / "p2").stat().st_ino == shared.st_ino
+        assert shared.st_size == 0 and shared.st_nlink == 3
+        store.remove_member("active", "p1")
+        assert store.members("active") == ["p2"]
+        assert FileStore(tmp_path).members("active") == ["p2"]  # another process sees it
+
+    def test_shared_file_removed_meanwhile(self, tmp_path: Path) -> None:
+        store = FileStore(tmp_path)
+        store.add_member("active", "p1")
+        (tmp_path / "sets" / "active" / ".member").unlink()
+        store.add_member("active", "p2")  # a file of its own this once
+        store.add_member("active", "p3")  # and a shared file again after it
+        assert store.members("active") == ["p1", "p2", "p3"]
+        assert (tmp_path / "sets" / "active" / ".member").stat().st_nlink == 2
+
+    def test_planted_symlinks_are_refused(self, tmp_path: Path) -> None:
+        target = tmp_path / "target"
+        target.write_text("keep")
+        folder = tmp_path / "sets" / "active"
+        folder.mkdir(parents=True)
+        (folder / "p1").symlink_to(target)
+        store = FileStore(tmp_path)
+        with pytest.raises(StoreError, match="not a member marker"):
+            store.add_member("active", "p1")
+        other = tmp_path / "sets" / "held"
+        other.mkdir()
+        (other / ".member").symlink_to(target)
+        with pytest.raises(StoreError, match="not a marker file"):
+            FileStore(tmp_path).add_member("held", "p1")
+        assert target.read_text() == "keep" and not (other / "p1").exists()
