@@ -47,18 +47,9 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from watchdog.events import (
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
 
 from healer.core import safedirs, seeds
+from healer.core.bus import inotify
 from healer.core.bus.ledger import AgentResult, Ledger
 from healer.core.bus.validate import (
     RESULT_NAME,
@@ -68,26 +59,11 @@ from healer.core.bus.validate import (
     check_file,
     warm_up,
 )
+from healer.core.bus.watchdog_watcher import WatchdogWatcher
 from healer.core.store.base import Store
 from healer.errors import RejectedFile, UnsafeDirError
 
 log = logging.getLogger(__name__)
-
-
-def _no_move_pairing_delay() -> None:
-    """Stop watchdog holding renames for half a second.
-
-    watchdog keeps every IN_MOVED_FROM for 0.5 s to pair it with its IN_MOVED_TO, and its
-    consumer sleeps through that delay even when the pair is matched at once — so each
-    temp-file-then-rename write, which is how agents are told to write results, would reach
-    the bus half a second late and serialise at two per second. The bus needs only the
-    destination (an unpaired IN_MOVED_TO arrives as a created event), so pairing is moot here.
-    """
-    try:
-        from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
-    except ImportError:  # not Linux, or a watchdog without the grouper
-        return
-    InotifyMoveEventGrouper.delay = 0.0
 
 
 # Writes in progress: dot-files, *.tmp/*.part/*.swp, editor backups, and Claude Code's
@@ -95,10 +71,7 @@ def _no_move_pairing_delay() -> None:
 _IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
 ABANDONED_S = 600.0
 SUBDIRS = ("applied", "rejected")
-# What brings a file: it appears (created, renamed in) or its writer closes it after writing.
-# Not opens, reads (the bus's own), writes or deletes: the kernel then sends half the events,
-# and a write not yet closed is looked at again by the poll (_poll_s) anyway.
-WATCHED: list[type[FileSystemEvent]] = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
+WATCHERS = ("inotify", "watchdog")  # inotify read directly (Linux), or watchdog's observer
 BATCH_MAX = 64  # files taken from the queue at once: one ledger commit; bounds latency
 PRUNE_EVERY_S = 60.0
 
@@ -121,7 +94,10 @@ class ResultsBus(Ledger):
         fleet_dir: Path | str | None = None,
         node: str | None = None,
         clock: Callable[[], float] = time.time,
+        watcher: str = "inotify",
     ):
+        if watcher not in WATCHERS:
+            raise ValueError(f"watcher must be one of {', '.join(WATCHERS)}, got {watcher!r}")
         super().__init__(store)
         self.results_dir = Path(results_dir)
         self.max_file_bytes = max_file_bytes
@@ -132,6 +108,7 @@ class ResultsBus(Ledger):
         self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else None
         self.node = node
         self._clock = clock
+        self.watcher = watcher
         self.partials = PartialFiles(settle_s=settle_s, max_wait_s=max_wait_s, clock=clock)
         self._seed_subs: list[SeedSubscriber] = []
         self._cond = threading.Condition()
@@ -141,7 +118,7 @@ class ResultsBus(Ledger):
         self._busy = 0
         self._stop = threading.Event()
         self._worker: threading.Thread | None = None
-        self._observer: Any = None
+        self._observer: inotify.DirWatcher | WatchdogWatcher | None = None
         self._last_rescan = 0.0
         self._last_prune = 0.0
 
@@ -166,16 +143,14 @@ class ResultsBus(Ledger):
         self.rescan()  # queued in full first: what waited for the start goes in full batches
         self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
         self._worker.start()
-        handler = _Handler(self)
-        _no_move_pairing_delay()
-        self._observer = Observer()
-        self._observer.schedule(handler, str(self.results_dir), recursive=False,
-                                event_filter=WATCHED)
-        inbox = self.inbox_dir
-        if inbox is not None:
-            self._observer.schedule(handler, str(inbox), recursive=False,
-                                    event_filter=WATCHED)
-        self._observer.daemon = True
+        folders = [str(f) for f in (self.results_dir, self.inbox_dir) if f is not None]
+        if self.watcher == "inotify" and inotify.available():
+            try:
+                self._observer = inotify.DirWatcher(folders, self._on_events)
+            except OSError as exc:  # e.g. fs.inotify.max_user_watches reached
+                log.warning("bus: inotify unavailable (%s); watching with watchdog", exc)
+        if self._observer is None:
+            self._observer = WatchdogWatcher(folders, self._on_events)
         self._observer.start()
 
     def check_dirs(self) -> None:
@@ -190,8 +165,7 @@ class ResultsBus(Ledger):
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
+            self._observer.stop(timeout)
             self._observer = None
         self._stop.set()
         with self._cond:
@@ -216,14 +190,37 @@ class ResultsBus(Ledger):
     def enqueue(self, path: Path, delay: float = 0.0) -> None:
         """Look at ``path`` after ``delay`` s; a file already queued keeps the sooner time, so
         an event on a file waiting for its writer makes it due at once."""
+        self.enqueue_many([path], delay)
+
+    def enqueue_many(self, paths: list[Path], delay: float = 0.0) -> None:
+        """``enqueue`` each of ``paths``, under one lock and with one wake-up of the worker."""
         due = time.monotonic() + delay
         with self._cond:
-            if self._due.get(path, due + 1) <= due:
-                return
-            self._due[path] = due
-            self._seq += 1
-            heapq.heappush(self._queue, (due, self._seq, path))
+            for path in paths:
+                if self._due.get(path, due + 1) <= due:
+                    continue
+                self._due[path] = due
+                self._seq += 1
+                heapq.heappush(self._queue, (due, self._seq, path))
             self._cond.notify()
+
+    def _on_events(self, events: list[inotify.FileEvent], overflow: bool) -> None:
+        """Queue the files a read of the watcher brought (one call for a whole burst)."""
+        paths: list[Path] = []
+        for folder, name, closed in events:
+            if _IN_PROGRESS.search(name) and not _odd_name(name):
+                continue  # a write in progress: its rename brings the file (or a rescan)
+            path = Path(folder, name)
+            if closed and RESULT_NAME.fullmatch(name):
+                self.partials.closed(path)  # written in place: its writer is done
+            paths.append(path)
+        if overflow:  # the kernel dropped events: only a scan finds what they were about
+            log.warning("bus: the inotify queue overflowed; rescanning the results dir")
+            with self._cond:
+                self._last_rescan = float("-inf")
+                self._cond.notify()
+        if paths:
+            self.enqueue_many(paths)
 
     def rescan(self) -> None:
         """Queue every candidate file in the results dir and the inbox, oldest first."""
@@ -243,8 +240,7 @@ class ResultsBus(Ledger):
                 except OSError:
                     return 0.0
 
-            for entry in sorted(entries, key=mtime):
-                self.enqueue(Path(entry.path))
+            self.enqueue_many([Path(e.path) for e in sorted(entries, key=mtime)])
 
     def _next_batch(self) -> list[Path] | None:
         """The files due now (at most ``BATCH_MAX``); [] when a rescan is due; None once
@@ -441,13 +437,17 @@ class ResultsBus(Ledger):
         self.stats.seeds += 1
 
 
+_RAW_BYTE = re.compile("[\udc80-\udcff]")  # how os.fsdecode escapes bytes that are not UTF-8
+_ODD_CHAR = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+
+
 def _not_utf8(name: str) -> bool:
-    return any(0xDC80 <= ord(c) <= 0xDCFF for c in name)  # surrogate-escaped raw bytes
+    return _RAW_BYTE.search(name) is not None
 
 
 def _odd_name(name: str) -> bool:
     """Not UTF-8 or holds control characters: kept out of the names healer writes."""
-    return _not_utf8(name) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    return _ODD_CHAR.search(name) is not None
 
 
 def _printable(name: str) -> str:
@@ -459,22 +459,3 @@ def _printable(name: str) -> str:
 def _shown(name: str) -> str:
     """A file name quoted for a log line or a ``.reason`` file."""
     return repr(os.fsencode(name)) if _not_utf8(name) else repr(name)
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, bus: ResultsBus):
-        self.bus = bus
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory or event.event_type in ("deleted", "opened", "closed_no_write"):
-            return
-        target = getattr(event, "dest_path", "") or event.src_path
-        if isinstance(target, bytes):
-            target = os.fsdecode(target)
-        path = Path(target)
-        if path.parent in (self.bus.results_dir, self.bus.inbox_dir):
-            if _IN_PROGRESS.search(path.name) and not _odd_name(path.name):
-                return  # a write in progress: its rename brings the file (or a rescan)
-            if event.event_type == "closed" and RESULT_NAME.fullmatch(path.name):
-                self.bus.partials.closed(path)  # written in place: its writer is done
-            self.bus.enqueue(path)
