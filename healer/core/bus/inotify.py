@@ -17,8 +17,6 @@ to watchdog there).
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
 import logging
 import os
 import select
@@ -27,6 +25,8 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
+
+from healer.core.bus.libc import libc as _libc
 
 log = logging.getLogger(__name__)
 
@@ -58,18 +58,9 @@ Deliver = Callable[[list[FileEvent], bool], None]
 
 
 def available() -> bool:
-    return sys.platform.startswith("linux") and _libc() is not None
-
-
-@functools.cache
-def _libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-    except (OSError, AttributeError):  # no libc, or one without inotify
-        return None
-    return libc
+    lib = _libc()
+    return sys.platform.startswith("linux") and lib is not None and \
+        hasattr(lib, "inotify_init1")
 
 
 class DirWatcher:
@@ -77,7 +68,7 @@ class DirWatcher:
 
     def __init__(self, folders: Sequence[str], deliver: Deliver):
         libc = _libc()
-        if libc is None:
+        if libc is None or not available():
             raise OSError("inotify is not available here")
         self._deliver = deliver
         fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)

@@ -51,6 +51,7 @@ from pathlib import Path
 from healer.core import safedirs, seeds
 from healer.core.bus import inotify
 from healer.core.bus.ledger import AgentResult, Ledger
+from healer.core.bus.libc import rename_noreplace
 from healer.core.bus.validate import (
     RESULT_NAME,
     Incomplete,
@@ -72,7 +73,9 @@ _IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
 ABANDONED_S = 600.0
 SUBDIRS = ("applied", "rejected")
 WATCHERS = ("inotify", "watchdog")  # inotify read directly (Linux), or watchdog's observer
-BATCH_MAX = 64  # files taken from the queue at once: one ledger commit; bounds latency
+BATCH_MAX = 64  # files the checker takes from the queue at once
+APPLY_MAX = 512  # checked results the applier takes at once: one journal record, two fsyncs
+READY_MAX = 2048  # checked results waiting for the applier before the checker waits too
 PRUNE_EVERY_S = 60.0
 
 SeedSubscriber = Callable[[seeds.Seed], None]
@@ -111,13 +114,19 @@ class ResultsBus(Ledger):
         self.watcher = watcher
         self.partials = PartialFiles(settle_s=settle_s, max_wait_s=max_wait_s, clock=clock)
         self._seed_subs: list[SeedSubscriber] = []
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the queue changed, or a file was done with
+        self._ready_cond = threading.Condition(lock)  # results were checked, or taken
+        self._ready: list[tuple[Path, AgentResult]] = []  # checked, for the applier
+        self._inflight: set[Path] = set()  # their paths: not checked again meanwhile
         self._queue: list[tuple[float, int, Path]] = []  # (due, seq, path) heap
         self._due: dict[Path, float] = {}  # path → when it is due; heap entries not matching
         self._seq = 0                      # it are stale (the file was made due sooner)
-        self._busy = 0
+        self._busy = 0  # files taken from the queue and not done with yet
         self._stop = threading.Event()
+        self._checked_all = threading.Event()  # the checker stopped: the applier ends when idle
         self._worker: threading.Thread | None = None
+        self._applier: threading.Thread | None = None
         self._observer: inotify.DirWatcher | WatchdogWatcher | None = None
         self._last_rescan = 0.0
         self._last_prune = 0.0
@@ -140,8 +149,13 @@ class ResultsBus(Ledger):
         warm_up()  # the schema validator's first build costs a second: not the first file's
         self.recover()
         self._stop.clear()
+        self._checked_all.clear()
         self.rescan()  # queued in full first: what waited for the start goes in full batches
-        self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
+        self._applier = threading.Thread(target=self._apply_loop, name="healer-bus-apply",
+                                         daemon=True)
+        self._applier.start()
+        self._worker = threading.Thread(target=self._check_loop, name="healer-bus",
+                                        daemon=True)
         self._worker.start()
         folders = [str(f) for f in (self.results_dir, self.inbox_dir) if f is not None]
         if self.watcher == "inotify" and inotify.available():
@@ -170,9 +184,13 @@ class ResultsBus(Ledger):
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            self._ready_cond.notify_all()
         if self._worker is not None:
             self._worker.join(timeout)
             self._worker = None
+        if self._applier is not None:  # it applies what was checked before it ends
+            self._applier.join(timeout)
+            self._applier = None
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until nothing is queued or being processed (for --once and tests)."""
@@ -253,7 +271,8 @@ class ResultsBus(Ledger):
                     due, _, path = heapq.heappop(self._queue)
                     if self._due.get(path) == due:  # else stale: queued again sooner
                         del self._due[path]
-                        batch.append(path)
+                        if path not in self._inflight:  # else checked, being applied
+                            batch.append(path)
                 if batch:
                     self._busy += len(batch)
                     return batch
@@ -263,18 +282,56 @@ class ResultsBus(Ledger):
                 self._cond.wait(max(0.001, min(wait, self.rescan_s)))
         return None
 
-    def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            if not batch:
-                self.rescan()
-                self._maybe_prune()
-                continue
+    def _check_loop(self) -> None:
+        """The checker: takes the files due, sets aside the bad ones, hands the valid ones
+        to the applier — and goes on with the next files while those are committed."""
+        try:
+            while (batch := self._next_batch()) is not None:
+                if not batch:
+                    self.rescan()
+                    self._maybe_prune()
+                    continue
+                ready: list[tuple[Path, AgentResult]] = []
+                try:
+                    ready = self._check_batch(batch)
+                except Exception:  # the loop never dies of one batch
+                    log.exception("bus: unexpected error on a batch of %d files", len(batch))
+                finally:
+                    self._hand_over(ready, taken=len(batch))
+        finally:
+            self._checked_all.set()
+            with self._cond:
+                self._ready_cond.notify_all()
+
+    def _hand_over(self, ready: list[tuple[Path, AgentResult]], taken: int) -> None:
+        with self._cond:
+            while len(self._ready) >= READY_MAX and not self._stop.is_set():
+                self._ready_cond.wait(0.1)
+            self._ready.extend(ready)
+            self._inflight.update(path for path, _ in ready)
+            self._busy -= taken - len(ready)
+            self._ready_cond.notify_all()
+            self._cond.notify_all()
+
+    def _apply_loop(self) -> None:
+        """The applier: commits everything checked since its last commit as one batch (up to
+        ``APPLY_MAX``), so batches grow with the rate and an fsync that takes long holds up
+        neither the checking nor the next commit's size."""
+        while True:
+            with self._cond:
+                while not self._ready:
+                    if self._checked_all.is_set():
+                        return
+                    self._ready_cond.wait(1.0)
+                batch, self._ready = self._ready[:APPLY_MAX], self._ready[APPLY_MAX:]
+                self._ready_cond.notify_all()  # room for the checker
             try:
-                self._process_batch(batch)
+                self._apply(batch)
             except Exception:  # the loop never dies of one batch
-                log.exception("bus: unexpected error on a batch of %d files", len(batch))
+                log.exception("bus: unexpected error applying %d results", len(batch))
             finally:
                 with self._cond:
+                    self._inflight.difference_update(path for path, _ in batch)
                     self._busy -= len(batch)
                     self._cond.notify_all()
 
@@ -289,7 +346,8 @@ class ResultsBus(Ledger):
 
     # -- processing ------------------------------------------------------------------------
 
-    def _process_batch(self, paths: list[Path]) -> None:
+    def _check_batch(self, paths: list[Path]) -> list[tuple[Path, AgentResult]]:
+        """Handle what can be handled of each file alone; the valid results, to apply."""
         ready: list[tuple[Path, AgentResult]] = []
         for path in paths:
             try:
@@ -299,8 +357,7 @@ class ResultsBus(Ledger):
                 continue
             if result is not None:
                 ready.append((path, result))
-        if ready:
-            self._apply(ready)
+        return ready
 
     def _process(self, path: Path) -> AgentResult | None:
         """Handle what can be handled of ``path`` alone; a valid result to apply, or None."""
@@ -377,8 +434,11 @@ class ResultsBus(Ledger):
             with safedirs.opened(self.results_dir, "applied") as dst, \
                     safedirs.opened(self.results_dir) as src:
                 for path in paths:
+                    name = path.name
                     with contextlib.suppress(FileNotFoundError):
-                        safedirs.move(src, path.name, dst)
+                        # One renameat2 where it works; a taken name gets .2, .3 … as before.
+                        if not rename_noreplace(src, name, dst, name):
+                            safedirs.move(src, name, dst)
         except UnsafeDirError as exc:
             log.error("bus: %s; %d applied files stay in the results dir", exc, len(paths))
 
