@@ -26,13 +26,18 @@ descriptors of the checked folders, so a folder swapped for a symlink later is r
 
 The same watcher also takes the fleet's seed files from this node's inbox.
 
-Speed: the worker takes every file that is due at once (up to ``BATCH_MAX``) and applies the
-valid ones as one batch, one durable ledger write for all (``Ledger.apply_results``), so a
-burst costs two fsyncs per batch rather than two per file. A file still being written waits
-in the queue with a delay and never holds up the files behind it; any event on it (above all
-the writer's close-after-write) makes it due at once, so a writer that finished costs no
-settle or poll time. Events on writes in progress (dot-files, ``*.tmp``) queue nothing; the
-rescan finds those abandoned.
+Speed: the kernel's events are read straight from inotify (``healer.core.bus.inotify``; a
+whole read of events queued under one lock; watchdog only where inotify is missing). Two
+threads share the work: the checker takes every file that is due (up to ``BATCH_MAX``), sets
+the bad ones aside and hands the valid ones to the applier, which commits everything handed
+over since its last commit as one batch (up to ``APPLY_MAX``) with one durable ledger write
+(``Ledger.apply_results``: two fsyncs per batch, not per file). Batches so grow with the
+rate, and a slow fsync holds up neither the checking nor the next batch. A file still being
+written waits in the queue with a delay and never holds up the files behind it; any event on
+it (above all the writer's close-after-write) makes it due at once, so a writer that
+finished costs no settle or poll time. Events on writes in progress (dot-files, ``*.tmp``)
+queue nothing; the rescan finds those abandoned. A file being applied is not checked again
+meanwhile (a rescan may see it before it moves).
 """
 
 from __future__ import annotations
