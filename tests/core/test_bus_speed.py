@@ -141,8 +141,10 @@ def test_a_slow_writer_does_not_delay_other_files(
 
 def test_fsyncs_are_batched(tmp_path: Path, buses: list[Bus],
                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """300 results waiting at start-up are applied with two fsyncs per batch of up to
-    BATCH_MAX (the journal record and its folder), not two per result."""
+    """300 results waiting at start-up are applied with two fsyncs per batch (the journal
+    record and its folder), not two per result. The applier commits what was checked while
+    it was busy as one batch, so there are at most as many batches as the checker's takes
+    of BATCH_MAX files (fewer when the checker runs ahead)."""
     b = Bus(tmp_path, rescan_s=60.0)
     buses.append(b)
     n = 300
@@ -160,8 +162,8 @@ def test_fsyncs_are_batched(tmp_path: Path, buses: list[Bus],
     b.bus.start()
     wait_for(lambda: b.count() == n, timeout=60)
     assert b.bus.drain(30)
-    batches = math.ceil(n / BATCH_MAX)
-    assert b.bus.stats.commits == batches
+    batches = b.bus.stats.commits
+    assert 1 <= batches <= math.ceil(n / BATCH_MAX)
     assert len(calls) == 2 * batches, len(calls)  # was 2 * n = 600
     assert len(b.store.keys(LEDGER)) == n and len(b.store.keys(JOURNAL)) == batches
     assert len(list((b.results / "applied").iterdir())) == n

@@ -136,7 +136,8 @@ class Ledger:
         docs = {r.id: _record(r) for r in results}
         self.store.add_member(self.pending_set, BATCH_MARK + key)
         # From here the batch's application survives a power loss: the journal has it all.
-        self.store.put(JOURNAL, key, {"at": time.time(), "records": docs})
+        # Create-only: the key is new (time, pid, random), so no lock and no read are needed.
+        self.store.put(JOURNAL, key, {"at": time.time(), "records": docs}, expected_revision=0)
         self.store.sync()  # on disk before anything is applied (store.sync may be batched)
         self.stats.commits += 1
         fresh: list[AgentResult] = []

@@ -24,6 +24,7 @@ waited for until it has been unchanged for ``max_wait_s``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -35,7 +36,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from healer.core.bus.quickschema import Check, compile_schema
 from healer.core.schemas import errors as schema_errors
+from healer.core.schemas import schema
 from healer.core.strict_json import StrictJSONError, loads_strict
 from healer.errors import RejectedFile
 
@@ -103,8 +106,7 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
                                "results must be files of their own)")
         if st.st_size > max_file_bytes:
             raise RejectedFile(f"larger than {max_file_bytes} bytes ({st.st_size})")
-        # One read: a regular file's read comes back short only at its end.
-        raw = os.read(fd, max_file_bytes + 1)
+        raw = _read_all(fd, st.st_size, max_file_bytes)
         if len(raw) > max_file_bytes:
             raise RejectedFile(f"larger than {max_file_bytes} bytes")
     finally:
@@ -119,7 +121,8 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
             raise Incomplete(exc.reason, size=len(raw), signature=signature,
                              mtime=st.st_mtime) from exc
         raise RejectedFile(exc.reason) from exc
-    problems = schema_errors("agent-result", data)
+    quick = _quick_check()
+    problems = [] if quick is not None and quick(data) else schema_errors("agent-result", data)
     if problems:
         key, message = problems[0]
         raise RejectedFile(f"schema: {key + ': ' if key else ''}{message}"[:2000])
@@ -133,9 +136,34 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
                    data=data)
 
 
+def _read_all(fd: int, size: int, max_file_bytes: int) -> bytes:
+    """The file's bytes, at most ``max_file_bytes + 1``. One read of the size fstat gave, plus
+    one byte: a regular file's read comes back short only at its end, so a full read means
+    it grew meanwhile and the rest is read too. (Not one read of the limit: that allocates
+    and frees a buffer of ``max_file_bytes`` for every file.)"""
+    want = min(size, max_file_bytes) + 1
+    raw = os.read(fd, want)
+    if len(raw) < want:
+        return raw
+    chunks, total = [raw], len(raw)
+    while total <= max_file_bytes:
+        more = os.read(fd, max_file_bytes + 1 - total)
+        if not more:
+            break
+        chunks.append(more)
+        total += len(more)
+    return b"".join(chunks)
+
+
+@functools.cache
+def _quick_check() -> Check | None:
+    return compile_schema(schema("agent-result"))
+
+
 def warm_up() -> None:
     """Build the result schema's validator now (its first use imports jsonschema: ~1 s)."""
     schema_errors("agent-result", {})
+    _quick_check()
 
 
 @dataclass

@@ -26,13 +26,18 @@ descriptors of the checked folders, so a folder swapped for a symlink later is r
 
 The same watcher also takes the fleet's seed files from this node's inbox.
 
-Speed: the worker takes every file that is due at once (up to ``BATCH_MAX``) and applies the
-valid ones as one batch, one durable ledger write for all (``Ledger.apply_results``), so a
-burst costs two fsyncs per batch rather than two per file. A file still being written waits
-in the queue with a delay and never holds up the files behind it; any event on it (above all
-the writer's close-after-write) makes it due at once, so a writer that finished costs no
-settle or poll time. Events on writes in progress (dot-files, ``*.tmp``) queue nothing; the
-rescan finds those abandoned.
+Speed: the kernel's events are read straight from inotify (``healer.core.bus.inotify``; a
+whole read of events queued under one lock; watchdog only where inotify is missing). Two
+threads share the work: the checker takes every file that is due (up to ``BATCH_MAX``), sets
+the bad ones aside and hands the valid ones to the applier, which commits everything handed
+over since its last commit as one batch (up to ``APPLY_MAX``) with one durable ledger write
+(``Ledger.apply_results``: two fsyncs per batch, not per file). Batches so grow with the
+rate, and a slow fsync holds up neither the checking nor the next batch. A file still being
+written waits in the queue with a delay and never holds up the files behind it; any event on
+it (above all the writer's close-after-write) makes it due at once, so a writer that
+finished costs no settle or poll time. Events on writes in progress (dot-files, ``*.tmp``)
+queue nothing; the rescan finds those abandoned. A file being applied is not checked again
+meanwhile (a rescan may see it before it moves).
 """
 
 from __future__ import annotations
@@ -47,19 +52,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
-
-from watchdog.events import (
-    FileClosedEvent,
-    FileCreatedEvent,
-    FileMovedEvent,
-    FileSystemEvent,
-    FileSystemEventHandler,
-)
-from watchdog.observers import Observer
 
 from healer.core import safedirs, seeds
+from healer.core.bus import inotify
 from healer.core.bus.ledger import AgentResult, Ledger
+from healer.core.bus.libc import rename_noreplace
 from healer.core.bus.validate import (
     RESULT_NAME,
     Incomplete,
@@ -68,26 +65,11 @@ from healer.core.bus.validate import (
     check_file,
     warm_up,
 )
+from healer.core.bus.watchdog_watcher import WatchdogWatcher
 from healer.core.store.base import Store
 from healer.errors import RejectedFile, UnsafeDirError
 
 log = logging.getLogger(__name__)
-
-
-def _no_move_pairing_delay() -> None:
-    """Stop watchdog holding renames for half a second.
-
-    watchdog keeps every IN_MOVED_FROM for 0.5 s to pair it with its IN_MOVED_TO, and its
-    consumer sleeps through that delay even when the pair is matched at once — so each
-    temp-file-then-rename write, which is how agents are told to write results, would reach
-    the bus half a second late and serialise at two per second. The bus needs only the
-    destination (an unpaired IN_MOVED_TO arrives as a created event), so pairing is moot here.
-    """
-    try:
-        from watchdog.observers.inotify_move_event_grouper import InotifyMoveEventGrouper
-    except ImportError:  # not Linux, or a watchdog without the grouper
-        return
-    InotifyMoveEventGrouper.delay = 0.0
 
 
 # Writes in progress: dot-files, *.tmp/*.part/*.swp, editor backups, and Claude Code's
@@ -95,11 +77,10 @@ def _no_move_pairing_delay() -> None:
 _IN_PROGRESS = re.compile(r"^\.|\.(tmp|part|swp)$|~$|\.tmp\.\d+\.[0-9a-f]+$")
 ABANDONED_S = 600.0
 SUBDIRS = ("applied", "rejected")
-# What brings a file: it appears (created, renamed in) or its writer closes it after writing.
-# Not opens, reads (the bus's own), writes or deletes: the kernel then sends half the events,
-# and a write not yet closed is looked at again by the poll (_poll_s) anyway.
-WATCHED: list[type[FileSystemEvent]] = [FileCreatedEvent, FileMovedEvent, FileClosedEvent]
-BATCH_MAX = 64  # files taken from the queue at once: one ledger commit; bounds latency
+WATCHERS = ("inotify", "watchdog")  # inotify read directly (Linux), or watchdog's observer
+BATCH_MAX = 64  # files the checker takes from the queue at once
+APPLY_MAX = 512  # checked results the applier takes at once: one journal record, two fsyncs
+READY_MAX = 2048  # checked results waiting for the applier before the checker waits too
 PRUNE_EVERY_S = 60.0
 
 SeedSubscriber = Callable[[seeds.Seed], None]
@@ -121,7 +102,10 @@ class ResultsBus(Ledger):
         fleet_dir: Path | str | None = None,
         node: str | None = None,
         clock: Callable[[], float] = time.time,
+        watcher: str = "inotify",
     ):
+        if watcher not in WATCHERS:
+            raise ValueError(f"watcher must be one of {', '.join(WATCHERS)}, got {watcher!r}")
         super().__init__(store)
         self.results_dir = Path(results_dir)
         self.max_file_bytes = max_file_bytes
@@ -132,16 +116,23 @@ class ResultsBus(Ledger):
         self.fleet_dir = Path(fleet_dir) if fleet_dir is not None else None
         self.node = node
         self._clock = clock
+        self.watcher = watcher
         self.partials = PartialFiles(settle_s=settle_s, max_wait_s=max_wait_s, clock=clock)
         self._seed_subs: list[SeedSubscriber] = []
-        self._cond = threading.Condition()
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # the queue changed, or a file was done with
+        self._ready_cond = threading.Condition(lock)  # results were checked, or taken
+        self._ready: list[tuple[Path, AgentResult]] = []  # checked, for the applier
+        self._inflight: set[Path] = set()  # their paths: not checked again meanwhile
         self._queue: list[tuple[float, int, Path]] = []  # (due, seq, path) heap
         self._due: dict[Path, float] = {}  # path → when it is due; heap entries not matching
         self._seq = 0                      # it are stale (the file was made due sooner)
-        self._busy = 0
+        self._busy = 0  # files taken from the queue and not done with yet
         self._stop = threading.Event()
+        self._checked_all = threading.Event()  # the checker stopped: the applier ends when idle
         self._worker: threading.Thread | None = None
-        self._observer: Any = None
+        self._applier: threading.Thread | None = None
+        self._observer: inotify.DirWatcher | WatchdogWatcher | None = None
         self._last_rescan = 0.0
         self._last_prune = 0.0
 
@@ -163,19 +154,22 @@ class ResultsBus(Ledger):
         warm_up()  # the schema validator's first build costs a second: not the first file's
         self.recover()
         self._stop.clear()
+        self._checked_all.clear()
         self.rescan()  # queued in full first: what waited for the start goes in full batches
-        self._worker = threading.Thread(target=self._run, name="healer-bus", daemon=True)
+        self._applier = threading.Thread(target=self._apply_loop, name="healer-bus-apply",
+                                         daemon=True)
+        self._applier.start()
+        self._worker = threading.Thread(target=self._check_loop, name="healer-bus",
+                                        daemon=True)
         self._worker.start()
-        handler = _Handler(self)
-        _no_move_pairing_delay()
-        self._observer = Observer()
-        self._observer.schedule(handler, str(self.results_dir), recursive=False,
-                                event_filter=WATCHED)
-        inbox = self.inbox_dir
-        if inbox is not None:
-            self._observer.schedule(handler, str(inbox), recursive=False,
-                                    event_filter=WATCHED)
-        self._observer.daemon = True
+        folders = [str(f) for f in (self.results_dir, self.inbox_dir) if f is not None]
+        if self.watcher == "inotify" and inotify.available():
+            try:
+                self._observer = inotify.DirWatcher(folders, self._on_events)
+            except OSError as exc:  # e.g. fs.inotify.max_user_watches reached
+                log.warning("bus: inotify unavailable (%s); watching with watchdog", exc)
+        if self._observer is None:
+            self._observer = WatchdogWatcher(folders, self._on_events)
         self._observer.start()
 
     def check_dirs(self) -> None:
@@ -190,15 +184,18 @@ class ResultsBus(Ledger):
 
     def stop(self, timeout: float = 10.0) -> None:
         if self._observer is not None:
-            self._observer.stop()
-            self._observer.join(timeout)
+            self._observer.stop(timeout)
             self._observer = None
         self._stop.set()
         with self._cond:
             self._cond.notify_all()
+            self._ready_cond.notify_all()
         if self._worker is not None:
             self._worker.join(timeout)
             self._worker = None
+        if self._applier is not None:  # it applies what was checked before it ends
+            self._applier.join(timeout)
+            self._applier = None
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until nothing is queued or being processed (for --once and tests)."""
@@ -216,14 +213,37 @@ class ResultsBus(Ledger):
     def enqueue(self, path: Path, delay: float = 0.0) -> None:
         """Look at ``path`` after ``delay`` s; a file already queued keeps the sooner time, so
         an event on a file waiting for its writer makes it due at once."""
+        self.enqueue_many([path], delay)
+
+    def enqueue_many(self, paths: list[Path], delay: float = 0.0) -> None:
+        """``enqueue`` each of ``paths``, under one lock and with one wake-up of the worker."""
         due = time.monotonic() + delay
         with self._cond:
-            if self._due.get(path, due + 1) <= due:
-                return
-            self._due[path] = due
-            self._seq += 1
-            heapq.heappush(self._queue, (due, self._seq, path))
+            for path in paths:
+                if self._due.get(path, due + 1) <= due:
+                    continue
+                self._due[path] = due
+                self._seq += 1
+                heapq.heappush(self._queue, (due, self._seq, path))
             self._cond.notify()
+
+    def _on_events(self, events: list[inotify.FileEvent], overflow: bool) -> None:
+        """Queue the files a read of the watcher brought (one call for a whole burst)."""
+        paths: list[Path] = []
+        for folder, name, closed in events:
+            if _IN_PROGRESS.search(name) and not _odd_name(name):
+                continue  # a write in progress: its rename brings the file (or a rescan)
+            path = Path(folder, name)
+            if closed and RESULT_NAME.fullmatch(name):
+                self.partials.closed(path)  # written in place: its writer is done
+            paths.append(path)
+        if overflow:  # the kernel dropped events: only a scan finds what they were about
+            log.warning("bus: the inotify queue overflowed; rescanning the results dir")
+            with self._cond:
+                self._last_rescan = float("-inf")
+                self._cond.notify()
+        if paths:
+            self.enqueue_many(paths)
 
     def rescan(self) -> None:
         """Queue every candidate file in the results dir and the inbox, oldest first."""
@@ -243,8 +263,7 @@ class ResultsBus(Ledger):
                 except OSError:
                     return 0.0
 
-            for entry in sorted(entries, key=mtime):
-                self.enqueue(Path(entry.path))
+            self.enqueue_many([Path(e.path) for e in sorted(entries, key=mtime)])
 
     def _next_batch(self) -> list[Path] | None:
         """The files due now (at most ``BATCH_MAX``); [] when a rescan is due; None once
@@ -257,7 +276,8 @@ class ResultsBus(Ledger):
                     due, _, path = heapq.heappop(self._queue)
                     if self._due.get(path) == due:  # else stale: queued again sooner
                         del self._due[path]
-                        batch.append(path)
+                        if path not in self._inflight:  # else checked, being applied
+                            batch.append(path)
                 if batch:
                     self._busy += len(batch)
                     return batch
@@ -267,18 +287,56 @@ class ResultsBus(Ledger):
                 self._cond.wait(max(0.001, min(wait, self.rescan_s)))
         return None
 
-    def _run(self) -> None:
-        while (batch := self._next_batch()) is not None:
-            if not batch:
-                self.rescan()
-                self._maybe_prune()
-                continue
+    def _check_loop(self) -> None:
+        """The checker: takes the files due, sets aside the bad ones, hands the valid ones
+        to the applier — and goes on with the next files while those are committed."""
+        try:
+            while (batch := self._next_batch()) is not None:
+                if not batch:
+                    self.rescan()
+                    self._maybe_prune()
+                    continue
+                ready: list[tuple[Path, AgentResult]] = []
+                try:
+                    ready = self._check_batch(batch)
+                except Exception:  # the loop never dies of one batch
+                    log.exception("bus: unexpected error on a batch of %d files", len(batch))
+                finally:
+                    self._hand_over(ready, taken=len(batch))
+        finally:
+            self._checked_all.set()
+            with self._cond:
+                self._ready_cond.notify_all()
+
+    def _hand_over(self, ready: list[tuple[Path, AgentResult]], taken: int) -> None:
+        with self._cond:
+            while len(self._ready) >= READY_MAX and not self._stop.is_set():
+                self._ready_cond.wait(0.1)
+            self._ready.extend(ready)
+            self._inflight.update(path for path, _ in ready)
+            self._busy -= taken - len(ready)
+            self._ready_cond.notify_all()
+            self._cond.notify_all()
+
+    def _apply_loop(self) -> None:
+        """The applier: commits everything checked since its last commit as one batch (up to
+        ``APPLY_MAX``), so batches grow with the rate and an fsync that takes long holds up
+        neither the checking nor the next commit's size."""
+        while True:
+            with self._cond:
+                while not self._ready:
+                    if self._checked_all.is_set():
+                        return
+                    self._ready_cond.wait(1.0)
+                batch, self._ready = self._ready[:APPLY_MAX], self._ready[APPLY_MAX:]
+                self._ready_cond.notify_all()  # room for the checker
             try:
-                self._process_batch(batch)
+                self._apply(batch)
             except Exception:  # the loop never dies of one batch
-                log.exception("bus: unexpected error on a batch of %d files", len(batch))
+                log.exception("bus: unexpected error applying %d results", len(batch))
             finally:
                 with self._cond:
+                    self._inflight.difference_update(path for path, _ in batch)
                     self._busy -= len(batch)
                     self._cond.notify_all()
 
@@ -293,7 +351,8 @@ class ResultsBus(Ledger):
 
     # -- processing ------------------------------------------------------------------------
 
-    def _process_batch(self, paths: list[Path]) -> None:
+    def _check_batch(self, paths: list[Path]) -> list[tuple[Path, AgentResult]]:
+        """Handle what can be handled of each file alone; the valid results, to apply."""
         ready: list[tuple[Path, AgentResult]] = []
         for path in paths:
             try:
@@ -303,8 +362,7 @@ class ResultsBus(Ledger):
                 continue
             if result is not None:
                 ready.append((path, result))
-        if ready:
-            self._apply(ready)
+        return ready
 
     def _process(self, path: Path) -> AgentResult | None:
         """Handle what can be handled of ``path`` alone; a valid result to apply, or None."""
@@ -381,8 +439,11 @@ class ResultsBus(Ledger):
             with safedirs.opened(self.results_dir, "applied") as dst, \
                     safedirs.opened(self.results_dir) as src:
                 for path in paths:
+                    name = path.name
                     with contextlib.suppress(FileNotFoundError):
-                        safedirs.move(src, path.name, dst)
+                        # One renameat2 where it works; a taken name gets .2, .3 … as before.
+                        if not rename_noreplace(src, name, dst, name):
+                            safedirs.move(src, name, dst)
         except UnsafeDirError as exc:
             log.error("bus: %s; %d applied files stay in the results dir", exc, len(paths))
 
@@ -441,13 +502,17 @@ class ResultsBus(Ledger):
         self.stats.seeds += 1
 
 
+_RAW_BYTE = re.compile("[\udc80-\udcff]")  # how os.fsdecode escapes bytes that are not UTF-8
+_ODD_CHAR = re.compile("[\x00-\x1f\x7f\udc80-\udcff]")
+
+
 def _not_utf8(name: str) -> bool:
-    return any(0xDC80 <= ord(c) <= 0xDCFF for c in name)  # surrogate-escaped raw bytes
+    return _RAW_BYTE.search(name) is not None
 
 
 def _odd_name(name: str) -> bool:
     """Not UTF-8 or holds control characters: kept out of the names healer writes."""
-    return _not_utf8(name) or any(ord(c) < 0x20 or ord(c) == 0x7F for c in name)
+    return _ODD_CHAR.search(name) is not None
 
 
 def _printable(name: str) -> str:
@@ -459,22 +524,3 @@ def _printable(name: str) -> str:
 def _shown(name: str) -> str:
     """A file name quoted for a log line or a ``.reason`` file."""
     return repr(os.fsencode(name)) if _not_utf8(name) else repr(name)
-
-
-class _Handler(FileSystemEventHandler):
-    def __init__(self, bus: ResultsBus):
-        self.bus = bus
-
-    def on_any_event(self, event: FileSystemEvent) -> None:
-        if event.is_directory or event.event_type in ("deleted", "opened", "closed_no_write"):
-            return
-        target = getattr(event, "dest_path", "") or event.src_path
-        if isinstance(target, bytes):
-            target = os.fsdecode(target)
-        path = Path(target)
-        if path.parent in (self.bus.results_dir, self.bus.inbox_dir):
-            if _IN_PROGRESS.search(path.name) and not _odd_name(path.name):
-                return  # a write in progress: its rename brings the file (or a rescan)
-            if event.event_type == "closed" and RESULT_NAME.fullmatch(path.name):
-                self.bus.partials.closed(path)  # written in place: its writer is done
-            self.bus.enqueue(path)
