@@ -48,6 +48,7 @@ from typing import Any
 
 from healer.core.audit import Audit
 from healer.core.gate import SILENCED, Decision
+from healer.core.stamped import StampedRecords
 from healer.core.store import Store
 from healer.errors import NotFoundError, UsageError
 
@@ -197,10 +198,12 @@ class Silences:
         self.store = store
         self.clock = clock
         self.audit = audit
+        # Every report asks (most often: there is none): a stat, not an open and a parse.
+        self._record = StampedRecords(store, SILENCES)
 
     def all(self) -> list[dict[str, Any]]:
-        rec = self.store.get(SILENCES, ALL)
-        return list((rec.data if rec else {}).get("silences") or [])
+        """Every silence kept (as stored now: read, never change, the items)."""
+        return list((self._record.get(ALL) or {}).get("silences") or [])
 
     def list(self, *, include_expired: bool = False) -> list[dict[str, Any]]:
         now = self.clock()

@@ -61,6 +61,7 @@ from typing import Any
 
 from healer.core import gate
 from healer.core import incidents as inc
+from healer.core.stamped import StampedRecords
 from healer.core.store import Store
 from healer.errors import AttemptLostError, ConflictError, NotFoundError, UsageError
 
@@ -171,6 +172,12 @@ class Attempts:
     store: Store
     clock: Clock = time.time
     fences: dict[str, int] = field(default_factory=dict)
+    _index: StampedRecords = field(init=False, repr=False, compare=False)
+    _records: StampedRecords = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index = StampedRecords(self.store, FINGERPRINTS)
+        self._records = StampedRecords(self.store, ATTEMPTS)
 
     def fence(self, attempt_id: str, revision: int) -> None:
         """From now on, write ``attempt_id`` only while its owner revision is ``revision``."""
@@ -205,10 +212,13 @@ class Attempts:
         return [a for a in found if a is not None]
 
     def newest_for(self, fingerprint: str) -> dict[str, Any] | None:
-        """The newest attempt of one fingerprint (one read, not one per attempt)."""
-        rec = self.store.get(FINGERPRINTS, fingerprint)
-        for aid in reversed(rec.data.get("attempts", []) if rec else []):
-            found = self.get(aid)
+        """The newest attempt of one fingerprint, as stored now (read it, never change it).
+        Every report asks (``healer.code.aftermerge``), and most fingerprints have no attempt
+        yet: the index and the attempt are parsed again only when they changed
+        (``healer.core.stamped``), else one stat each."""
+        index = self._index.get(fingerprint)
+        for aid in reversed(index.get("attempts", []) if index else []):
+            found = self._records.get(aid)
             if found is not None:
                 return found
         return None

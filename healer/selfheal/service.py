@@ -183,6 +183,7 @@ class SelfHealService:
     sanitizer: Sanitizer = field(init=False)
     _model: tuple[float, bool | str] = field(init=False, default=(0.0, False))
     _tasks: set[asyncio.Task[Any]] = field(init=False, default_factory=set)
+    _lanes: dict[str, tuple[gate.Policy, gate.Policy]] = field(init=False, default_factory=dict)
 
     def __post_init__(self) -> None:
         sh = self.settings.selfheal
@@ -311,7 +312,7 @@ class SelfHealService:
 
         # 4–8, the claim and the attempt record: one step (a failed write frees the slot).
         decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now,
-                              dataclasses.replace(self.policy, lane=lane),
+                              self._policy_for(lane),
                               self.model_available, self._admission,
                               record=lambda aid: self.attempts.create(aid, report()))
         if decision.reason == gate.ALREADY_INVESTIGATING:
@@ -331,6 +332,14 @@ class SelfHealService:
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}
+
+    def _policy_for(self, lane: str) -> gate.Policy:
+        """``policy`` in ``lane``, made once per lane (a dataclass copy on every report cost
+        more than the gate's read); made afresh if ``policy`` was replaced."""
+        made = self._lanes.get(lane)
+        if made is None or made[0] is not self.policy:
+            made = self._lanes[lane] = (self.policy, dataclasses.replace(self.policy, lane=lane))
+        return made[1]
 
     # --- after the merge (healer.code.aftermerge) -----------------------------------------
 
