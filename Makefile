@@ -29,10 +29,14 @@ loop: setup
 	$(BIN)/python -m healer.loop
 
 ## lint, check generated schemas, run every test
+# Each file runs whole on one worker, the slowest first (tests/durations.json; xdist would
+# otherwise start the files with the most tests first), so no long file is left for the end;
+# the summary names failures, errors and skip reasons, then the 15 slowest tests.
 test: setup-test
 	$(BIN)/ruff check healer tests benchmarks
 	$(BIN)/python -m healer.config --check
-	$(BIN)/python -m pytest -n 2 --dist loadfile -q -rfE -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -rfEs \
+		--durations=15 -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
 
 ## every test, the exhaustive matrices included
 test-all:

@@ -1,4 +1,5 @@
-"""Shared fixtures: confined dirs and env for healer processes, a CLI runner."""
+"""Shared fixtures: confined dirs and env for healer processes, a CLI runner; and the order
+the suite runs in (the slowest files first, see ``tests/durations.py``)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import durations
 import pytest
 
 from healer.testing.loop import healer_env
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The slowest files first (xdist keeps this order with --no-loadscope-reorder), so no
+    long file starts last while the other worker has nothing left to do."""
+    seconds = durations.load()
+    items.sort(key=lambda item: -seconds.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 @dataclass
