@@ -70,6 +70,9 @@ class Duties:
     _duties: dict[str, _Duty] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
     _released: bool = False  # after release() nothing is taken again (a late tick in flight)
+    # Gains and the release are logged at INFO once the loop is up (``Leading.started``); a
+    # start that fails (a taken port) says why in one line, not which duties it held a moment.
+    announce: bool = False
 
     @property
     def renew_every_s(self) -> float:
@@ -98,7 +101,8 @@ class Duties:
             except Exception as exc:  # the store is down or slow: the safe_until decides
                 log.warning("duty %s: could not reach the lease: %s", d.name, exc)
         if gained:
-            log.info("%s now leads: %s", self.owner, ", ".join(gained))
+            log.log(logging.INFO if self.announce else logging.DEBUG, "%s now leads: %s",
+                    self.owner, ", ".join(gained))
         return {name: self.holds(name) for name in self._duties}
 
     def _tick(self, d: _Duty) -> bool:
@@ -175,7 +179,8 @@ class Duties:
                         self._forget(rest)
                     return  # the store is away: asking again for each duty only waits longer
                 self._forget(d)
-        log.info("%s released its duties", self.owner)
+        log.log(logging.INFO if self.announce else logging.DEBUG, "%s released its duties",
+                self.owner)
 
     def leaders(self) -> list[dict[str, Any]]:
         """``{duty, owner, since, expires_at, revision, mine}`` for every duty known here or

@@ -284,9 +284,12 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
                 raise UnavailableError(f"could not start the {svc.name} service: "
                                        f"{exc.strerror or exc}") from None
             started.append(svc)
-        log.info("healer loop running (node %s, results %s, state %s, services: %s)",
-                 healer.settings.node, healer.settings.results_path,
-                 healer.settings.state_path, ", ".join(s.name for s in started) or "none")
+        held = sorted(n for n in healer.duties.names if healer.duties.holds(n))
+        log.info("healer loop running (node %s as %s, results %s, state %s, services: %s; "
+                 "leads: %s)", healer.settings.node, healer.duties.owner,
+                 healer.settings.results_path, healer.settings.state_path,
+                 ", ".join(s.name for s in started) or "none", ", ".join(held) or "none")
+        healer.duties.announce = True
         _write_status(healer, "running")
         up = True
         if on_started is not None:

@@ -273,8 +273,12 @@ class TestBuffers:
             stop.set()
             other.join()
         assert forks == []
+        # A pytest-xdist worker runs an execnet thread of its own: pretend to be alone.
+        monkeypatch.setattr(_files.threading, "active_count", lambda: 1)
+        monkeypatch.setattr(_files, "default_workers", lambda: 2)
         with pytest.raises(ZeroDivisionError):
             engine.scan_file(big)
+        assert forks == [1]
 
     def test_parallel_render(self, engine: Engine, corpus, tmp_path: Path,
                              monkeypatch: pytest.MonkeyPatch) -> None:
