@@ -532,13 +532,15 @@ class Attempts:
     # --- recovery -----------------------------------------------------------------------------
 
     def recover(self, *, timeout_s: float, alive: Callable[[dict[str, Any] | None], bool]
-                = worker_alive) -> list[dict[str, Any]]:
+                = worker_alive, leases_decide: bool = False) -> list[dict[str, Any]]:
         """Settle attempts a dead process left behind; return the ones changed.
 
         * ``investigating`` whose worker is gone → ``timeout`` if its deadline passed, else
           ``failed``; also ``timeout`` when far past the deadline even if something still runs.
           A worker on another host holding the attempt's lease (``owner``) is not judged by
-          its pid: its lease decides (``SelfHealService.take_over``);
+          its pid: its lease decides (``SelfHealService.take_over``). ``leases_decide``
+          (replicas share the store): no leased run is judged by its pid, even on this host —
+          the takeover ends it with the reason and runs it again, which a pid verdict cannot;
         * ``dispatch_pending`` older than ``PENDING_GRACE_S`` → ``failed`` (no worker started);
         * admission entries that point at finished or missing attempts are dropped;
         * an attempt marked ``escalation_due`` but missing from the due set (a crash between
@@ -557,7 +559,8 @@ class Attempts:
                 if status == INVESTIGATING:
                     deadline = att.get("deadline") or att["updated_at"] + timeout_s
                     stale = now > deadline + STALE_GRACE_S
-                    if not stale and _runs_elsewhere(att):
+                    if not stale and att.get("owner") and (
+                            leases_decide or _runs_elsewhere(att)):
                         continue
                     if stale or not alive(att.get("worker")):
                         to = TIMEOUT if now >= deadline else FAILED

@@ -589,7 +589,9 @@ class SelfHealService:
         the escalations still due — theirs, and any a dead worker did not get to."""
         from healer.selfheal.escalate import escalate_due, run_blocking
 
-        changed = self.attempts.recover(timeout_s=self.settings.selfheal.timeout_s)
+        # Replicas on one store (several may share a host) settle leased runs by the lease.
+        changed = self.attempts.recover(timeout_s=self.settings.selfheal.timeout_s,
+                                        leases_decide=self.settings.store.backend != "file")
         try:
             run_blocking(lambda: escalate_due(self.settings, self.store, clock=self.clock))
         except Exception:  # recovery must finish; what is left stays due for the next one

@@ -36,6 +36,9 @@ from healer.testing.wait import wait_for
 
 TOKEN = "takeover-test-token-0123456789"
 TTL_S, SWEEP_S = 3.0, 1.0
+# The sweep is itself a duty: a replica takes it over from a dead leader after the duty's ttl.
+DUTY_TTL_S = 3.0
+WAIT_S = max(TTL_S, DUTY_TTL_S) + SWEEP_S + 15  # generous: CI machines are busy
 
 # The agent says it started (in the one folder its sandbox may write), then waits.
 AGENT = r"""
@@ -67,7 +70,8 @@ def replica_env(tmp: Path, node: str, nats_url: str, repo: Path, probe: Path,
                                                                  str(probe)]}),
         HEALER__AGENTS__SANDBOX_WRITE_PATHS=json.dumps([str(probe)]),
         HEALER__SELFHEAL__REPO=str(repo), HEALER__SELFHEAL__LEASE_TTL_S=str(TTL_S),
-        HEALER__SELFHEAL__TAKEOVER_INTERVAL_S=str(SWEEP_S))
+        HEALER__SELFHEAL__TAKEOVER_INTERVAL_S=str(SWEEP_S),
+        HEALER_HA_LEASE_TTL_S=str(DUTY_TTL_S))
 
 
 def agents(probe: Path) -> list[str]:
@@ -164,7 +168,7 @@ class TestTakeover:
             a.kill9()
             kill(worker)
             killed = time.monotonic()
-            new = wait_for(lambda: retry_of(store, aid), timeout=TTL_S + SWEEP_S + 15)
+            new = wait_for(lambda: retry_of(store, aid), timeout=WAIT_S)
             took = time.monotonic() - killed
             old = Attempts(store).require(aid)
             new = wait_for(lambda: (lambda n: n if n.get("owner") else None)(
@@ -191,7 +195,7 @@ class TestTakeover:
             aid, worker = att["attempt_id"], att["worker"]["pid"]
             kill(worker, signal.SIGSTOP)
             try:
-                new = wait_for(lambda: retry_of(store, aid), timeout=TTL_S + SWEEP_S + 15)
+                new = wait_for(lambda: retry_of(store, aid), timeout=WAIT_S)
                 # The retry took its own lease; the old one is no longer the old run's.
                 lease = store.get(LEASES, lease_name(aid))
                 assert lease is None or lease.data["owner"] != att["owner"]["holder"]
@@ -252,6 +256,17 @@ class TestFencing:
         atts.update(aid, worker={"host": "elsewhere", "pid": 1, "start": 0})
         assert atts.recover(timeout_s=60) == []
         atts.update(aid, owner=None)
+        [ended] = atts.recover(timeout_s=60)
+        assert ended["status"] == st.FAILED
+
+    def test_on_a_shared_store_the_lease_decides_even_on_this_host(
+            self, tmp_path: Path) -> None:
+        """Two replicas on one host share the store: a dead worker here is still the lease's
+        to settle (the takeover runs it again; a pid verdict would only fail it)."""
+        atts, _lease, aid = self._investigating(tmp_path)
+        dead = {"host": socket.gethostname(), "pid": 2 ** 22 + 1, "start": 0}
+        atts.update(aid, worker=dead)
+        assert atts.recover(timeout_s=60, leases_decide=True) == []
         [ended] = atts.recover(timeout_s=60)
         assert ended["status"] == st.FAILED
 
