@@ -32,11 +32,16 @@ loop: setup
 # Each file runs whole on one worker, the slowest first (tests/durations.json; xdist would
 # otherwise start the files with the most tests first), so no long file is left for the end;
 # the summary names failures, errors and skip reasons, then the 15 slowest tests.
+# The plugins are named, not discovered: the test projects healer verifies run pytest on this
+# venv too, and without autoloading they skip importing schemathesis and hypothesis (about 3 s
+# per run; healer passes PYTEST_DISABLE_PLUGIN_AUTOLOAD on to its confined test runs).
+PLUGINS := -p xdist.plugin -p pytest_asyncio.plugin -p pytest_timeout -p anyio.pytest_plugin \
+	-p _hypothesis_pytestplugin
 test: setup-test
 	$(BIN)/ruff check healer tests benchmarks
 	$(BIN)/python -m healer.config --check
-	$(BIN)/python -m pytest -n 2 --dist loadfile --no-loadscope-reorder -q -rfEs \
-		--durations=15 -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest $(PLUGINS) -n 2 --dist loadfile \
+		--no-loadscope-reorder -q -rfEs --durations=15 -m "$(PYTEST_MARKS)" $(PYTEST_ARGS)
 
 ## every test, the exhaustive matrices included
 test-all:

@@ -106,6 +106,16 @@ class TestPython:
         assert "### Reproduction (before the fix)" in body
         assert "### Verification (after the fix)" in body
 
+    def test_the_operator_s_pytest_settings_reach_the_confined_runs(
+            self, settings, py_tree, monkeypatch: pytest.MonkeyPatch) -> None:
+        """PYTEST_ADDOPTS in healer's environment configures the project's test runs in the
+        sandbox (here: deselect every test, so nothing passes before or after)."""
+        head = _agent(py_tree, {"shop/money.py": PY_FIX, "tests/test_empty.py": PY_REPRO})
+        monkeypatch.setenv("PYTEST_ADDOPTS", "-k no_test_has_this_name")
+        v = _verify(settings, py_tree, head)
+        assert not v.passed and not v.reproduced
+        assert "deselected" in v.reproduction_before.output
+
     def test_a_fix_without_a_test_is_no_reproduction(self, settings, py_tree) -> None:
         v = _verify(settings, py_tree, _agent(py_tree, {"shop/money.py": PY_FIX}))
         assert not v.passed and v.reasons == [NO_REPRODUCTION]

@@ -230,10 +230,13 @@ def bwrap_argv(policy: Policy, *, bwrap: str = "bwrap") -> list[str]:
 
 # What every sandboxed run may take from healer's environment (besides what healer sets for
 # the run): the command search path, locale and terminal, and the model API's variables.
+# The test runner's own settings pass too: they configure how the project's tests run
+# (e.g. ``PYTEST_ADDOPTS="--timeout 60"``) and hold no secret.
+RUNNER_ENV = frozenset({"PYTEST_ADDOPTS", "PYTEST_PLUGINS", "PYTEST_DISABLE_PLUGIN_AUTOLOAD"})
 BASE_ENV = frozenset({
     "PATH", "LANG", "LANGUAGE", "TERM", "COLORTERM", "NO_COLOR", "TZ", "SHELL", "USER",
     "LOGNAME", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME",
-    "GIT_COMMITTER_EMAIL",
+    "GIT_COMMITTER_EMAIL", *RUNNER_ENV,
 })
 BASE_PREFIXES = ("LC_", "ANTHROPIC_", "CLAUDE_CODE_", "CLAUDE_AGENT_SDK_")
 
