@@ -9,6 +9,7 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -249,9 +250,18 @@ class TestSlowAndManyClients:
         assert reply.startswith(b"HTTP/1.1 408"), reply
         assert records(server) == before
 
-    def test_a_thousand_concurrent_connections(self, server: ServeProcess) -> None:
+    def test_a_thousand_concurrent_connections(self, tmp_path: Path) -> None:
         """1,000 connections at once, each a request: no 5xx, every one answered, and the
-        server still healthy after."""
+        server still healthy after. (Its own server, with the default header deadline: the
+        shared one's 1 s is shorter than a loaded machine may take to accept them all.)"""
+        server = ServeProcess(healer_env(tmp_path / "state", tmp_path / "results",
+                                         tmp_path / "fleet", HEALER__SELFHEAL__ENABLED="false"))
+        try:
+            self._flood(server)
+        finally:
+            server.close()
+
+    def _flood(self, server: ServeProcess) -> None:
         port = port_of(server)
 
         async def one(i: int) -> int:
