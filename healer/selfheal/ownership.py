@@ -17,6 +17,10 @@ about a process on another host, so an attempt is owned through a lease (``heale
 4. A takeover (``SelfHealService.take_over``) treats an ``investigating`` attempt whose lease
    expired, on any host, as dead — ``expired`` — and takes the lease itself (``seize``)
    before it writes the attempt, so the old run, should it come back, finds the lease gone.
+5. An attempt still ``dispatch_pending`` a lease time after it was dispatched never got a
+   run: the replica that admitted it died before its worker took the lease (``unstarted``).
+   The takeover seizes the lease the same way, so a worker that starts late finds it taken
+   (or, later, the attempt no longer pending) and runs nothing.
 """
 
 from __future__ import annotations
@@ -135,6 +139,29 @@ def expired(store: Store, att: dict[str, Any], now: float) -> dict[str, Any] | N
     rec = store.get(lease_mod.KIND, str(owner["lease"]))
     if rec is None:
         return {"owner": owner.get("holder", ""), "expires_at": None, "revision": 0}
+    if float(rec.data.get("expires_at") or 0) > now:
+        return None
+    return {**rec.data, "revision": rec.revision}
+
+
+def pending_since(att: dict[str, Any]) -> float:
+    """When the attempt last became ``dispatch_pending`` (created, or resumed after a hold)."""
+    for step in reversed(att.get("history") or []):
+        if step.get("status") == "dispatch_pending":
+            return float(step.get("at") or 0)
+    return float(att.get("created_at") or 0)
+
+
+def unstarted(store: Store, att: dict[str, Any], now: float, grace_s: float
+              ) -> dict[str, Any] | None:
+    """The attempt's lease state (as ``expired`` gives it) if the attempt has waited
+    ``dispatch_pending`` for ``grace_s`` with no run holding its lease — the worker that
+    should have taken it never started — else None (it is young, or a run is starting)."""
+    if now - pending_since(att) < grace_s:
+        return None
+    rec = store.get(lease_mod.KIND, lease_name(str(att["attempt_id"])))
+    if rec is None:
+        return {"owner": "", "expires_at": None, "revision": 0}
     if float(rec.data.get("expires_at") or 0) > now:
         return None
     return {**rec.data, "revision": rec.revision}
