@@ -17,10 +17,12 @@ about a process on another host, so an attempt is owned through a lease (``heale
 4. A takeover (``SelfHealService.take_over``) treats an ``investigating`` attempt whose lease
    expired, on any host, as dead — ``expired`` — and takes the lease itself (``seize``)
    before it writes the attempt, so the old run, should it come back, finds the lease gone.
-5. An attempt still ``dispatch_pending`` a lease time after it was dispatched never got a
-   run: the replica that admitted it died before its worker took the lease (``unstarted``).
-   The takeover seizes the lease the same way, so a worker that starts late finds it taken
-   (or, later, the attempt no longer pending) and runs nothing.
+5. An attempt still ``dispatch_pending`` two lease times after it was dispatched never got
+   a run: the replica that admitted it died before its worker took the lease
+   (``unstarted``). Twice, because a live worker may be slow to take it — a busy machine,
+   or a NATS server that died with the worker's first request in flight (it waits for its
+   timeout). The takeover seizes the lease the same way, so a worker that starts later still
+   finds it taken (or the attempt no longer pending) and runs nothing.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ from healer.core.store import Store
 from healer.errors import ConflictError, StoreError
 
 log = logging.getLogger(__name__)
+
+PENDING_LEASES = 2  # lease times an attempt may wait for its worker before a takeover
 
 # One per process start: tells two runs of one node apart (a restarted worker is another).
 INSTANCE = secrets.token_hex(4)
@@ -152,12 +156,13 @@ def pending_since(att: dict[str, Any]) -> float:
     return float(att.get("created_at") or 0)
 
 
-def unstarted(store: Store, att: dict[str, Any], now: float, grace_s: float
+def unstarted(store: Store, att: dict[str, Any], now: float, ttl_s: float
               ) -> dict[str, Any] | None:
     """The attempt's lease state (as ``expired`` gives it) if the attempt has waited
-    ``dispatch_pending`` for ``grace_s`` with no run holding its lease — the worker that
-    should have taken it never started — else None (it is young, or a run is starting)."""
-    if now - pending_since(att) < grace_s:
+    ``dispatch_pending`` for two lease times (``ttl_s``) with no run holding its lease — the
+    worker that should have taken it never started — else None (it is young, or a run is
+    starting)."""
+    if now - pending_since(att) < PENDING_LEASES * ttl_s:
         return None
     rec = store.get(lease_mod.KIND, lease_name(str(att["attempt_id"])))
     if rec is None:

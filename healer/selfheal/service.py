@@ -609,8 +609,9 @@ class SelfHealService:
 
     def take_over(self, *, launch: bool = True) -> list[dict[str, Any]]:
         """Settle the ``investigating`` attempts whose lease expired, wherever they ran,
-        and the ``dispatch_pending`` ones no worker took up within ``selfheal.lease_ttl_s``
-        (their replica died between admitting them and its worker starting).
+        and the ``dispatch_pending`` ones no worker took up within two
+        ``selfheal.lease_ttl_s`` (their replica died between admitting them and its worker
+        starting).
 
         For each, the lease is taken first (so the old run, if it comes back, finds it
         gone), then the attempt is written only if it still names the owner found expired:
@@ -657,7 +658,8 @@ class SelfHealService:
         if att.get("status") == st.DISPATCH_PENDING:
             node = str(att.get("dispatched_by") or "?")
             renewed = ownership.pending_since(att)
-            why = f"its replica {node} stopped before a worker took it up ({ttl:g} s)"
+            why = (f"its replica {node} stopped before a worker took it up "
+                   f"({ownership.PENDING_LEASES * ttl:g} s)")
         else:
             node = str(owner.get("node") or "?")
             until = seen.get("expires_at")

@@ -293,7 +293,8 @@ def test_an_agent_verdict_that_reached_the_store_is_applied_once(service: Any) -
 
 class TestNeverStarted:
     """The replica that admitted a report died before its worker took the attempt up: the
-    attempt is still ``dispatch_pending`` and holds no lease."""
+    attempt is still ``dispatch_pending`` and holds no lease. Two lease times after its
+    dispatch it is taken over."""
 
     def _service(self, make_settings: Any) -> tuple[Any, list[float]]:
         from healer.selfheal.service import SelfHealService
@@ -307,6 +308,7 @@ class TestNeverStarted:
     def test_it_is_run_again_once_after_a_lease_time(self, make_settings: Any) -> None:
         svc, now = self._service(make_settings)
         aid = svc.report(REPORT)["attempt_id"]
+        now[0] += svc.settings.selfheal.lease_ttl_s
         assert svc.take_over(launch=False) == []  # its worker may still be starting
         now[0] += svc.settings.selfheal.lease_ttl_s
         [ended] = svc.take_over(launch=False)
@@ -323,7 +325,7 @@ class TestNeverStarted:
     def test_a_worker_holding_its_lease_is_left_to_start(self, make_settings: Any) -> None:
         svc, now = self._service(make_settings)
         aid = svc.report(REPORT)["attempt_id"]
-        now[0] += svc.settings.selfheal.lease_ttl_s
+        now[0] += 2 * svc.settings.selfheal.lease_ttl_s
         lease = AttemptLease(svc.store, aid, "slow", ttl_s=30, clock=lambda: now[0])
         assert lease.take()  # a slow worker got there first
         assert svc.take_over(launch=False) == []
