@@ -20,7 +20,8 @@ files of one incident.
 
 The agent (``AGENT``, every agent of every kind through the command executor) notes its run
 in ``probe`` as ``<run id>~<random>`` — the only folder its sandbox may write — waits
-``HEALER_TEST_AGENT_S`` seconds and reports ``failed``, so every attempt ends escalated.
+``agent_s`` seconds and finds nothing to fix: a healing attempt ends ``unfixable`` (a person
+is told; the circuit breaker does not count it), a play remediation ``failed``.
 """
 
 from __future__ import annotations
@@ -57,9 +58,10 @@ from pathlib import Path
 run = os.environ["HEALER_RUN_ID"]
 (Path(sys.argv[1]) / f"{run}~{secrets.token_hex(4)}").write_text(os.environ["HEALER_KIND"])
 time.sleep(float(sys.argv[3]))
-with open(sys.argv[2], "w") as fh:
-    json.dump({"schema_version": 1, "kind": os.environ["HEALER_KIND"],
-               "target": os.environ["HEALER_TARGET"], "run_id": run, "status": "failed",
+kind = os.environ["HEALER_KIND"]
+with open(sys.argv[2], "w") as fh:  # unfixable: escalated, and no breaker opens
+    json.dump({"schema_version": 1, "kind": kind, "target": os.environ["HEALER_TARGET"],
+               "run_id": run, "status": "unfixable" if kind == "healing" else "failed",
                "summary": "the failover test's agent fixes nothing"}, fh)
 """
 
