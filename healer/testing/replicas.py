@@ -1,5 +1,6 @@
-"""Three ``healer loop`` replicas on a three-server NATS JetStream cluster, for failover tests
-and the failover benchmark (``tests/core/test_failover.py``, ``benchmarks/failover.py``).
+"""``healer loop`` replicas (three by default) on a NATS JetStream cluster of as many servers,
+for failover tests and the failover benchmark (``tests/core/test_failover.py``,
+``benchmarks/failover.py``).
 
 Everything listens on 127.0.0.1. Each replica has its own state and results folders (its own
 disk), one API port and one token shared by all; they share the R3 bucket, one fleet folder
@@ -8,9 +9,9 @@ disk), one API port and one token shared by all; they share the R3 bucket, one f
     with ReplicaSet(tmp, extra={...}) as rs:        # cluster, receiver, 3 loops
         victim = rs.leader_of("notify")
         started = time.monotonic()
-        victim.kill9()                              # the loop and all it started: a host died
-        took = rs.takeover_s(victim, started)       # until every duty leads elsewhere
-        rs.post_json("/api/v1/errors", report, first=2)   # to replica 2, else the next one
+        victim.kill9()                              # the loop and all it started
+        took = rs.takeover_s(victim, started)       # until every duty is led elsewhere
+        rs.post("/api/v1/errors", json=report, first=2)   # to replica 2, else the next
         print(rs.duplicates())                      # what was done twice: must be empty
 
 What a failover must not leave behind (``Duplicates``): two incident records of one
@@ -77,6 +78,24 @@ def _children(pid: int) -> list[int]:
             if int(fields[1]) == pid:
                 out.append(int(stat.parent.name))
     return out
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie has stopped too)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"
+
+
+def runs(pid: int, module: str) -> bool:
+    """Whether process ``pid`` runs ``python -m <module>``."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return module.encode() in argv and alive(pid)
 
 
 def freeze_tree(pid: int) -> list[int]:
@@ -146,6 +165,10 @@ class Replica:
     def thaw(self) -> None:
         signal_all(self.frozen, signal.SIGCONT)
         self.frozen = []
+
+    def frozen_workers(self) -> list[int]:
+        """The healing workers (``healer.code.worker``) stopped with the replica."""
+        return [p for p in self.frozen if runs(p, "healer.code.worker")]
 
     def leads(self) -> set[str]:
         """What the replica says it leads (``loop.json``, written every few seconds)."""

@@ -42,7 +42,7 @@ import pytest
 from healer.core.incidents import INCIDENTS
 from healer.selfheal.attempts import ATTEMPTS, Attempts
 from healer.testing.kube import FakeKube, crash_loop, pod
-from healer.testing.replicas import BUCKET, Replica, ReplicaSet, frozen
+from healer.testing.replicas import BUCKET, Replica, ReplicaSet, alive, frozen
 from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -270,13 +270,17 @@ def test_a_partitioned_replica_is_taken_over_and_writes_nothing_stale(
         ran = {a["attempt_id"]: a for a in Attempts(rs.store).all()
                if (a.get("taken_over") or {}).get("node") == victim.name}
         before = {aid: rs.store.require(ATTEMPTS, aid).revision for aid in ran}
+        workers = victim.frozen_workers()
         resumed = time.time()
-    # Resumed: it notices it leads nothing (its loop.json is rewritten every few seconds).
+    # Resumed: it notices it leads nothing (its loop.json is rewritten every few seconds),
+    # and its workers find their leases taken and stop.
     wait_for(lambda: victim.loop.status_file.stat().st_mtime > resumed + 1
              and not victim.leads(), timeout=30)
+    wait_for(lambda: not any(alive(p) for p in workers), timeout=30)
     wait_settled(rs, traffic)
     after = {aid: rs.store.require(ATTEMPTS, aid).revision for aid in ran}
-    print(f"attempts of the partitioned replica taken over: {len(ran)}")
+    print(f"attempts of the partitioned replica taken over: {len(ran)}, its workers "
+          f"stopped when resumed: {len(workers)}")
     assert after == before  # its workers, resumed, wrote nothing to what was taken over
     assert not any(o and o.startswith(victim.name + "/") for o in rs.owners().values())
     assert_once(rs)
