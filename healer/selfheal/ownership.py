@@ -40,6 +40,7 @@ from healer.core import lease as lease_mod
 from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import ConflictError, StoreError
+from healer.selfheal.attempts import DISPATCH_PENDING
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +152,7 @@ def expired(store: Store, att: dict[str, Any], now: float) -> dict[str, Any] | N
 def pending_since(att: dict[str, Any]) -> float:
     """When the attempt last became ``dispatch_pending`` (created, or resumed after a hold)."""
     for step in reversed(att.get("history") or []):
-        if step.get("status") == "dispatch_pending":
+        if step.get("status") == DISPATCH_PENDING:
             return float(step.get("at") or 0)
     return float(att.get("created_at") or 0)
 

@@ -695,7 +695,7 @@ class SelfHealService:
                               dataclasses.replace(self.policy, lane=str(old.get("lane") or "")),
                               self.model_available, self._admission,
                               record=lambda aid: self.attempts.create(
-                              aid, {**report, **self._by()}))
+                                  aid, {**report, **self._by()}))
         iid = str(old.get("incident_id") or "")
         if iid:
             self.ledger.decided(iid, decision)
