@@ -55,6 +55,7 @@ PLANS: dict[str, Plan] = {
     "scan_vs_ripgrep": Plan(("--lines", "2000000", "--runs", "3"), limit_s=420),
     "state_scale": Plan(("--sizes", "100,10000"), limit_s=420),
     "fleet_heal": Plan(("--runs", "2"), limit_s=420),
+    "failover": Plan(limit_s=420),  # 10 kills -9, each ~10 s with the restart
     "demo_runs": Plan(("--runs", "1"), limit_s=900),  # once idle, once beside 4 busy loops
 }
 

@@ -288,7 +288,8 @@ class IncidentBook:
         sig = core.Signal(kind="code", key=signal.key, source=signal.source,
                           status=signal.status, severity=severity, summary=summary,
                           detail=dict(signal.detail), count=count,
-                          trust=signal.trust, reporters=signal.reporters(), about=about)
+                          trust=signal.trust, reporters=signal.reporters(), about=about,
+                          delivery=signal.delivery)
         new = signal.status == FIRING and self.ledger.get(sig.id) is None
         if new and signal.trust == tr.ANONYMOUS:
             why = tr.admit_new(self.store, signal.origin or signal.source, self.floods,

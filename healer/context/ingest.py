@@ -145,7 +145,8 @@ class Signal:
     parsers of the signed webhooks (``from_alertmanager``, ``from_slack``,
     ``healer.context.sentry.from_sentry``) and healer's own Loki rules make trusted signals,
     because only their authenticated routes call them; the DSN ingest's are anonymous, with
-    ``origin`` naming the key they came with (its flood-limit bucket)."""
+    ``origin`` naming the key they came with (its flood-limit bucket). ``delivery``: see
+    ``healer.core.incidents.Signal`` (the Sentry ingest's retries of one batch)."""
 
     key: str
     status: str
@@ -156,6 +157,7 @@ class Signal:
     users: tuple[str, ...] = ()  # hashes of the users it hit (never the ids)
     trust: str = ANONYMOUS
     origin: str = ""
+    delivery: str = ""
 
     def __post_init__(self) -> None:
         if not is_safe_name(self.key):

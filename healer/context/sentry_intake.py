@@ -11,7 +11,12 @@
 * **Queue** (``EventQueue``): the route parses and authenticates, then hands the signals over
   and answers; one worker files them, folding repeats of one incident that arrived together
   (within ``LINGER_S``) into one signal (its count, its users) so a burst of N events costs a
-  few ledger writes, not N. A full queue is 429 too: the SDKs retry later.
+  few ledger writes, not N. A full queue is 429 too: the SDKs retry later. A batch the
+  store fails to file (a NATS server gone, a stream electing a new leader: 503s and
+  timeouts for a few seconds) is filed again, with pauses, for up to ``RETRY_FOR_S``; each
+  signal keeps one delivery id across those tries, so one that had landed before the error
+  is not counted twice (``healer.core.incidents.Signal.delivery``). Meanwhile the queue holds
+  what arrives (up to ``ingest.queue_size``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,10 @@ KEYS_FILE = "sentry-keys.json"
 BATCH = 500
 RECHECK_S = 1.0
 LINGER_S = 0.1
+RETRY_FOR_S = 60.0  # a batch the store keeps failing is filed again this long, then dropped
+RETRY_PAUSES_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # then 5 s between tries
+# Errors of the input, not of the store: filing the same batch again would fail the same way.
+_FINAL = (UsageError, ValueError, TypeError, KeyError, AttributeError)
 
 
 def keys_path(settings: Any) -> Path:
@@ -226,11 +235,31 @@ class EventQueue:
                         break
                     continue
                 batch.append(self._queue.get_nowait())
-            try:
-                await self._ingest(fold(batch))
+            signals = [replace(s, delivery=secrets.token_hex(8)) for s in fold(batch)]
+            if await self._file(signals, len(batch)):
                 self.filed += len(batch)
-            except Exception:  # one bad batch must not stop the intake
-                log.exception("filing %d Sentry event(s) failed", len(batch))
+
+    async def _file(self, signals: list[Signal], events: int) -> bool:
+        """File one batch, again while the store fails (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        give_up, tries = loop.time() + RETRY_FOR_S, 0
+        while True:
+            try:
+                await self._ingest(signals)
+                return True
+            except _FINAL:  # one bad batch must not stop the intake
+                log.exception("filing %d Sentry event(s) failed", events)
+                return False
+            except Exception as exc:
+                pause = RETRY_PAUSES_S[min(tries, len(RETRY_PAUSES_S) - 1)]
+                tries += 1
+                if loop.time() + pause > give_up:
+                    log.exception("filing %d Sentry event(s) failed for %.0f s; dropped",
+                                  events, RETRY_FOR_S)
+                    return False
+                log.warning("filing %d Sentry event(s) failed (%s: %s); again in %.1f s",
+                            events, type(exc).__name__, exc, pause)
+                await asyncio.sleep(pause)
 
     async def close(self) -> None:
         if self._worker is not None:

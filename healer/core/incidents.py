@@ -87,6 +87,7 @@ RECENT_SIZE = 2000
 SMALL_SET = 500  # a finished status set this small is read whole when filtered on
 MAX_KEY = 100
 FLUSH_EVERY_S = 1.0
+DELIVERIES, MAX_DELIVERIES = "deliveries", 20  # the latest delivery ids an incident keeps
 
 Clock = Callable[[], float]
 Refire = Callable[[dict[str, Any], float], str]
@@ -105,7 +106,10 @@ class Signal:
     watchers, probes and log detection, and never start a code agent). ``reporters``: who it
     hit (``u:<user hash>``, ``r:<release>``), counted for approval eligibility. ``about``:
     what the incident concerns, in a few short fields the capability chooses (the culprit,
-    the alert code and its object, the peer and channel; ``healer.core.about``)."""
+    the alert code and its object, the peer and channel; ``healer.core.about``).
+    ``delivery``: an id the intake gives this filing of the signal; filed again under the
+    same id (a retry after the store failed, when it is unclear whether the write landed)
+    it changes nothing a second time — the incident keeps its latest ids."""
 
     kind: str
     key: str
@@ -118,6 +122,7 @@ class Signal:
     trust: str = ""
     reporters: tuple[str, ...] = ()
     about: dict[str, Any] = field(default_factory=dict)
+    delivery: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "about", _about.clean(self.about))
@@ -371,12 +376,17 @@ class Ledger:
         now = self.clock()
         out: dict[str, str] = {}
         if (decision is not None and not decision.accepted and signal.status == FIRING
-                and merge is None and signal.source not in self.thresholds):
+                and merge is None and signal.source not in self.thresholds
+                and not signal.delivery):
             counted = self._repeat(signal, decision, now)
             if counted is not None:
                 return counted
 
         def fn(cur: dict[str, Any] | None) -> dict[str, Any] | None:
+            if cur is not None and signal.delivery and \
+                    signal.delivery in (cur.get(DELIVERIES) or ()):
+                out["action"] = "duplicate"
+                return cur  # filed already: the attempt that failed had landed
             if signal.status == FIRING:
                 new = self._firing(cur, signal, fields, now, out, refire)
                 if cur is not None and merge is not None:
@@ -392,6 +402,9 @@ class Ledger:
             if new is not None and decision is not None:
                 out["previous_reason"] = (new.get("gate") or {}).get("reason", "")
                 _gate(new, decision, now)
+            if new is not None and signal.delivery:
+                new[DELIVERIES] = [*(new.get(DELIVERIES) or []), signal.delivery][
+                    -MAX_DELIVERIES:]
             return new
 
         data = self._write(signal.id, fn,

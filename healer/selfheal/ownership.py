@@ -17,6 +17,12 @@ about a process on another host, so an attempt is owned through a lease (``heale
 4. A takeover (``SelfHealService.take_over``) treats an ``investigating`` attempt whose lease
    expired, on any host, as dead — ``expired`` — and takes the lease itself (``seize``)
    before it writes the attempt, so the old run, should it come back, finds the lease gone.
+5. An attempt still ``dispatch_pending`` two lease times after it was dispatched never got
+   a run: the replica that admitted it died before its worker took the lease
+   (``unstarted``). Twice, because a live worker may be slow to take it — a busy machine,
+   or a NATS server that died with the worker's first request in flight (it waits for its
+   timeout). The takeover seizes the lease the same way, so a worker that starts later still
+   finds it taken (or the attempt no longer pending) and runs nothing.
 """
 
 from __future__ import annotations
@@ -34,8 +40,11 @@ from healer.core import lease as lease_mod
 from healer.core.lease import Lease
 from healer.core.store import Store
 from healer.errors import ConflictError, StoreError
+from healer.selfheal.attempts import DISPATCH_PENDING
 
 log = logging.getLogger(__name__)
+
+PENDING_LEASES = 2  # lease times an attempt may wait for its worker before a takeover
 
 # One per process start: tells two runs of one node apart (a restarted worker is another).
 INSTANCE = secrets.token_hex(4)
@@ -135,6 +144,30 @@ def expired(store: Store, att: dict[str, Any], now: float) -> dict[str, Any] | N
     rec = store.get(lease_mod.KIND, str(owner["lease"]))
     if rec is None:
         return {"owner": owner.get("holder", ""), "expires_at": None, "revision": 0}
+    if float(rec.data.get("expires_at") or 0) > now:
+        return None
+    return {**rec.data, "revision": rec.revision}
+
+
+def pending_since(att: dict[str, Any]) -> float:
+    """When the attempt last became ``dispatch_pending`` (created, or resumed after a hold)."""
+    for step in reversed(att.get("history") or []):
+        if step.get("status") == DISPATCH_PENDING:
+            return float(step.get("at") or 0)
+    return float(att.get("created_at") or 0)
+
+
+def unstarted(store: Store, att: dict[str, Any], now: float, ttl_s: float
+              ) -> dict[str, Any] | None:
+    """The attempt's lease state (as ``expired`` gives it) if the attempt has waited
+    ``dispatch_pending`` for two lease times (``ttl_s``) with no run holding its lease — the
+    worker that should have taken it never started — else None (it is young, or a run is
+    starting)."""
+    if now - pending_since(att) < PENDING_LEASES * ttl_s:
+        return None
+    rec = store.get(lease_mod.KIND, lease_name(str(att["attempt_id"])))
+    if rec is None:
+        return {"owner": "", "expires_at": None, "revision": 0}
     if float(rec.data.get("expires_at") or 0) > now:
         return None
     return {**rec.data, "revision": rec.revision}

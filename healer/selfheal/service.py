@@ -21,9 +21,10 @@ The MCP server, the HTTP routes and the CLI all call one ``SelfHealService``:
   also writes the escalations still due (``healer.selfheal.escalate``), including those of the
   attempts it settled;
 * ``take_over()`` — with replicas sharing a store: attempts whose lease expired (their
-  replica stopped renewing, ``healer.selfheal.ownership``) get the agent's verdict applied
-  once if it already reached the store, or end with the reason and run again under a new id
-  through the gate (``selfheal.max_takeovers`` times, then a person is told).
+  replica stopped renewing, ``healer.selfheal.ownership``), and attempts no worker took up
+  within that time (their replica died right after admitting them), get the agent's verdict
+  applied once if it already reached the store, or end with the reason and run again under
+  a new id through the gate (``selfheal.max_takeovers`` times, then a person is told).
 
 Background runs are detached worker processes by default (``selfheal.worker: process``), so
 an MCP server that exits (the Claude Code session ended) does not take the run with it; with
@@ -314,7 +315,8 @@ class SelfHealService:
         decision = gate.admit(self.store, fp, lambda: new_attempt_id(now), now,
                               self._policy_for(lane),
                               self.model_available, self._admission,
-                              record=lambda aid: self.attempts.create(aid, report()))
+                              record=lambda aid: self.attempts.create(
+                                  aid, {**report(), **self._by()}))
         if decision.reason == gate.ALREADY_INVESTIGATING:
             self.ledger.receive(signal, decision=decision)
             return {"accepted": False, "fingerprint": fp, "reason": decision.reason,
@@ -332,6 +334,11 @@ class SelfHealService:
         self._launch(attempt_id)
         return {"accepted": True, "fingerprint": fp, "attempt_id": attempt_id,
                 "message": "Healing agent dispatched"}
+
+    def _by(self) -> dict[str, str]:
+        """Written as an attempt is dispatched: the replica whose worker should take it up
+        (named by a takeover when none did: ``take_over``)."""
+        return {"dispatched_by": self.settings.node}
 
     def _policy_for(self, lane: str) -> gate.Policy:
         """``policy`` in ``lane``, made once per lane (a dataclass copy on every report cost
@@ -430,7 +437,8 @@ class SelfHealService:
                 self.store, att["fingerprint"], aid, self.clock(),
                 dataclasses.replace(self.policy, lane=str(att.get("lane") or "")),
                 self.model_available, record=lambda a: self.attempts.transition(
-                    a, st.DISPATCH_PENDING, expect=st.HELD, hold=None, reason=None))
+                    a, st.DISPATCH_PENDING, expect=st.HELD, hold=None, reason=None,
+                    **self._by()))
             if not decision.accepted:
                 continue  # still held (no model yet), or the cap: the next pass asks again
             out.append(aid)
@@ -449,7 +457,8 @@ class SelfHealService:
         return gate.admit(self.store, report["fingerprint"], lambda: new_attempt_id(now), now,
                           dataclasses.replace(self.policy, lane=report["lane"]),
                           self.model_available, self._admission,
-                          record=lambda aid: self.attempts.create(aid, report))
+                          record=lambda aid: self.attempts.create(
+                              aid, {**report, **self._by()}))
 
     def start_approved(self, iid: str, *, launch: bool = True) -> gate.Decision:
         """A person approved the run of ``iid`` (``Ledger.judge``): ask the one gate again
@@ -599,7 +608,10 @@ class SelfHealService:
         return [self.attempts.get(a["attempt_id"]) or a for a in changed]
 
     def take_over(self, *, launch: bool = True) -> list[dict[str, Any]]:
-        """Settle the ``investigating`` attempts whose lease expired, wherever they ran.
+        """Settle the ``investigating`` attempts whose lease expired, wherever they ran,
+        and the ``dispatch_pending`` ones no worker took up within two
+        ``selfheal.lease_ttl_s`` (their replica died between admitting them and its worker
+        starting).
 
         For each, the lease is taken first (so the old run, if it comes back, finds it
         gone), then the attempt is written only if it still names the owner found expired:
@@ -612,9 +624,12 @@ class SelfHealService:
         now = self.clock()
         sh = self.settings.selfheal
         for att in self.attempts.unfinished():
-            if att.get("status") != st.INVESTIGATING:
+            if att.get("status") == st.INVESTIGATING:
+                seen = ownership.expired(self.store, att, now)
+            elif att.get("status") == st.DISPATCH_PENDING:
+                seen = ownership.unstarted(self.store, att, now, sh.lease_ttl_s)
+            else:
                 continue
-            seen = ownership.expired(self.store, att, now)
             if seen is None:
                 continue
             aid = att["attempt_id"]
@@ -639,13 +654,20 @@ class SelfHealService:
     def _take(self, att: dict[str, Any], seen: dict[str, Any], lease: Any,
               now: float) -> dict[str, Any]:
         owner = att.get("owner") or {}
-        node = str(owner.get("node") or "?")
-        until = seen.get("expires_at")
-        renewed = float(until) - self.settings.selfheal.lease_ttl_s if until else None
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(renewed)) if renewed \
-            else "an unknown time"
-        why = f"its replica {node} stopped renewing at {when}"
-        common = {"expect": st.INVESTIGATING, "owned_by": owner.get("revision"),
+        ttl = self.settings.selfheal.lease_ttl_s
+        if att.get("status") == st.DISPATCH_PENDING:
+            node = str(att.get("dispatched_by") or "?")
+            renewed = ownership.pending_since(att)
+            why = (f"its replica {node} stopped before a worker took it up "
+                   f"({ownership.PENDING_LEASES * ttl:g} s)")
+        else:
+            node = str(owner.get("node") or "?")
+            until = seen.get("expires_at")
+            renewed = float(until) - ttl if until else None
+            when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(renewed)) if renewed \
+                else "an unknown time"
+            why = f"its replica {node} stopped renewing at {when}"
+        common = {"expect": att["status"], "owned_by": owner.get("revision"),
                   "owner": {"lease": lease.name, "revision": lease.revision,
                             "node": self.settings.node, "holder": lease.owner},
                   "taken_over": {"node": node, "renewed_at": renewed, "at": now,
@@ -672,7 +694,8 @@ class SelfHealService:
         decision = gate.admit(self.store, old["fingerprint"], lambda: new_attempt_id(now), now,
                               dataclasses.replace(self.policy, lane=str(old.get("lane") or "")),
                               self.model_available, self._admission,
-                              record=lambda aid: self.attempts.create(aid, report))
+                              record=lambda aid: self.attempts.create(
+                                  aid, {**report, **self._by()}))
         iid = str(old.get("incident_id") or "")
         if iid:
             self.ledger.decided(iid, decision)

@@ -4,7 +4,8 @@
   anonymous client is refused).
 * ``NatsCluster(n=3)``: ``n`` servers routed into one JetStream cluster (R3 buckets and
   streams survive one of them dying); ``kill(i)`` (SIGKILL), ``restart(i)`` (same ports and
-  data), ``urls`` (every client URL, for ``store.nats_urls``).
+  data), ``urls`` (every client URL, for ``store.nats_urls``), ``stream_leader(name)`` (which
+  server leads a stream: killing it forces an election).
 """
 
 from __future__ import annotations
@@ -183,6 +184,27 @@ class NatsCluster:
 
     def kill(self, i: int) -> None:
         self.servers[i].kill()
+
+    def stream_leader(self, stream: str) -> int | None:
+        """The index of the server leading ``stream`` (a key-value bucket's is
+        ``KV_<bucket>``), as a running server's monitoring port tells it; None if none
+        knows (an election is under way)."""
+        names = [s.name for s in self.servers]
+        for s in self.servers:
+            if not (s.proc and s.proc.poll() is None):
+                continue
+            url = (f"http://{s.host}:{s.monitor_port}/jsz?accounts=true&streams=true")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    data = json.load(resp)
+            except (OSError, ValueError, urllib.error.URLError):
+                continue
+            for account in data.get("account_details") or []:
+                for detail in account.get("stream_detail") or []:
+                    leader = (detail.get("cluster") or {}).get("leader")
+                    if detail.get("name") == stream and leader in names:
+                        return names.index(leader)
+        return None
 
     def restart(self, i: int, wait: float = 60.0) -> None:
         """Start server ``i`` again (after ``kill`` or not) on its ports, with its data."""

@@ -8,12 +8,15 @@ import json
 import re
 import zlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from healer.context import envelope as env
 from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter, ensure_key, fold
+from healer.core.store import FileStore
+from healer.errors import StoreError
 from healer.testing.api import ServeProcess
 from healer.testing.loop import healer_env
 
@@ -194,6 +197,26 @@ class TestKeysAndRate:
         assert queue.filed == 50
         assert len(batches) == 1 and batches[0][0].count == 50  # folded: one incident, 50
 
+    async def test_a_batch_the_store_failed_is_filed_again_and_counted_once(
+            self, make_settings: Any) -> None:
+        """The store failed after the incident's write had landed (a NATS server gone, an
+        index write timed out): the batch is filed again, and its events count once."""
+        from healer.context.service import ContextService
+
+        settings = make_settings()
+        store = FlakyStore(settings.state_path)
+        svc = ContextService(settings, store)
+        queue = EventQueue(svc.ingest, 100)
+        signals = [env.signal_of(EVENT, "1", None) for _ in range(5)]
+        assert queue.offer(signals)
+        deadline = asyncio.get_running_loop().time() + 30
+        while queue.filed < 5 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)
+        await queue.close()
+        await svc.stop()
+        assert store.failed == 1 and queue.filed == 5
+        assert svc.book.get(signals[0].key)["count"] == 5
+
     def test_rate_limiter(self) -> None:
         now = [0.0]
         rl = RateLimiter(2.0, 3, clock=lambda: now[0])
@@ -201,6 +224,21 @@ class TestKeysAndRate:
         now[0] = 0.5
         assert rl.take("k") == 0
         assert RateLimiter(0, 1).take("k") == 0
+
+
+class FlakyStore(FileStore):
+    """Fails the first incident index write, after the incident record itself was written
+    (what a timeout of the store looks like to the writer: did it land?)."""
+
+    def __init__(self, root: Path):
+        super().__init__(root)
+        self.failed = 0
+
+    def add_member(self, set_name: str, key: str) -> None:
+        if not self.failed and set_name.startswith("incidents-"):
+            self.failed += 1
+            raise StoreError("JetStream did not answer within 10s")
+        super().add_member(set_name, key)
 
 
 # --- over HTTP ---------------------------------------------------------------------------------

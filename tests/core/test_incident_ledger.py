@@ -34,6 +34,17 @@ class TestIdentity:
         assert inc["first_seen"] <= inc["last_seen"]
         assert book.list().total == 1
 
+    def test_one_delivery_filed_twice_counts_once(self, tmp_path: Path) -> None:
+        """An intake that files again after the store failed mid-way (the write may have
+        landed) names the delivery: the second filing changes nothing; a new one counts."""
+        book = ledger(tmp_path)
+        assert book.receive(sig(count=3, delivery="d1")).action == "opened"
+        assert book.receive(sig(count=3, delivery="d1")).action == "duplicate"
+        book.receive(sig(count=2, delivery="d2"))
+        book.receive(sig(count=2, delivery="d2"))
+        inc = book.find("code", "k1")
+        assert inc is not None and inc["count"] == 5
+
     def test_kinds_do_not_collide(self, tmp_path: Path) -> None:
         book = ledger(tmp_path)
         book.receive(sig("same", "code"))

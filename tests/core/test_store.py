@@ -6,6 +6,7 @@ import json
 import multiprocessing as mp
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -248,6 +249,23 @@ class TestListingUnderLoad:
             for p in procs:
                 p.join(60)
             st.close()
+
+    @pytest.mark.e2e
+    def test_listing_on_a_three_server_cluster_always_answers(self, tmp_path: Path) -> None:
+        """On an R3 bucket the pull consumer a listing makes may not listen yet when it is
+        first asked: about one pull in a hundred was answered 503, which failed the notify
+        pass and the takeover sweep of that round. Every listing now answers, whole."""
+        from healer.testing.nats import NatsCluster, jetstream_store
+
+        with NatsCluster(3, store_dir=tmp_path / "nats") as nc:
+            st = jetstream_store(nc.urls, "listing", replicas=3)
+            try:
+                for m in range(20):
+                    st.add_member("members", f"m{m}")
+                sizes = Counter(len(st.members("members")) for _ in range(300))
+            finally:
+                st.close()
+        assert sizes == Counter({20: 300})
 
 
 class TestFileSetMarkers:

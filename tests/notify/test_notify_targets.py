@@ -17,7 +17,7 @@ from healer.core.notify import Notifier, status_view
 from healer.core.notify import routes as r
 from healer.core.notify.webhook import sign, verify
 from healer.core.store import FileStore
-from healer.errors import ConfigError
+from healer.errors import ConfigError, StoreError
 from healer.testing.notify_receivers import PagerDutyEvents, SignedWebhook, SlackApi, SmtpInbox
 from healer.testing.receivers import WebhookReceiver
 
@@ -283,3 +283,85 @@ def test_routes_first_match_wins_unless_continue() -> None:
 def test_bad_routes_are_a_clear_config_error(bad: list[Any]) -> None:
     with pytest.raises(ConfigError, match=r"notify\.routes"):
         r.parse(bad, [])
+
+
+class FailingWrites(FileStore):
+    """The store refuses the next ``fail`` writes of notify records (a NATS timeout)."""
+
+    fail = 0
+
+    def put(self, kind: str, key: str, data: dict[str, Any], **kw: Any) -> Any:
+        if kind == "notify" and self.fail:
+            self.fail -= 1
+            raise StoreError("JetStream did not answer within 10s")
+        return super().put(kind, key, data, **kw)
+
+
+async def test_a_pass_whose_record_write_fails_queues_nothing(tmp_path: Path) -> None:
+    """The notify record is written before the outbox: a pass that cannot write it sends
+    nothing, and the next pass sends the notice once (queued first, it went out twice)."""
+    with SignedWebhook(SECRET) as hook:
+        settings, _, ledger = setup(tmp_path, HEALER_NOTIFY_WEBHOOK_URL=hook.url + "/in",
+                                    HEALER_NOTIFY_WEBHOOK_SECRET=SECRET)
+        store = FailingWrites(settings.state_path / "store")
+        ledger = inc.Ledger(store)
+        iid = escalate(ledger)
+        n = Notifier(settings, store)
+        store.fail = 1
+        await drain(n)
+        assert hook.verified == []
+        for _ in range(2):
+            ledger.update(iid, doing="something changed")  # the next passes look again
+            await drain(n)
+    assert [v["body"]["data"]["incident"] for v in hook.verified] == [iid]
+
+
+class HeldAnswer:
+    """A target whose answer is held back after the receiver got the message."""
+
+    name = "webhook"
+
+    def __init__(self, inner: Any):
+        import asyncio
+
+        self.inner, self.release = inner, asyncio.Event()
+
+    def wants(self, state: str) -> bool:
+        return bool(self.inner.wants(state))
+
+    async def send(self, notice: Any, memo: dict[str, Any]) -> Any:
+        sent = await self.inner.send(notice, memo)
+        await self.release.wait()
+        return sent
+
+
+async def test_a_delivery_in_flight_when_the_duty_stops_is_not_sent_again(
+        tmp_path: Path) -> None:
+    """The notify duty stops (and comes back) while a delivery is in flight: the delivery
+    finishes and is recorded, so the service started again does not send it a second time."""
+    import asyncio
+
+    from healer.core.notify.service import NotifyService
+    from healer.core.notify.targets import configured
+
+    with SignedWebhook(SECRET) as hook:
+        settings, store, ledger = setup(tmp_path, HEALER_NOTIFY_WEBHOOK_URL=hook.url + "/in",
+                                        HEALER_NOTIFY_WEBHOOK_SECRET=SECRET)
+        escalate(ledger)
+        held = HeldAnswer(configured(settings.notify)["webhook"])
+        n = Notifier(settings, store, targets={"webhook": held})
+        passes: list[int] = []
+        reconcile = n.reconcile
+        n.reconcile = lambda: passes.append(1) or reconcile()  # type: ignore[method-assign]
+        svc = NotifyService(n, interval_s=0.05)
+        await svc.start()
+        while not hook.verified:  # sent; its answer not yet recorded when the duty stops
+            await asyncio.sleep(0.01)
+        await svc.stop()
+        held.release.set()
+        await svc.start()
+        seen = len(passes)
+        while len(passes) < seen + 5:  # passes of the service started again
+            await asyncio.sleep(0.01)
+        await svc.stop()
+    assert len(hook.verified) == 1 and n.outbox.items() == []

@@ -289,3 +289,44 @@ def test_an_agent_verdict_that_reached_the_store_is_applied_once(service: Any) -
     assert "retried_as" not in ended and len(svc.attempts.for_fingerprint(
         ended["fingerprint"])) == 1
     assert svc.take_over(launch=False) == []  # applied once
+
+
+class TestNeverStarted:
+    """The replica that admitted a report died before its worker took the attempt up: the
+    attempt is still ``dispatch_pending`` and holds no lease. Two lease times after its
+    dispatch it is taken over."""
+
+    def _service(self, make_settings: Any) -> tuple[Any, list[float]]:
+        from healer.selfheal.service import SelfHealService
+
+        now = [time.time()]
+        settings = make_settings()
+        svc = SelfHealService(settings, FileStore(settings.state_path), launcher=[].append,
+                              clock=lambda: now[0])
+        return svc, now
+
+    def test_it_is_run_again_once_after_a_lease_time(self, make_settings: Any) -> None:
+        svc, now = self._service(make_settings)
+        aid = svc.report(REPORT)["attempt_id"]
+        now[0] += svc.settings.selfheal.lease_ttl_s
+        assert svc.take_over(launch=False) == []  # its worker may still be starting
+        now[0] += svc.settings.selfheal.lease_ttl_s
+        [ended] = svc.take_over(launch=False)
+        node = svc.settings.node
+        assert ended["status"] == st.FAILED and ended["taken_over"]["node"] == node
+        assert f"its replica {node} stopped before a worker took it up" in ended["reason"]
+        retry = svc.attempts.require(ended["retried_as"])
+        assert retry["retry_of"] == aid and retry["status"] == st.DISPATCH_PENDING
+        assert svc.take_over(launch=False) == []  # once
+        assert "escalation_due" not in ended  # it is being retried: nobody to tell yet
+        with pytest.raises(st.TransitionError):  # a worker starting late runs nothing
+            svc.attempts.transition(aid, st.INVESTIGATING, expect=st.DISPATCH_PENDING)
+
+    def test_a_worker_holding_its_lease_is_left_to_start(self, make_settings: Any) -> None:
+        svc, now = self._service(make_settings)
+        aid = svc.report(REPORT)["attempt_id"]
+        now[0] += 2 * svc.settings.selfheal.lease_ttl_s
+        lease = AttemptLease(svc.store, aid, "slow", ttl_s=30, clock=lambda: now[0])
+        assert lease.take()  # a slow worker got there first
+        assert svc.take_over(launch=False) == []
+        assert svc.attempts.require(aid)["status"] == st.DISPATCH_PENDING

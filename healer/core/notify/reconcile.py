@@ -7,7 +7,12 @@ One pass (``Notifier.reconcile``, every ``notify.interval_s`` in the loop)::
     for each whose record changed since the last pass (``updated_at``):
         state   = notices.state_of(incident)          silenced → nothing at all
         targets = routes.select(kind, severity, source, labels) ∩ configured
-        for each target that wants the state and has not had it queued: outbox.put
+        for each target that wants the state and has not had it queued: mark it queued
+        write notify/<incident> (compare-and-set), then outbox.put what was marked
+
+The mark is written before anything is queued, so a pass whose write fails queues nothing
+and the next one decides again: a notice is queued at most once per state (a write that
+failed after landing loses it — never twice).
 
 ``Notifier.deliver(item)`` sends one outbox item and records the result: the target's memo
 (Slack ``channel``/``ts``, PagerDuty's last action) in ``notify/<incident>``, counters in
@@ -61,6 +66,8 @@ class Notifier:
         for iid in self._candidates():
             try:
                 queued += self.consider(iid)
+            except ConflictError:
+                continue  # written meanwhile (a delivery's outcome): the next pass decides
             except Exception:
                 log.exception("notify: incident %s not reconciled", iid)
         return queued
@@ -88,19 +95,27 @@ class Notifier:
                                    source=str(incident.get("source", "")),
                                    labels=notices.labels_of(incident))
         notice = notices.build(incident, links_url=self._links_url()) if chosen else None
-        queued = self._queue(iid, state, notice, chosen, mine)
+        due = self._due(state, chosen, mine)
         mine["seen_at"] = incident.get("updated_at")
-        self.store.put(RECORDS, iid, mine)
-        return queued
+        # The record first, compare-and-set: a pass whose write fails (the store away) or
+        # loses (another replica's pass, a paused leader's late one) queues nothing, and the
+        # next pass decides again — queued first, a failed write would queue it twice.
+        self.store.put(RECORDS, iid, mine, expected_revision=rec.revision if rec else 0)
+        for name in due:
+            assert notice is not None
+            self.outbox.put(name, notice, now=self.clock())
+        if due:
+            self._open(iid, state != HEALED)
+        return len(due)
 
     def _links_url(self) -> str:
         """Where a message's dashboard link points: ``notify.links_url``, else the API's
         public address (never a guessed default nobody serves on)."""
         return str(self.settings.notify.links_url or self.settings.api.public_url)
 
-    def _queue(self, iid: str, state: str, notice: Notice | None, chosen: list[str],
-               mine: dict[str, Any]) -> int:
-        queued = 0
+    def _due(self, state: str, chosen: list[str], mine: dict[str, Any]) -> list[str]:
+        """The targets to tell of ``state`` now, marked queued in ``mine``."""
+        due = []
         per = mine.setdefault("targets", {})
         for name in chosen:
             target = self.targets.get(name)
@@ -109,13 +124,9 @@ class Notifier:
                 continue
             if state == HEALED and not done:
                 continue  # never told of it: a "resolved" out of the blue helps nobody
-            assert notice is not None
-            self.outbox.put(name, notice, now=self.clock())
             per[name] = {**done, "queued": state}
-            queued += 1
-        if queued:
-            self._open(iid, state != HEALED)
-        return queued
+            due.append(name)
+        return due
 
     def _open(self, iid: str, still: bool) -> None:
         if still:

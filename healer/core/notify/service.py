@@ -1,6 +1,11 @@
 """The loop's notify service: a reconcile pass and the due deliveries every
 ``notify.interval_s``, each delivery its own task (one in flight per outbox item), so a
-receiver that hangs until its timeout delays no other receiver and no other loop job."""
+receiver that hangs until its timeout delays no other receiver and no other loop job.
+
+Stopping (the ``notify`` duty moved, or the loop stops) ends the passes but lets each
+delivery in flight finish and record its outcome (within the target's timeout): one
+cancelled after its request went out would stay in the outbox and be sent again when the
+duty comes back. A restart meanwhile does not send what is still in flight."""
 
 from __future__ import annotations
 
@@ -26,12 +31,13 @@ class NotifyService:
         self._task = asyncio.create_task(self._run())
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._flying.values()) if t is not None]
-        for t in tasks:
-            t.cancel()
-        for t in tasks:
+        if self._task is not None:
+            self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+                await self._task
+            self._task = None
+        # Not awaited: the loop stops the next duty's services meanwhile, before its lease
+        # can run out. Each delivery ends within its target's timeout.
 
     async def tick(self) -> None:
         """One pass: reconcile, then start every due delivery not already in flight."""

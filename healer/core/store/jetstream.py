@@ -33,6 +33,7 @@ from healer.errors import ConflictError, StoreError, UnavailableError
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+FETCH_RETRIES_S = (0.02, 0.05, 0.1, 0.2, 0.5)  # pauses before asking a 503'd pull again
 
 
 class _LoopThread:
@@ -223,8 +224,7 @@ class JetStreamStore(Store):
                 sub = await self.js.pull_subscribe_bind(consumer=name, stream=stream)
             while sub is not None and got < want:
                 try:
-                    msgs = await sub.fetch(batch=min(want - got, 1024),
-                                           timeout=self._timeout / 2)
+                    msgs = await self._fetch(sub, min(want - got, 1024))
                 except TimeoutError:
                     break  # fewer than counted: keys purged meanwhile
                 got += len(msgs)
@@ -237,6 +237,17 @@ class JetStreamStore(Store):
             with contextlib.suppress(Exception):
                 await self.js.delete_consumer(stream, name)
         return keys
+
+    async def _fetch(self, sub: Any, batch: int) -> list[Any]:
+        """One pull. On a cluster the consumer just created may not listen yet on the
+        stream's leader: the pull is answered 503 (about one listing in a hundred on an idle
+        three-server cluster), so it is asked again a few times before that counts."""
+        for pause in FETCH_RETRIES_S:
+            try:
+                return list(await sub.fetch(batch=batch, timeout=self._timeout / 2))
+            except self._errors.ServiceUnavailableError:
+                await asyncio.sleep(pause)
+        return list(await sub.fetch(batch=batch, timeout=self._timeout / 2))
 
     def _keys(self, prefix: str) -> list[str]:
         return sorted(k[len(prefix) + 1:] for k in self._run(self._list_keys(prefix)))
