@@ -170,10 +170,11 @@ class StoreSettings:
 @dataclass
 class HaSettings:
     lease_ttl_s: float = setting(
-        15.0, "How long a replica's lease on a once-only duty (a watcher, a poller, a sweep, "
+        9.0, "How long a replica's lease on a once-only duty (a watcher, a poller, a sweep, "
         "the notifier) lasts unless renewed. Renewed every third of it; a replica that cannot "
         "renew stops the duty a third before expiry, and another replica takes it over within "
-        "about this long after the leader dies (at once after a clean stop).",
+        "this long and a third after the leader dies (at once after a clean stop): 12 s with "
+        "the default.",
         env="HEALER_HA_LEASE_TTL_S", minimum=3, maximum=600)
     instance: str = setting(
         "", "This process's name among the replicas, in lease owners `<node>/<instance>`; "

@@ -65,7 +65,7 @@ class Duties:
 
     store: Store
     owner: str
-    ttl_s: float = 15.0
+    ttl_s: float = 9.0
     clock: Callable[[], float] = time.time
     _duties: dict[str, _Duty] = field(default_factory=dict)
     _lock: threading.RLock = field(default_factory=threading.RLock)
