@@ -18,7 +18,8 @@ NAMES = sorted(p.stem for p in BENCHMARKS.glob("*.py")
 DEADLINE_S = 90.0  # the slowest smoke run (one demo with one fault) takes about 20 s
 # Smoke runs longer than ~20 s: left to `make test-all` (failover: a 3-server NATS cluster,
 # 3 loops, one kill -9 and the restart, about 25 s).
-SLOW = {"failover"}
+# `make test-all` only: failover takes ~25 s; the demo runs whole in tests/fleet/test_demo.py
+SLOW = {"failover", "demo_runs"}
 
 
 def _run(argv: list[str], tmp_path: Path, timeout: float = DEADLINE_S

@@ -240,6 +240,7 @@ def test_kill_9_of_the_leading_replica_loses_nothing_and_does_nothing_twice(
     assert_once(rs)
 
 
+@pytest.mark.exhaustive  # `make test-all`: the R3 cluster's own failover (~30 s)
 def test_kill_9_of_a_nats_server_loses_nothing_and_does_nothing_twice(
         replicas: ReplicaSet, kube: FakeKube) -> None:
     rs = replicas

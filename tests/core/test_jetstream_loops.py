@@ -33,6 +33,8 @@ def applied_counts(loops: list[LoopProcess]) -> list[int]:
     return out
 
 
+# `make test-all`; tests/core/test_failover.py runs three loops in `make test`
+@pytest.mark.exhaustive
 class TestSharedBus:
     def test_three_loops_apply_each_result_once(self, tmp_path: Path) -> None:
         """Results dropped on any node are applied exactly once by the fleet, across a kill -9
