@@ -66,9 +66,11 @@ def busy(tmp_path: Path) -> Iterator[ServeProcess]:
 
 
 def records(server: ServeProcess) -> dict[str, int]:
+    """Stored records and their modification times, but the duties' leases (renewed every
+    few seconds whatever the requests do)."""
     root = server.state / "records"  # type: ignore[attr-defined]
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*.json")} \
-        if root.exists() else {}
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*.json")
+            if p.parent.name != "leases"} if root.exists() else {}
 
 
 def send(server: ServeProcess, event: str, body: Any, **kw: Any) -> httpx.Response:
