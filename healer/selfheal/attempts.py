@@ -559,8 +559,8 @@ class Attempts:
                 if status == INVESTIGATING:
                     deadline = att.get("deadline") or att["updated_at"] + timeout_s
                     stale = now > deadline + STALE_GRACE_S
-                    if not stale and att.get("owner") and (
-                            leases_decide or _runs_elsewhere(att)):
+                    leased = bool(att.get("owner")) and leases_decide
+                    if not stale and (leased or _runs_elsewhere(att)):
                         continue
                     if stale or not alive(att.get("worker")):
                         to = TIMEOUT if now >= deadline else FAILED

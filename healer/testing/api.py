@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -57,3 +58,14 @@ class ServeProcess:
             self.proc.wait(5)
         self.log_file.close()
         os.unlink(self.log_file.name)
+
+
+def stored_records(state: Path) -> dict[str, int]:
+    """Every record under ``<state>/records`` and its modification time (ns), to tell whether
+    a request wrote anything — but the duties' leases, which a running server renews every
+    few seconds whatever the requests do."""
+    root = Path(state) / "records"
+    if not root.exists():
+        return {}
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*.json")
+            if p.parent.name != "leases"}

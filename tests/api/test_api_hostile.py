@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from healer.testing.api import ServeProcess
+from healer.testing.api import ServeProcess, stored_records
 from healer.testing.loop import healer_env
 
 pytestmark = pytest.mark.e2e
@@ -61,12 +61,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
     s.close()
 
 
-def records(server: ServeProcess) -> dict[str, float]:
-    """Every stored record and its modification time — but the duties' leases, which the
-    server renews every few seconds whatever the requests do."""
-    root = server.state / "records"  # type: ignore[attr-defined]
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*.json")
-            if p.parent.name != "leases"}
+def records(server: ServeProcess) -> dict[str, int]:
+    return stored_records(server.state)  # type: ignore[attr-defined]
 
 
 def post(server: ServeProcess, path: str, content: bytes, headers: dict[str, str]

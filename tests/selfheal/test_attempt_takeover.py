@@ -31,7 +31,8 @@ from healer.selfheal import attempts as st
 from healer.selfheal.attempts import Attempts, worker_identity
 from healer.selfheal.ownership import AttemptLease, lease_name
 from healer.testing.loop import LoopProcess, healer_env
-from healer.testing.nats import NatsServer, jetstream_store
+from healer.testing.nats import NatsServer, free_port, jetstream_store
+from healer.testing.replicas import alive
 from healer.testing.wait import wait_for
 
 TOKEN = "takeover-test-token-0123456789"
@@ -50,12 +51,6 @@ time.sleep(120)
 
 REPORT = {"error_type": "KeyError", "error_message": "'user_id'",
           "call_site": "src/app/tools.py:lookup"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def replica_env(tmp: Path, node: str, nats_url: str, repo: Path, probe: Path,
@@ -85,16 +80,6 @@ def kill_agents(script: Path) -> None:
         with contextlib.suppress(OSError):
             if str(script).encode() in (proc / "cmdline").read_bytes():
                 kill(int(proc.name))
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with contextlib.suppress(OSError):  # a zombie has stopped too
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    return False
 
 
 def kill(pid: int, sig: int = signal.SIGKILL) -> None:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from github_rig import CIPHER, CLEO, REPO, REX, TESS
 
-from healer.testing.api import ServeProcess
+from healer.testing.api import ServeProcess, stored_records
 from healer.testing.fake_github import FakeGitHub
 from healer.testing.github_webhooks import (
     check_run_event,
@@ -66,11 +66,7 @@ def busy(tmp_path: Path) -> Iterator[ServeProcess]:
 
 
 def records(server: ServeProcess) -> dict[str, int]:
-    """Stored records and their modification times, but the duties' leases (renewed every
-    few seconds whatever the requests do)."""
-    root = server.state / "records"  # type: ignore[attr-defined]
-    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in root.rglob("*.json")
-            if p.parent.name != "leases"} if root.exists() else {}
+    return stored_records(server.state)  # type: ignore[attr-defined]
 
 
 def send(server: ServeProcess, event: str, body: Any, **kw: Any) -> httpx.Response:
