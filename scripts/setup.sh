@@ -86,6 +86,14 @@ if [ ! -f "$stamp.$extra" ] || [ pyproject.toml -nt "$stamp.$extra" ] ||
   touch "$stamp.$extra"
 fi
 
+# Every process healer starts (the loop, its workers, each CLI call, the tests' servers) imports
+# healer's ~300 modules. An editable install leaves them uncompiled, and where
+# PYTHONDONTWRITEBYTECODE is set (containers, CI) no process caches its compiled code: each
+# one compiles them all again, about 0.6 s of CPU. Compile them once here (only what changed).
+if [ ${#editable[@]} -gt 0 ]; then
+  "$VENV/bin/python" -m compileall -q -j 0 healer tests >/dev/null
+fi
+
 # The Node SDK tests' pinned @sentry/node (healer.testing.sentry_node), when npm is here: a few
 # seconds the first time, a file check after; an unreachable registry only makes them skip.
 if [ "$want_test" = 1 ] && command -v npm >/dev/null; then
