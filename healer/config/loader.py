@@ -7,6 +7,7 @@ variables → ``--set`` flags. Each layer is checked against the schema before i
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import json
 import os
@@ -30,8 +31,15 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    # Evaluating a class's annotations is costly (every process loads the settings, field by
+    # field); the classes never change, so each is evaluated once.
+    return typing.get_type_hints(cls)
+
+
 def _field_type(cls: type, name: str) -> Any:
-    return typing.get_type_hints(cls)[name]
+    return _hints(cls)[name]
 
 
 def _coerce(text: str, tp: Any) -> Any:
