@@ -19,8 +19,8 @@ it is answered ``200 {"id": <event id>}`` depends on ``ingest.answer``:
 ``filed``   once the batch holding its events is in the store: an event answered 200 survives
             the replica dying right after (several replicas on a shared store). Not filed
             within ``ingest.answer_timeout_s`` (10 s), or dropped (the store kept failing):
-            ``503`` with ``Retry-After`` — the events may still be filed later, so a sender
-            that resends may be counted twice, never lost.
+            ``503`` with ``Retry-After``. Past the bound the events stay queued and may
+            still be filed, so a sender that resends may be counted twice, never lost.
 ``queued``  as soon as it is parsed and queued in memory (one replica, on the file store).
 ``auto``    ``filed`` unless ``store.backend`` is ``file``; the default.
 ==========  ===================================================================================
