@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -66,7 +66,7 @@ class _Ingest:
     rate: RateLimiter
     queue: EventQueue
     limits: env.Limits
-    answer: str  # "filed" or "queued" (healer.context.sentry_intake.answer_mode)
+    answer: Literal["filed", "queued"]  # healer.context.sentry_intake.answer_mode
     answer_timeout_s: float
 
 
@@ -173,8 +173,9 @@ async def _not_filed(filed: asyncio.Future[bool], timeout_s: float) -> str:
     On the bound the future is cancelled, which only stops this wait: the worker files the
     events all the same (``healer.context.sentry_intake``, "Answer")."""
     try:
-        if await asyncio.wait_for(filed, timeout_s):
-            return ""
+        async with asyncio.timeout(timeout_s):
+            if await filed:
+                return ""
     except TimeoutError:
         return (f"not filed within {timeout_s:g} s: the store is slow or unavailable; "
                 "retry")
