@@ -419,6 +419,16 @@ class IngestSettings:
                               "applies.", minimum=1)
     queue_size: int = setting(10_000, "Events accepted but not yet filed; when full, 429 (the "
                               "SDKs retry later).", minimum=1)
+    answer: Literal["filed", "queued", "auto"] = setting(
+        "auto", "When a good request is answered 200. `filed`: once its events are in the "
+        "store (about 0.1 s plus one store write later; a burst of requests shares one batch), "
+        "else 503 with Retry-After — an event answered 200 survives the replica dying. "
+        "`queued`: as soon as they are queued in memory (faster; a replica killed before it "
+        "filed them loses them). `auto`: `filed` unless `store.backend` is `file` (one "
+        "replica).")
+    answer_timeout_s: float = setting(
+        10.0, "With `answer: filed`, how long a request waits for its events to be filed "
+        "before it is answered 503 (they may still be filed later).", minimum=0.1)
 
 
 @dataclass

@@ -9,14 +9,25 @@
 * **Rate** (``RateLimiter``): a token bucket per key (``ingest.rate_per_s``,
   ``ingest.rate_burst``); over it the route answers 429 with how long to wait.
 * **Queue** (``EventQueue``): the route parses and authenticates, then hands the signals over
-  and answers; one worker files them, folding repeats of one incident that arrived together
-  (within ``LINGER_S``) into one signal (its count, its users) so a burst of N events costs a
-  few ledger writes, not N. A full queue is 429 too: the SDKs retry later. A batch the
-  store fails to file (a NATS server gone, a stream electing a new leader: 503s and
-  timeouts for a few seconds) is filed again, with pauses, for up to ``RETRY_FOR_S``; each
-  signal keeps one delivery id across those tries, so one that had landed before the error
-  is not counted twice (``healer.core.incidents.Signal.delivery``). Meanwhile the queue holds
-  what arrives (up to ``ingest.queue_size``).
+  (and answers at once, or once they are filed: **Answer** below); one worker files them,
+  folding repeats of one incident that arrived together (within ``LINGER_S``) into one
+  signal (its count, its users) so a burst of N events costs a few ledger writes, not N. A
+  full queue is 429 too: the SDKs retry later. A batch the store fails to file (a NATS
+  server gone, a stream electing a new leader: 503s and timeouts for a few seconds) is filed
+  again, with pauses, for up to ``RETRY_FOR_S``; each signal keeps one delivery id across
+  those tries, so one that had landed before the error is not counted twice
+  (``healer.core.incidents.Signal.delivery``). Meanwhile the queue holds what arrives (up to
+  ``ingest.queue_size``).
+* **Answer** (``answer_mode``, ``ingest.answer``): ``offer`` hands back a future per request,
+  resolved True once the batch(es) holding all its signals were filed and False as soon as
+  one was dropped (an error of the input, or ``RETRY_FOR_S`` of store failures). With
+  ``filed`` the route awaits it (up to ``ingest.answer_timeout_s``) before answering, so a
+  200 means "in the store": the event survives the replica dying right after. Requests of a
+  burst wait together on one batch — still one ledger write per incident, and each waits
+  the linger plus that write. A request that stops waiting (its bound, its client gone)
+  does not take its signals back: they are filed all the same, so a sender that resends
+  after a 503 may be counted twice, but is never lost (the ledger keeps counts, not event
+  ids). With ``queued`` (the file store: one replica) nobody waits for the future.
 """
 
 from __future__ import annotations
@@ -31,7 +42,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from healer.context.ingest import Signal
 from healer.core.files import atomic_write_bytes, dumps, read_json
@@ -48,6 +59,16 @@ RETRY_FOR_S = 60.0  # a batch the store keeps failing is filed again this long, 
 RETRY_PAUSES_S = (0.2, 0.5, 1.0, 2.0, 5.0)  # then 5 s between tries
 # Errors of the input, not of the store: filing the same batch again would fail the same way.
 _FINAL = (UsageError, ValueError, TypeError, KeyError, AttributeError)
+
+
+def answer_mode(settings: Any) -> Literal["filed", "queued"]:
+    """``ingest.answer`` resolved: ``auto`` is ``filed`` on a shared store (several replicas:
+    an event only one replica holds in memory dies with it) and ``queued`` on the file store
+    (one replica: nothing else could take the event, and the answer stays immediate)."""
+    mode = settings.ingest.answer
+    if mode == "auto":
+        return "queued" if settings.store.backend == "file" else "filed"
+    return "filed" if mode == "filed" else "queued"
 
 
 def keys_path(settings: Any) -> Path:
@@ -197,29 +218,58 @@ def fold(signals: list[Signal]) -> list[Signal]:
     return out
 
 
+@dataclass(eq=False)
+class _Offer:
+    """One request's signals on their way to the store, and the future its answer waits on."""
+
+    filed: asyncio.Future[bool]
+    left: int  # its signals not yet filed
+
+    def settle(self, signals: int, ok: bool) -> None:
+        self.left -= signals
+        if self.filed.done():  # answered False already, or its request stopped waiting
+            return
+        if not ok:
+            self.filed.set_result(False)
+        elif self.left <= 0:
+            self.filed.set_result(True)
+
+
 class EventQueue:
     """Signals accepted by the route and not yet filed; one worker files them in batches."""
 
     def __init__(self, ingest: Callable[[list[Signal]], Awaitable[Any]], size: int):
         self._ingest = ingest
-        self._queue: asyncio.Queue[Signal] = asyncio.Queue(maxsize=size)
+        self._queue: asyncio.Queue[tuple[Signal, _Offer]] = asyncio.Queue(maxsize=size)
         self._worker: asyncio.Task[None] | None = None
+        self._batch: list[tuple[Signal, _Offer]] = []  # being filed
         self.filed = 0
 
-    def offer(self, signals: list[Signal]) -> bool:
-        """Queue all of ``signals``, or none of them (False: the queue is full)."""
+    @property
+    def waiting(self) -> int:
+        """Signals queued and not yet taken into a batch."""
+        return self._queue.qsize()
+
+    def offer(self, signals: list[Signal]) -> asyncio.Future[bool] | None:
+        """Queue all of ``signals``, or none of them (None: the queue is full). The future
+        is True once all of them are filed, False once any was dropped (see the module
+        docstring); a caller may cancel it to stop waiting."""
         if self._queue.maxsize - self._queue.qsize() < len(signals):
-            return False
+            return None
+        loop = asyncio.get_running_loop()
+        offer = _Offer(loop.create_future(), len(signals))
         for s in signals:
-            self._queue.put_nowait(s)
+            self._queue.put_nowait((s, offer))
+        if not signals:
+            offer.settle(0, True)
         if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(self._run(),
-                                                                  name="sentry-ingest")
-        return True
+            self._worker = loop.create_task(self._run(), name="sentry-ingest")
+        return offer.filed
 
     async def _run(self) -> None:
         while True:
-            batch = [await self._queue.get()]
+            # self._batch from its first event on: close() tells whatever it holds.
+            self._batch = batch = [await self._queue.get()]
             # Under load events arrive one request at a time: lingering a moment lets a burst
             # become one batch (a few ledger writes) instead of one fsync'd write per event,
             # which took the CPU the requests needed.
@@ -230,14 +280,21 @@ class EventQueue:
                     if left <= 0:
                         break
                     try:
-                        batch.append(await asyncio.wait_for(self._queue.get(), left))
+                        # asyncio.timeout, not wait_for: on 3.11 wait_for loses a
+                        # cancellation (close) that comes as an event arrives.
+                        async with asyncio.timeout(left):
+                            batch.append(await self._queue.get())
                     except TimeoutError:
                         break
                     continue
                 batch.append(self._queue.get_nowait())
-            signals = [replace(s, delivery=secrets.token_hex(8)) for s in fold(batch)]
-            if await self._file(signals, len(batch)):
+            signals = [replace(s, delivery=secrets.token_hex(8))
+                       for s in fold([s for s, _ in batch])]
+            ok = await self._file(signals, len(batch))
+            if ok:
                 self.filed += len(batch)
+            _settle(batch, ok)
+            self._batch = []
 
     async def _file(self, signals: list[Signal], events: int) -> bool:
         """File one batch, again while the store fails (see the module docstring)."""
@@ -262,10 +319,27 @@ class EventQueue:
                 await asyncio.sleep(pause)
 
     async def close(self) -> None:
+        """Stop the worker; requests still waiting are told their events were not filed
+        (rather than waiting out their bound for a worker that is gone)."""
         if self._worker is not None:
             self._worker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._worker
+        left = [*self._batch]
+        while not self._queue.empty():
+            left.append(self._queue.get_nowait())
+        _settle(left, False)
+        self._batch = []
+
+
+def _settle(batch: list[tuple[Signal, _Offer]], ok: bool) -> None:
+    """Tell each request with signals in ``batch`` how they went (one request's signals may
+    be folded with others', or, past ``BATCH``, split over two batches)."""
+    per_offer: dict[_Offer, int] = {}
+    for _, offer in batch:
+        per_offer[offer] = per_offer.get(offer, 0) + 1
+    for offer, n in per_offer.items():
+        offer.settle(n, ok)
 
 
 def dsn_for(settings: Any, key: str, project_id: str, host: str | None = None) -> str:

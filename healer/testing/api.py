@@ -1,17 +1,25 @@
-"""Start a real `healer serve` process on a free loopback port, for tests."""
+"""healer's real HTTP API on a free loopback port, for tests.
+
+* ``ServeProcess``: a `healer serve` child process and a client for it.
+* ``served(ctx)``: the app of an ``ApiContext`` on a real uvicorn in the test's own event
+  loop, for a test that hands the routes a store or a service it controls.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from healer.testing.wait import wait_for
+from healer.testing.wait import until, wait_for
 
 
 class ServeProcess:
@@ -58,6 +66,33 @@ class ServeProcess:
             self.proc.wait(5)
         self.log_file.close()
         os.unlink(self.log_file.name)
+
+
+@asynccontextmanager
+async def served(ctx: Any, *, timeout: float = 30.0) -> AsyncIterator[httpx.AsyncClient]:
+    """``create_app(ctx)`` served by uvicorn on 127.0.0.1 (a free port) in this event loop,
+    and an async client bound to it (it sends ``ctx.settings.api.token`` when one is set)."""
+    import uvicorn
+
+    from healer.api.app import create_app
+
+    server = uvicorn.Server(uvicorn.Config(create_app(ctx), host="127.0.0.1", port=0,
+                                           log_level="warning", lifespan="off",
+                                           timeout_graceful_shutdown=5))
+    task = asyncio.create_task(server.serve())
+    try:
+        await until(lambda: server.started or task.done(), 10)
+        if task.done():
+            task.result()  # raises why it did not start
+        port = server.servers[0].sockets[0].getsockname()[1]
+        token = ctx.settings.api.token
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=timeout,
+                                     headers={"Authorization": f"Bearer {token}"} if token
+                                     else {}) as client:
+            yield client
+    finally:
+        server.should_exit = True
+        await task
 
 
 def stored_records(state: Path) -> dict[str, int]:

@@ -11,16 +11,28 @@ Authentication is what the SDKs send: ``X-Sentry-Auth: Sentry sentry_key=…`` (
 header. No key (or none set up) is 401, a wrong one or one bound to another project 403, and
 nothing of the request is kept. Bodies may be gzip, deflate or br
 encoded. Over ``ingest.rate_per_s`` the answer is 429 with ``Retry-After`` and
-``X-Sentry-Rate-Limits``, which the SDKs honour by holding back. A good request is answered
-``200 {"id": <event id>}`` as soon as it is parsed; its events are filed in the background
-(``healer.context.sentry_intake``). Every request is counted in
-``healer_webhooks{source="sentry_sdk", result}``.
+``X-Sentry-Rate-Limits``, which the SDKs honour by holding back. A good request's events are
+queued and filed in batches by a background worker (``healer.context.sentry_intake``); when
+it is answered ``200 {"id": <event id>}`` depends on ``ingest.answer``:
+
+==========  ===================================================================================
+``filed``   once the batch holding its events is in the store: an event answered 200 survives
+            the replica dying right after (several replicas on a shared store). Not filed
+            within ``ingest.answer_timeout_s`` (10 s), or dropped (the store kept failing):
+            ``503`` with ``Retry-After``. Past the bound the events stay queued and may
+            still be filed, so a sender that resends may be counted twice, never lost.
+``queued``  as soon as it is parsed and queued in memory (one replica, on the file store).
+``auto``    ``filed`` unless ``store.backend`` is ``file``; the default.
+==========  ===================================================================================
+
+Every request is counted in ``healer_webhooks{source="sentry_sdk", result}`` (``accepted``
+once answered 200; ``not_filed`` for the 503).
 
 The key is public (it ships in every browser bundle), so everything filed here is
 **anonymous** (``healer.core.trust``): it opens incidents only within the key's flood limits
 (``code.new_incidents_per_hour`` per key, ``code.max_open_anonymous``; what they refuse is
-counted in ``healer_incidents_dropped`` — the SDK was answered 200 already, as the protocol
-wants, so it does not resend), and no code agent starts for it until a person approves
+counted in ``healer_incidents_dropped`` — the SDK is answered 200, as the protocol wants,
+so it does not resend), and no code agent starts for it until a person approves
 (``healer approve``).
 """
 
@@ -28,7 +40,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -37,7 +49,7 @@ from starlette.routing import BaseRoute
 from healer.api.http import route
 from healer.context import envelope as env
 from healer.context.ingest import Signal
-from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter
+from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter, answer_mode
 from healer.context.service import service_for
 from healer.core.trust import dsn_origin
 from healer.errors import UsageError
@@ -45,6 +57,7 @@ from healer.errors import UsageError
 SOURCE = "sentry_sdk"
 STATE = "sentry-ingest"
 EXPOSED = "X-Sentry-Rate-Limits, Retry-After"
+NOT_FILED_RETRY_S = 5  # Retry-After of a 503: the store's failovers take a few seconds
 
 
 @dataclass
@@ -53,6 +66,8 @@ class _Ingest:
     rate: RateLimiter
     queue: EventQueue
     limits: env.Limits
+    answer: Literal["filed", "queued"]  # healer.context.sentry_intake.answer_mode
+    answer_timeout_s: float
 
 
 def _state(request: Request) -> _Ingest:
@@ -64,7 +79,8 @@ def _state(request: Request) -> _Ingest:
         st = ctx.services[STATE] = _Ingest(KeyRing(ctx.settings),
                                            RateLimiter(s.rate_per_s, s.rate_burst),
                                            EventQueue(svc.ingest, s.queue_size),
-                                           env.Limits.from_settings(s))
+                                           env.Limits.from_settings(s),
+                                           answer_mode(ctx.settings), s.answer_timeout_s)
     return st  # type: ignore[no-any-return]
 
 
@@ -135,13 +151,35 @@ async def _file(request: Request, st: _Ingest, key: str, project: str,
                                  for e in events]
     except (UsageError, ValueError, TypeError) as exc:
         return _refuse(request, 400, f"event not usable: {exc}", "invalid")
-    if not st.queue.offer(signals):
+    filed = st.queue.offer(signals)
+    if filed is None:
         return _refuse(request, 429, "healer's ingest queue is full; retry shortly",
                        "queue_full", {"Retry-After": "1",
                                       "X-Sentry-Rate-Limits": "1:error;default;security:key"})
+    if st.answer == "filed":
+        why = await _not_filed(filed, st.answer_timeout_s)
+        if why:
+            # No X-Sentry-Rate-Limits: the SDKs would drop what they send meanwhile.
+            return _refuse(request, 503, why, "not_filed",
+                           {"Retry-After": str(NOT_FILED_RETRY_S)})
     _count(request, "accepted")
     first = str(events[0].get("event_id") or event_id or "")[:64]
     return _reply(request, 200, {"id": first})
+
+
+async def _not_filed(filed: asyncio.Future[bool], timeout_s: float) -> str:
+    """Wait for the batch holding a request's events: '' once filed, else why not.
+
+    On the bound the future is cancelled, which only stops this wait: the worker files the
+    events all the same (``healer.context.sentry_intake``, "Answer")."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            if await filed:
+                return ""
+    except TimeoutError:
+        return (f"not filed within {timeout_s:g} s: the store is slow or unavailable; "
+                "retry")
+    return "not filed: the store is unavailable; retry"
 
 
 def _gate(request: Request) -> tuple[_Ingest, str] | Response:
@@ -206,10 +244,12 @@ async def close(ctx: Any) -> None:
 
 
 def routes(ctx: Any) -> list[BaseRoute]:
-    answers = {200: "Accepted ({id}); events are filed in the background", 400: "Malformed",
+    answers = {200: "Accepted ({id}); with ingest.answer `filed` once filed, else queued",
+               400: "Malformed",
                401: "No key", 403: "Wrong key", 413: "Too large", 415: "Unsupported encoding",
                404: "The ingest is disabled",
-               429: "Over the rate (Retry-After, X-Sentry-Rate-Limits)"}
+               429: "Over the rate (Retry-After, X-Sentry-Rate-Limits)",
+               503: "Not filed in time: the store is unavailable (Retry-After)"}
     params = {"project_id": {"type": "integer", "minimum": 0}}
     out: list[BaseRoute] = []
     for name, handler, summary in (
