@@ -421,7 +421,7 @@ class IngestSettings:
                               "SDKs retry later).", minimum=1)
     answer: Literal["filed", "queued", "auto"] = setting(
         "auto", "When a good request is answered 200. `filed`: once its events are in the "
-        "store (about 0.1 s plus one store write later; a burst of requests shares one batch), "
+        "store (one store write later; concurrent requests share one batch), "
         "else 503 with Retry-After — an event answered 200 survives the replica dying. "
         "`queued`: as soon as they are queued in memory (faster; a replica killed before it "
         "filed them loses them). `auto`: `filed` unless `store.backend` is `file` (one "

@@ -22,12 +22,14 @@
   resolved True once the batch(es) holding all its signals were filed and False as soon as
   one was dropped (an error of the input, or ``RETRY_FOR_S`` of store failures). With
   ``filed`` the route awaits it (up to ``ingest.answer_timeout_s``) before answering, so a
-  200 means "in the store": the event survives the replica dying right after. Requests of a
-  burst wait together on one batch — still one ledger write per incident, and each waits
-  the linger plus that write. A request that stops waiting (its bound, its client gone)
-  does not take its signals back: they are filed all the same, so a sender that resends
-  after a 503 may be counted twice, but is never lost (the ledger keeps counts, not event
-  ids). With ``queued`` (the file store: one replica) nobody waits for the future.
+  200 means "in the store": the event survives the replica dying right after. The worker
+  then does not linger (a request would wait it out for nothing): it files what is queued
+  at once, and what arrives during that write is the next batch — under a burst still one
+  ledger write per incident per batch, and a lone request waits only its write. A request
+  that stops waiting (its bound, its client gone) does not take its signals back: they are
+  filed all the same, so a sender that resends after a 503 may be counted twice, but is
+  never lost (the ledger keeps counts, not event ids). With ``queued`` (the file store: one
+  replica) nobody waits for the future.
 """
 
 from __future__ import annotations
@@ -238,8 +240,10 @@ class _Offer:
 class EventQueue:
     """Signals accepted by the route and not yet filed; one worker files them in batches."""
 
-    def __init__(self, ingest: Callable[[list[Signal]], Awaitable[Any]], size: int):
+    def __init__(self, ingest: Callable[[list[Signal]], Awaitable[Any]], size: int,
+                 linger_s: float = LINGER_S):
         self._ingest = ingest
+        self._linger_s = linger_s
         self._queue: asyncio.Queue[tuple[Signal, _Offer]] = asyncio.Queue(maxsize=size)
         self._worker: asyncio.Task[None] | None = None
         self._batch: list[tuple[Signal, _Offer]] = []  # being filed
@@ -273,7 +277,7 @@ class EventQueue:
             # Under load events arrive one request at a time: lingering a moment lets a burst
             # become one batch (a few ledger writes) instead of one fsync'd write per event,
             # which took the CPU the requests needed.
-            deadline = asyncio.get_running_loop().time() + LINGER_S
+            deadline = asyncio.get_running_loop().time() + self._linger_s
             while len(batch) < BATCH:
                 if self._queue.empty():
                     left = deadline - asyncio.get_running_loop().time()

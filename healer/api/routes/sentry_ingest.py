@@ -49,7 +49,13 @@ from starlette.routing import BaseRoute
 from healer.api.http import route
 from healer.context import envelope as env
 from healer.context.ingest import Signal
-from healer.context.sentry_intake import EventQueue, KeyRing, RateLimiter, answer_mode
+from healer.context.sentry_intake import (
+    LINGER_S,
+    EventQueue,
+    KeyRing,
+    RateLimiter,
+    answer_mode,
+)
 from healer.context.service import service_for
 from healer.core.trust import dsn_origin
 from healer.errors import UsageError
@@ -76,11 +82,15 @@ def _state(request: Request) -> _Ingest:
     if st is None:
         s = ctx.settings.ingest
         svc = service_for(ctx)
+        answer = answer_mode(ctx.settings)
+        # Requests that wait for their batch need no linger to become one: what arrives
+        # while a batch is being written is the next batch (a group commit).
+        linger = 0.0 if answer == "filed" else LINGER_S
         st = ctx.services[STATE] = _Ingest(KeyRing(ctx.settings),
                                            RateLimiter(s.rate_per_s, s.rate_burst),
-                                           EventQueue(svc.ingest, s.queue_size),
-                                           env.Limits.from_settings(s),
-                                           answer_mode(ctx.settings), s.answer_timeout_s)
+                                           EventQueue(svc.ingest, s.queue_size, linger),
+                                           env.Limits.from_settings(s), answer,
+                                           s.answer_timeout_s)
     return st  # type: ignore[no-any-return]
 
 
