@@ -117,9 +117,10 @@ class Traffic:
 
     def first_half(self, *, crash: bool = True) -> None:
         """Before the fault: the pod crashes (unless ``crash`` is false: the test crashes it
-        itself), half the reports and half the events arrive. Returns once every replica has filed the events it accepted:
-        an event is answered 200 when queued and filed within ~0.1 s — the queue is in
-        memory, so one a replica had not yet filed dies with it (docs/ha.md, "Not yet")."""
+        itself), half the reports and half the events arrive. Returns once every replica has
+        filed the events it accepted: an event is answered 200 when queued and filed within
+        ~0.1 s — the queue is in memory, so one a replica had not yet filed dies with it
+        (docs/ha.md, "Not yet")."""
         if crash:
             self.crash_the_pod()
         self.report_errors(0, REPORTS // 2)
