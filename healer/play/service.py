@@ -410,11 +410,17 @@ class PlayService:
 
     async def take_over(self) -> int:
         """The ``play-takeover`` duty: resume here the remediations whose run stopped
-        renewing its lease (``Remediator.take_over``). Returns how many."""
-        runs = await asyncio.to_thread(self.remediator.take_over)
-        for run in runs:
-            self.track(self.remediator.resume(run))
-        return len(runs)
+        renewing its lease (``Remediator.take_over``). Returns how many. The leases seized
+        are this replica's even if the duty moves on meanwhile (the pass is cancelled): their
+        runs start all the same, rather than wait for the seized leases to expire."""
+        seizing = asyncio.ensure_future(asyncio.to_thread(self.remediator.take_over))
+        seizing.add_done_callback(self._resume)
+        return len(await asyncio.shield(seizing))
+
+    def _resume(self, seizing: asyncio.Future[list[Any]]) -> None:
+        if not seizing.cancelled() and seizing.exception() is None:
+            for run in seizing.result():
+                self.track(self.remediator.resume(run))
 
     def recover(self) -> int:
         """Start-up. A remediation left 'running' with an owner is its lease's: its run
