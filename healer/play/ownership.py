@@ -25,7 +25,8 @@ fired its alert, and must never run twice. Like a healing attempt
    (``Remediator.resume``).
 5. **Hand over.** A clean stop cancels the run: it gives its lease back (``give_back``) and
    leaves the record running and the gate claim held, so a replica — another, or this one
-   restarted — resumes it within ``ttl/3``.
+   restarted — resumes it within ``ttl/3``. So does a run whose store call failed. After
+   ``MAX_TAKEOVERS`` (``healer.play.remediate``) the next takeover escalates at once.
 """
 
 from __future__ import annotations

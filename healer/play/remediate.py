@@ -38,7 +38,7 @@ from healer.core.publish.forge_issues import Issues, dedup_key
 from healer.core.silences import Silences
 from healer.core.store import Store
 from healer.core.verify import HEALED, RETRY, TIMEOUT, Verdict, next_step
-from healer.errors import ConflictError, HealerError, RemediationLostError
+from healer.errors import ConflictError, HealerError, RemediationLostError, StoreError
 from healer.play import evaluate, ownership, workspace
 from healer.play.about import play_about
 from healer.play.ownership import RemediationLease
@@ -53,6 +53,10 @@ _SEVERITY = {"critical": "critical", "high": "high", "error": "high", "warning":
              "medium": "medium", "low": "low", "info": "info"}
 RunAgent = Callable[[AgentTask], Any]  # async (task) -> RunOutcome
 MAX_DEFERRALS = 12  # then the deferred outcome counts like any failed one
+# Takeovers of one remediation after which the next escalates at once instead of going on: a
+# remediation whose runs keep stopping (replicas dying, a store failing at the same step)
+# must still end with a person told, not loop.
+MAX_TAKEOVERS = 3
 DEFER_CAP_S = 900.0
 BUDGET_WAIT_CAP_S = 86_400.0
 
@@ -271,6 +275,12 @@ class Remediator:
         except RemediationLostError as exc:
             log.warning("%s; this run stops and writes nothing more", exc)
             return {"status": "lost"}
+        except StoreError as exc:
+            # The store failed under the run (a NATS server gone: calls in flight time out):
+            # like a clean stop, it hands the remediation over (``_end``) rather than end it
+            # in an error nobody would go on from.
+            log.warning("remediation %s: the store failed (%s)", run.key, exc)
+            return {"status": "handed_over"}
         except Exception as exc:
             log.exception("remediation of %s failed unexpectedly", run.key)
             with contextlib.suppress(RemediationLostError):
@@ -304,12 +314,14 @@ class Remediator:
         if done.get("escalating"):
             return self._escalated(run, EscalationRecord(None, None), "")
         attempts = [Attempt(**a) for a in done.get("attempts") or []]
-        if done.get("evaluated"):
+        stopping = run.takeovers > MAX_TAKEOVERS  # its runs keep stopping: tell a person
+        if done.get("evaluated") or stopping:
             forge_url = str(done.get("forge_url") or "")
         else:
             forge_url = await self._evaluate(run, session)
             self._update(key, run=run, evaluated=True, forge_url=forge_url)
-        for n in range(len(attempts) + 1, s.max_iterations + 1):
+        first = s.max_iterations + 1 if stopping else len(attempts) + 1
+        for n in range(first, s.max_iterations + 1):
             plan = evaluate.plan(issue, n, s.max_iterations)
             if plan.to_human:
                 break
@@ -350,6 +362,10 @@ class Remediator:
                            resolved_at=iso(self.clock()))
                 return self._update(key, run=run, status="resolved", level=plan.level)
         plan = evaluate.plan(issue, s.max_iterations + 1, s.max_iterations)
+        if stopping:
+            plan = dataclasses.replace(plan, reason=f"its runs stopped {run.takeovers} times "
+                                       f"(replicas died or the store failed) after "
+                                       f"{len(attempts)} remediation attempt(s)")
         # Marked before a person is told (the seed file is written before the escalation's
         # first wait): a run that takes over from here finishes it without telling again.
         self._update(key, run=run, escalating={"at": iso(self.clock()), "by": self.owner,

@@ -29,6 +29,7 @@ from healer.errors import StoreError
 from healer.play import remediate
 from healer.play.alerts import AlertSink, PlayAlert
 from healer.play.ownership import lease_name
+from healer.play.remediate import MAX_TAKEOVERS
 from healer.play.service import PlayService
 from healer.testing.replicas import seed_incidents
 from healer.testing.wait import until
@@ -62,13 +63,13 @@ class Agent:
 
 
 class FlakyStore(FileStore):
-    """The file store, whose lease writes fail while ``down`` (the store is away)."""
+    """The file store, whose writes of the kinds in ``down`` fail (the store is away)."""
 
-    down = False
+    down: frozenset[str] = frozenset()
 
     def put(self, kind: str, key: str, data: dict[str, Any], **kw: Any) -> Record:
-        if self.down and kind == LEASES:
-            raise StoreError("the store is away")
+        if kind in self.down:
+            raise StoreError("JetStream did not answer within 10.0s")
         return super().put(kind, key, data, **kw)
 
 
@@ -280,7 +281,7 @@ async def test_a_run_that_cannot_renew_stops_before_its_lease_expires(tmp_path: 
     renewed = await until(lambda: (lease := lease_of(a.store)) and lease["expires_at"] >
                           lease["taken_at"] + 0.6 and lease, timeout=5)
     assert renewed["owner"] == "a/1"
-    store.down = True
+    store.down = frozenset({LEASES})
     before = snapshot(b.store)
     assert await a.play.wait_idle(5)  # its lease keeper stopped it
     assert snapshot(b.store) == before
@@ -307,3 +308,46 @@ async def test_a_run_whose_lease_was_taken_stops_at_its_next_renewal(tmp_path: P
     assert await a.play.wait_idle(5)
     assert snapshot(a.store) == before
     assert remediation(a.store)["status"] == "running"
+
+
+async def test_a_store_failing_under_a_run_hands_the_remediation_over(tmp_path: Path
+                                                                      ) -> None:
+    """A store call of A's run fails (a NATS server gone): the remediation is not ended in
+    an error nobody goes on from — it is handed over, and B finishes it."""
+    clock = Clock()
+    store = FlakyStore(tmp_path / "state")
+    a = Replica(tmp_path, "a", clock, hold_at=2, store=store)
+    b = Replica(tmp_path, "b", clock)
+    a.fire()
+    await asyncio.wait_for(a.agent.held.wait(), 10)
+    store.down = frozenset({remediate.KIND})
+    a.agent.let_go.set()  # remediation 1 ends; recording it fails
+    assert await a.play.wait_idle(10)
+    stopped = remediation(b.store)
+    assert stopped["status"] == "running" and not stopped["attempts"]
+    assert lease_of(b.store) is None
+    assert await b.play.take_over() == 1
+    await b.play.wait_idle(10)
+    assert remediation(b.store)["status"] == "escalated" and escalations(b) == 1
+
+
+async def test_a_remediation_whose_runs_keep_stopping_is_escalated(tmp_path: Path) -> None:
+    """Each replica that takes it over stops during remediation 1: after MAX_TAKEOVERS the
+    next takeover tells a person at once, without another agent run."""
+    clock = Clock()
+    first = Replica(tmp_path, "r0", clock, hold_at=2)
+    first.fire()
+    await asyncio.wait_for(first.agent.held.wait(), 10)
+    await first.play.stop()
+    for n in range(1, MAX_TAKEOVERS + 1):
+        r = Replica(tmp_path, f"r{n}", clock, hold_at=1)
+        assert await r.play.take_over() == 1
+        await asyncio.wait_for(r.agent.held.wait(), 10)
+        await r.play.stop()
+    last = Replica(tmp_path, "last", clock)
+    assert await last.play.take_over() == 1
+    assert await last.play.wait_idle(10)
+    assert last.agent.kinds == []
+    done = remediation(last.store)
+    assert done["status"] == "escalated" and done["takeovers"] == MAX_TAKEOVERS + 1
+    assert escalations(last) == 1
