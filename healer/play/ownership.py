@@ -51,7 +51,8 @@ PREFIX = "remediation-"
 
 
 def lease_name(key: str) -> str:
-    """The lease of remediation ``key`` (a digest: keys are long and hold dots)."""
+    """The lease of remediation ``key`` (``incidents.digest``: the key itself while it is a
+    short safe name, else its start and a hash)."""
     return PREFIX + digest(key)
 
 
