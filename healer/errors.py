@@ -11,7 +11,8 @@ on message strings. The command line maps them to exit codes (see ``exit_code``)
     │   └── HostNotAllowedError      a host outside the setting that lists them (host, setting)
     ├── StoreError                   the state store could not do what was asked
     │   ├── ConflictError            compare-and-set lost: the revision moved (kind, key)
-    │   │   └── AttemptLostError     a healing run's attempt lease was taken over (attempt_id)
+    │   │   ├── AttemptLostError     a healing run's attempt lease was taken over (attempt_id)
+    │   │   └── RemediationLostError a play remediation's lease was taken over (remediation)
     │   └── NotFoundError            no record under that key
     ├── RejectedFile                 a results-bus or seed file was refused (reason)
     ├── UnsafeDirError               a directory healer writes is not private (path, reason) exit 2
@@ -122,6 +123,18 @@ class AttemptLostError(ConflictError):
         self.attempt_id = attempt_id
         self.args = (f"attempt {attempt_id}: this run lost it (owner revision {expected}, "
                      f"the record's is {actual}); another replica took it over",)
+
+
+class RemediationLostError(ConflictError):
+    """A play remediation run no longer owns its remediation: its lease was taken over (its
+    replica stopped renewing) or the record names another owner. The run stops and writes
+    nothing more; ``expected`` is the run's owner revision, ``actual`` the record's."""
+
+    def __init__(self, remediation: str, expected: int | None, actual: int | None):
+        super().__init__("remediations", remediation, expected, actual)
+        self.remediation = remediation
+        self.args = (f"remediation {remediation}: this run lost it (owner revision "
+                     f"{expected}, the record's is {actual}); another replica took it over",)
 
 
 class NotFoundError(StoreError):

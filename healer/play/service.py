@@ -1,7 +1,9 @@
 """The play healer as one object: sessions, pre-flight, and background remediation.
 
-The HTTP routes call it; the loop owns it (so background remediations stop with the loop)
-and recovers remediations a crash interrupted.
+The HTTP routes call it; the loop owns it: background remediations stop with the loop (each
+hands its remediation over: ``healer.play.ownership``), the ``play-takeover`` duty resumes
+the remediations whose replica stopped, and start-up recovery settles what a crash left from
+before remediations had leases.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ MAX_EVIDENCE = 10
 class PlayService:
     def __init__(self, settings: Settings, store: Store, *, metrics: Any = None,
                  run_agent: Callable[[AgentTask], Any] | None = None,
-                 dispatcher: Any = None, clock: Callable[[], float] = time.time):
+                 dispatcher: Any = None, clock: Callable[[], float] = time.time,
+                 owner: str = ""):
         self.settings = settings
         self.store = store
         self.dispatcher = dispatcher  # the loop's (bus attached); else made on first use
@@ -49,7 +52,7 @@ class PlayService:
         self.remediator = Remediator(settings, store, self.registry,
                                      run_agent=run_agent or self._run_agent,
                                      still_broken=self.still_broken, metrics=metrics,
-                                     clock=clock)
+                                     clock=clock, owner=owner)
         self.runtime = AgentRuntime(settings, store, self.registry,
                                     run_agent=self.remediator.run_agent,
                                     ledger=self.remediator.ledger,
@@ -390,25 +393,49 @@ class PlayService:
             self.registry.set_issue_fields(play_id, issue["id"], escalated=False)
             self.track(self.remediator.handle(play_id, {**issue, "escalated": False}))
 
-    async def wait_idle(self, timeout: float = 60.0) -> None:
-        """Wait for background remediations (tests, --once)."""
+    async def wait_idle(self, timeout: float = 60.0) -> bool:
+        """Wait for background remediations (tests, --once); whether all ended."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=timeout)
+        return not self._tasks
 
     async def stop(self) -> None:
+        """Stop the background remediations: each gives its lease back and leaves its
+        remediation running (its gate claim held) for the ``play-takeover`` duty of a
+        replica — another, or this one restarted — to resume within a third of the lease."""
         for task in list(self._tasks):
             task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=10)
 
+    async def take_over(self) -> int:
+        """The ``play-takeover`` duty: resume here the remediations whose run stopped
+        renewing its lease (``Remediator.take_over``). Returns how many. The leases seized
+        are this replica's even if the duty moves on meanwhile (the pass is cancelled): their
+        runs start all the same, rather than wait for the seized leases to expire."""
+        seizing = asyncio.ensure_future(asyncio.to_thread(self.remediator.take_over))
+        seizing.add_done_callback(self._resume)
+        return len(await asyncio.shield(seizing))
+
+    def _resume(self, seizing: asyncio.Future[list[Any]]) -> None:
+        if not seizing.cancelled() and seizing.exception() is None:
+            for run in seizing.result():
+                self.track(self.remediator.resume(run))
+
     def recover(self) -> int:
-        """Remediations a crash left 'running' are marked interrupted so they can run again,
-        and their gate claims released (no other kind's reconcile judges play's claims, so a
-        dead one would hold a slot of the global cap until its key is claimed again)."""
+        """Start-up. A remediation left 'running' with an owner is its lease's: its run
+        renews it on a live replica, or the ``play-takeover`` duty resumes it once the lease
+        expired — never settled here, where it may be another replica's live run. One without
+        an owner (recorded before remediations had leases) is marked interrupted so it can
+        run again, and its gate claim released (no other kind's reconcile judges play's
+        claims, so a dead one would hold a slot of the global cap until its key is claimed
+        again)."""
         n = 0
         for key in running_keys(self.store):
             rec = self.store.get(REMEDIATIONS, key)
             if rec is not None and rec.data.get("status") == "running":
+                if rec.data.get("owner"):
+                    continue  # the lease's to settle (see above)
                 self.store.update(REMEDIATIONS, key,
                                   lambda d: {**(d or {}), "status": "interrupted"})
                 gate.release(self.store, claim_key(key), str(rec.data.get("run_id", "")))
@@ -426,7 +453,7 @@ class PlayLoopService:
     async def start(self) -> None:
         n = self.play.recover()
         if n:
-            log.info("marked %d interrupted remediation(s)", n)
+            log.info("marked %d interrupted remediation(s) from before leases", n)
         waits = self.play.runtime.recover()
         if waits:
             log.info("resumed %d wait(s) for a rate limit or overload", waits)
@@ -437,10 +464,13 @@ class PlayLoopService:
 
 def create_service(healer: Any) -> PlayLoopService:
     play = PlayService(healer.settings, healer.store, metrics=healer.extras.get("metrics"),
-                       dispatcher=healer.dispatcher)
+                       dispatcher=healer.dispatcher, owner=healer.duties.owner)
     healer.extras.setdefault("api_services", {})["play"] = play
     healer.once("play-evaluate", healer.settings.play.evaluate_interval_s,
                  play.evaluate_sessions)
     healer.once("play-alerts-prune", 3600.0, play.prune_alerts)
+    # A remediation whose replica stopped is resumed within a third of its lease time after
+    # the lease expired (at once after a clean stop: the lease was given back).
+    healer.once("play-takeover", healer.settings.ha.lease_ttl_s / 3, play.take_over)
     return PlayLoopService(play)
 

@@ -17,18 +17,21 @@ The faults, one test each:
 
 1. **kill -9 of the replica leading every duty**, with every process it started (its host
    died): another replica leads every duty within 15 s (measured, printed); its attempts are
-   taken over and run again once.
+   taken over and run again once; the alert's remediation, running there at the kill, is
+   taken over and resumed, and ends once.
 2. **kill -9 of the NATS server leading the bucket's stream**: R3 elects another leader and
    everything goes on.
-3. **a partition**: SIGSTOP of the leading replica and everything it started. Its duties and
-   attempts are taken over; resumed (SIGCONT), it writes nothing stale — the attempts it ran
-   stay as the takeover wrote them, it leads nothing, nothing is sent twice.
+3. **a partition**: SIGSTOP of the leading replica and everything it started. Its duties,
+   attempts and the alert's remediation are taken over; resumed (SIGCONT), it writes
+   nothing stale — the attempts and the remediation it ran stay as the takeovers wrote
+   them, it leads nothing, nothing is sent twice.
 
 After each: every Sentry issue and every reported error is exactly one incident counting
 every event answered 200 (and at most the sends that ended otherwise: those may have been
-filed too) and every report the replicas accepted; the alert is one incident; no agent run
-started twice; no attempt of one report that is not a takeover's retry; no notification
-(signed webhook) or escalation seed file twice for one incident state.
+filed too) and every report the replicas accepted; the alert is one incident, and its
+remediation ended once (escalated: one seed file; or resolved); no agent run started twice;
+no attempt of one report that is not a takeover's retry; no notification (signed webhook) or
+escalation seed file twice for one incident state.
 """
 
 from __future__ import annotations
@@ -46,9 +49,10 @@ import httpx
 import pytest
 
 from healer.core.incidents import INCIDENTS
+from healer.play.remediate import KIND as REMEDIATIONS
 from healer.selfheal.attempts import ATTEMPTS, Attempts
 from healer.testing.kube import FakeKube, crash_loop, pod
-from healer.testing.replicas import BUCKET, Replica, ReplicaSet, alive, frozen
+from healer.testing.replicas import BUCKET, Replica, ReplicaSet, alive, frozen, seed_incidents
 from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -139,11 +143,13 @@ class Traffic:
     def crash_the_pod(self) -> None:
         self.kube.objects.patch("pods", "cto", POD, crash_loop())
 
-    def first_half(self, victim: Replica | None = None) -> None:
-        """Before the fault: the pod crashes, half the reports and half the events arrive,
-        the last event at ``victim``. Nothing is waited for: an event answered 200 is in the
-        store already (answered when queued, the last one would die with the victim)."""
-        self.crash_the_pod()
+    def first_half(self, victim: Replica | None = None, *, crash: bool = True) -> None:
+        """Before the fault: the pod crashes (unless ``crash`` is false: the test crashes it
+        itself), half the reports and half the events arrive, the last event at ``victim``.
+        Nothing is waited for: an event answered 200 is in the store already (answered when
+        queued, the last one would die with the victim)."""
+        if crash:
+            self.crash_the_pod()
         self.report_errors(0, REPORTS // 2)
         if victim is not None:
             self.to = self.rs.replicas.index(victim) - (SENTRY_EVENTS // 2 - 1)
@@ -196,9 +202,48 @@ def every_event_counted(counts: dict[str, int], traffic: Traffic) -> bool:
         for k in counts)
 
 
+def remediations(rs: ReplicaSet) -> list[dict[str, Any]] | None:
+    """The play remediations (the alert's); None when the store could not answer."""
+    try:
+        return [rec.data for rec in rs.store.list(REMEDIATIONS)]
+    except Exception:
+        return None
+
+
+def running_on(rs: ReplicaSet, replica: Replica) -> dict[str, Any] | None:
+    """The alert's remediation while ``replica`` runs it."""
+    found = remediations(rs) or []
+    return next((r for r in found if r.get("status") == "running" and str(
+        (r.get("owner") or {}).get("holder", "")).startswith(replica.name + "/")), None)
+
+
+def crash_the_pod_on(rs: ReplicaSet, traffic: Traffic, victim: Replica) -> None:
+    """The pod crashes; returns once the alert's remediation runs on ``victim`` (its watcher
+    fired the alert) — its evaluation takes seconds more, so the fault that comes next finds
+    it running there."""
+    traffic.crash_the_pod()
+    try:
+        wait_for(lambda: running_on(rs, victim), timeout=30)
+    except AssertionError:
+        raise AssertionError(f"not running on {victim.name}: {remediations(rs)}\n"
+                             f"{rs.logs()}") from None
+
+
+def remediation_revision(rs: ReplicaSet) -> int:
+    [key] = rs.store.keys(REMEDIATIONS)
+    return int(rs.store.require(REMEDIATIONS, key).revision)
+
+
+def gave_up(replica: Replica) -> bool:
+    """Whether ``replica`` logged that a remediation run of it lost its lease."""
+    return any("remediation" in line and "writes nothing more" in line
+               for line in replica.loop.log().splitlines())
+
+
 def settled(rs: ReplicaSet, traffic: Traffic) -> list[dict[str, Any]] | None:
     """The incidents once each Sentry issue and each reported error has exactly one, counting
-    everything accepted, the alert has its one, and no attempt still runs; else None."""
+    everything accepted, the alert has its one, and no attempt or remediation still runs;
+    else None."""
     found = incidents(rs)
     by_type = Counter(str(i.get("error_type")) for i in found if i.get("source") == "sentry")
     counts = sentry_counts(found)
@@ -209,6 +254,10 @@ def settled(rs: ReplicaSet, traffic: Traffic) -> list[dict[str, Any]] | None:
             not every_event_counted(counts, traffic):
         return None
     if reported != dict(traffic.reports) or len(alerts) != 1:
+        return None
+    found_remediations = remediations(rs)
+    if not found_remediations or any(r.get("status") == "running"
+                                     for r in found_remediations):
         return None
     try:
         running = [a for a in Attempts(rs.store).all()
@@ -238,6 +287,18 @@ def assert_once(rs: ReplicaSet, traffic: Traffic) -> None:
     dup = rs.duplicates()
     print(f"duplicates: {dup.summary()}")
     assert not dup, f"{dup}\n{rs.logs()}"
+    remediated_once(rs)
+
+
+def remediated_once(rs: ReplicaSet) -> dict[str, Any]:
+    """The alert's one remediation, ended once: escalated with one seed file (the pod keeps
+    crashing, so it is never healed), its incident escalated."""
+    [rem] = remediations(rs) or [{}]
+    [alert] = [i for i in incidents(rs) if i.get("kind") == "play"]
+    seeds = seed_incidents(rs.fleet)[str(rem["issue"]["id"])]
+    assert (rem["status"], alert["status"], seeds) == ("escalated", "escalated", 1), \
+        f"{rem}\n{alert}\n{rs.logs()}"
+    return rem
 
 
 def taken_over(rs: ReplicaSet) -> dict[str, int]:
@@ -281,13 +342,17 @@ def test_kill_9_of_the_leading_replica_loses_nothing_and_does_nothing_twice(
     rs = replicas
     traffic = Traffic(rs, kube)
     victim = leader_of_all(rs)
-    traffic.first_half(victim)
+    traffic.first_half(victim, crash=False)
+    crash_the_pod_on(rs, traffic, victim)
     started = time.monotonic()
     victim.kill9()
     second_half_during_takeover(rs, traffic, victim, started)
     wait_settled(rs, traffic)
     print(f"attempts taken over, by the replica that had them: {taken_over(rs)}")
     assert_once(rs, traffic)
+    moved = remediated_once(rs)["taken_over"]
+    print(f"the alert's remediation taken over from {moved['from']} by {moved['by']}")
+    assert moved["from"].startswith(victim.name + "/")
 
 
 @pytest.mark.exhaustive  # `make test-all`: the R3 cluster's own failover (~30 s)
@@ -312,7 +377,8 @@ def test_a_partitioned_replica_is_taken_over_and_writes_nothing_stale(
     rs = replicas
     traffic = Traffic(rs, kube)
     victim = leader_of_all(rs)
-    traffic.first_half(victim)
+    traffic.first_half(victim, crash=False)
+    crash_the_pod_on(rs, traffic, victim)
     with frozen(victim):
         started = time.monotonic()
         second_half_during_takeover(rs, traffic, victim, started)
@@ -320,17 +386,21 @@ def test_a_partitioned_replica_is_taken_over_and_writes_nothing_stale(
         ran = {a["attempt_id"]: a for a in Attempts(rs.store).all()
                if (a.get("taken_over") or {}).get("node") == victim.name}
         before = {aid: rs.store.require(ATTEMPTS, aid).revision for aid in ran}
+        assert remediated_once(rs)["taken_over"]["from"].startswith(victim.name + "/")
+        remediation_before = remediation_revision(rs)
         workers = victim.frozen_workers()
         resumed = time.time()
     # Resumed: it notices it leads nothing (its loop.json is rewritten every few seconds),
-    # and its workers find their leases taken and stop.
+    # its workers find their leases taken and stop, and so does its remediation run.
     wait_for(lambda: victim.loop.status_file.stat().st_mtime > resumed + 1
              and not victim.leads(), timeout=30)
     wait_for(lambda: not any(alive(p) for p in workers), timeout=30)
+    wait_for(lambda: gave_up(victim), timeout=30)
     wait_settled(rs, traffic)
     after = {aid: rs.store.require(ATTEMPTS, aid).revision for aid in ran}
     print(f"attempts of the partitioned replica taken over: {len(ran)}, its workers "
-          f"stopped when resumed: {len(workers)}")
+          f"stopped when resumed: {len(workers)}; its remediation run stopped too")
     assert after == before  # its workers, resumed, wrote nothing to what was taken over
+    assert remediation_revision(rs) == remediation_before  # nor did its remediation run
     assert not any(o and o.startswith(victim.name + "/") for o in rs.owners().values())
     assert_once(rs, traffic)

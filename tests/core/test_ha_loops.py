@@ -22,9 +22,9 @@ TTL = 3.0
 RENEW = TTL / 3
 # The loop's own duties with the default settings (no kube, GitHub, notify targets or Loki)
 # on a shared store (which adds the sweep that takes over a dead replica's attempts).
-DUTIES = {"silences", "play-evaluate", "play-alerts-prune", "selfheal-refresh",
-          "selfheal-recover", "code-aftermerge", "selfheal-retry", "context-watch",
-          "attempt-takeover"}
+DUTIES = {"silences", "play-evaluate", "play-alerts-prune", "play-takeover",
+          "selfheal-refresh", "selfheal-recover", "code-aftermerge", "selfheal-retry",
+          "context-watch", "attempt-takeover"}
 
 
 def replica_env(root: Path, node: str, urls: list[str], bucket: str, **extra: str
