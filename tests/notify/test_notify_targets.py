@@ -235,10 +235,10 @@ async def test_secrets_in_incident_text_are_scrubbed_before_they_leave(tmp_path:
                          summary="auth failed for ghp_abcdefghijklmnopqrstuvwxyz0123456789")
         ledger.receive(sig)
         ledger.escalated(sig.id, seed_file="", reason="x")
-        await drain(Notifier(settings, store))
-        outbox = list((settings.state_path / "notify").rglob("*.json"))
+        n = Notifier(settings, store)
+        await drain(n)
     assert "ghp_abcdefghijklmnopqrstuvwxyz0123456789" not in json.dumps(pd.events)
-    assert not outbox
+    assert pd.events and not n.outbox.items()
 
 
 async def test_silenced_incidents_send_nothing(tmp_path: Path) -> None:
@@ -365,3 +365,35 @@ async def test_a_delivery_in_flight_when_the_duty_stops_is_not_sent_again(
             await asyncio.sleep(0.01)
         await svc.stop()
     assert len(hook.verified) == 1 and n.outbox.items() == []
+
+
+class FailingListings(FileStore):
+    """The store cannot list the outbox the next ``fail`` times (a NATS timeout)."""
+
+    fail = 0
+
+    def keys(self, kind: str) -> list[str]:
+        if kind == "notify-outbox" and self.fail:
+            self.fail -= 1
+            raise StoreError("JetStream did not answer within 10s")
+        return super().keys(kind)
+
+
+async def test_an_outbox_the_store_cannot_list_is_sent_on_a_later_pass(tmp_path: Path) -> None:
+    """The outbox is in the store, which may be away: the service's pass logs it and the
+    next one sends what is queued (the service does not die of it)."""
+    from healer.core.notify.service import NotifyService
+    from healer.testing.wait import until
+
+    with SignedWebhook(SECRET) as hook:
+        settings, _, _ = setup(tmp_path, HEALER_NOTIFY_WEBHOOK_URL=hook.url + "/in",
+                               HEALER_NOTIFY_WEBHOOK_SECRET=SECRET)
+        store = FailingListings(settings.state_path / "store")
+        iid = escalate(inc.Ledger(store))
+        n = Notifier(settings, store)
+        store.fail = 2
+        svc = NotifyService(n, interval_s=0.05)
+        await svc.start()
+        await until(lambda: hook.verified and store.fail == 0 and n.outbox.items() == [])
+        await svc.stop()
+    assert [v["body"]["data"]["incident"] for v in hook.verified] == [iid]

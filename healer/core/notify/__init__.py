@@ -12,13 +12,15 @@ Targets, one module each, behind one small protocol (``base.Target``: ``wants(st
 Around them, shared stages::
 
     incident record ──► notices.state_of / build (scrubbed) ──► routes.select
-        ──► outbox (a file per delivery, atomic) ──► target.send ──► memo + counters
-                              ▲        retry with back-off, then notify/failed/
-                              └─────────────────────────────────────────────┘
+        ──► outbox (a store record per delivery) ──► target.send ──► memo + counters
+                              ▲        retry with back-off, then notify-failed
+                              └───────────────────────────────────────────────┘
 
 The reconciler (``reconcile.Notifier``) runs in the loop (``service.NotifyService``); it is
-the only caller of a receiver. Other parts change the incident record — the status, an
-approval, ``acknowledged``, ``silenced_by`` — and its next pass updates the messages.
+the only caller of a receiver. Everything it keeps (marks, memos, the outbox) is in the
+store, so on a shared store the replica that leads the ``notify`` duty next carries on where
+another stopped. Other parts change the incident record — the status, an approval,
+``acknowledged``, ``silenced_by`` — and its next pass updates the messages.
 ``healer status`` and ``/metrics`` read ``reconcile.status_view``.
 """
 

@@ -13,7 +13,7 @@ investigating         anything else (open, healing, fixed without a PR)
 ====================  ===========================================================
 
 Every text is scrubbed (``healer.core.publish.sanitizer.scrub``) here, before it reaches
-the outbox file or any receiver.
+the outbox or any receiver.
 """
 
 from __future__ import annotations

@@ -9,16 +9,20 @@ One pass (``Notifier.reconcile``, every ``notify.interval_s`` in the loop)::
         targets = routes.select(kind, severity, source, labels) ∩ configured
         for each target that wants the state and has not had it queued: mark it queued
         write notify/<incident> (compare-and-set), then outbox.put what was marked
+                 (a store record notify-outbox/<target>--<incident>: any replica sends it)
 
 The mark is written before anything is queued, so a pass whose write fails queues nothing
 and the next one decides again: a notice is queued at most once per state (a write that
 failed after landing loses it — never twice).
 
-``Notifier.deliver(item)`` sends one outbox item and records the result: the target's memo
-(Slack ``channel``/``ts``, PagerDuty's last action) in ``notify/<incident>``, counters in
-``notify-stats/all`` (every process reads them: ``healer status``, ``/metrics``). Nobody else
-calls a receiver: other parts change the incident record (an acknowledgement, a silence, an
-approval) and the next pass sends what changed.
+``Notifier.deliver(item)`` sends one outbox item — if this replica still leads the duty
+(``fence``) and claims the item as it was listed (``Outbox.claim``, compare-and-set: of two
+senders one sends) — and records the result: the target's memo (Slack ``channel``/``ts``,
+PagerDuty's last action) in ``notify/<incident>``, counters in ``notify-stats/all`` (every
+process reads them: ``healer status``, ``/metrics``). Nobody else calls a receiver: other
+parts change the incident record (an acknowledgement, a silence, an approval) and the next
+pass sends what changed. ``Notifier.due`` lists what to send and gives up, without sending
+it again, a delivery whose sender stopped while sending it (its claim ran out).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 
 RECORDS, OPEN_INDEX, STATS, STATS_KEY = "notify", "notify-index", "notify-stats", "all"
 RING_TAIL = 200
+CLAIM_MIN_S, CLAIM_TIMEOUTS = 60.0, 3
 
 
 class Notifier:
@@ -50,8 +55,13 @@ class Notifier:
         self.settings, self.store, self.clock = settings, store, clock
         self.targets = configured(n) if targets is None else targets
         self.routes = routes.parse(n.routes, list(self.targets))
-        self.outbox = Outbox(settings.state_path, max_attempts=n.max_attempts,
-                             backoff_s=n.backoff_s, max_backoff_s=n.max_backoff_s)
+        # In the shared store: the replica leading the notify duty next sends what this one
+        # queued.
+        self.outbox = Outbox(store, max_attempts=n.max_attempts, backoff_s=n.backoff_s,
+                             max_backoff_s=n.max_backoff_s)
+        # How long a claimed delivery may take before its sender counts as gone: well past
+        # the target's timeout, so only a sender that stopped outlives it.
+        self.claim_s = max(CLAIM_MIN_S, CLAIM_TIMEOUTS * n.timeout_s)
         self.ledger = Ledger(store)
         # Called right before a receiver is called; raises ConflictError when this replica no
         # longer leads the ``notify`` duty (the loop sets it: ``Duties.fence``), so a paused
@@ -150,6 +160,20 @@ class Notifier:
 
     # --- outbox → receivers ---------------------------------------------------------------------
 
+    def due(self) -> list[Item]:
+        """The outbox items to send now. A delivery whose sender stopped while sending it
+        (its claim ran out) is given up here, not sent: whether it went out is unknown."""
+        now = self.clock()
+        items = self.outbox.items()
+        for item in self.outbox.abandoned(items, now):
+            detail = (f"its sender {item.claimed_by} stopped while sending it; delivered or "
+                      "not, unknown: not sent again")
+            self.outbox.failed(item, detail, retryable=False, now=now)
+            self._count("failures", item.target, detail=detail)
+            log.warning("notify: %s for %s given up: %s", item.target, item.notice.incident,
+                        detail)
+        return [i for i in items if not i.claimed_until and i.next_at <= now]
+
     async def deliver(self, item: Item) -> bool:
         """Send one item; True when it went out (or there was nothing to send)."""
         target = self.targets.get(item.target)
@@ -171,6 +195,11 @@ class Notifier:
                 log.warning("notify: not sending %s for %s, this replica no longer leads "
                             "the notify duty", item.target, iid)
                 return False
+        now = self.clock()
+        claimed = self.outbox.claim(item, self.settings.node, until=now + self.claim_s, now=now)
+        if claimed is None:
+            return True  # sent, replaced or taken since it was listed: not this one's to send
+        item = claimed
         try:
             result = await target.send(item.notice, memo)
         except Exception as exc:  # a bug in a target: recorded like a final failure
@@ -226,7 +255,7 @@ def status_view(settings: Any, store: Store) -> dict[str, Any]:
     last error, the queue depth and the deliveries that were given up."""
     from healer.core.notify.targets import configured
 
-    box = Outbox(settings.state_path)
+    box = Outbox(store)
     counts = stats(store)
     names = sorted(set(configured(settings.notify)) | set(counts.get("sent", {}))
                    | set(counts.get("failures", {})))

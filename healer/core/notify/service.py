@@ -4,8 +4,16 @@ receiver that hangs until its timeout delays no other receiver and no other loop
 
 Stopping (the ``notify`` duty moved, or the loop stops) ends the passes but lets each
 delivery in flight finish and record its outcome (within the target's timeout): one
-cancelled after its request went out would stay in the outbox and be sent again when the
-duty comes back. A restart meanwhile does not send what is still in flight."""
+cancelled after its request went out would stay claimed, and be given up as "delivered or
+not, unknown" once its claim ran out. Whoever leads meanwhile does not send what is still
+in flight (it is claimed).
+
+The outbox is in the store (``healer.core.notify.outbox``): on a shared store the replica
+that leads the duty next sends what another one queued. The listing is read off the loop;
+right before it sends, each delivery checks that this replica still leads the duty
+(``Notifier.fence``) and claims its item as listed (``Outbox.claim``), so a listing made
+before the last send finished, or a paused leader's, sends nothing twice. At start
+(``Healer.recovery``, every replica) an older healer's outbox files move into the store."""
 
 from __future__ import annotations
 
@@ -45,7 +53,12 @@ class NotifyService:
             await asyncio.to_thread(self.notifier.reconcile)
         except Exception:
             log.exception("notify: reconcile pass failed")
-        for item in self.notifier.outbox.due():
+        try:  # the store may be a network away: off the loop, and a failure waits a pass
+            due = await asyncio.to_thread(self.notifier.due)
+        except Exception:
+            log.exception("notify: the outbox could not be read")
+            return
+        for item in due:
             if item.key in self._flying:
                 continue
             task = asyncio.create_task(self.notifier.deliver(item))
@@ -61,6 +74,10 @@ class NotifyService:
 def create_service(healer: Any) -> Any:
     """The loop's factory: nothing to run when no target is configured."""
     notifier = Notifier(healer.settings, healer.store)
+    # On every replica, whether or not it leads the duty: an older healer's outbox files
+    # move into the store, where whoever leads sends them (and a failure is shown).
+    healer.recovery.append(lambda: asyncio.to_thread(notifier.outbox.adopt_files,
+                                                     healer.settings.state_path))
     if not notifier.targets:
         return None
     # Every replica may receive; one sends (as Alertmanager's HA cluster does).
