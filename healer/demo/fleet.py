@@ -139,6 +139,7 @@ class LocalFleet:
     _sshd: subprocess.Popen[bytes] | None = None
     _moves: int = 0
     _cut_off: set[str] = field(default_factory=set)
+    _blocked: set[str] = field(default_factory=set)  # inboxes blocked since the last reset
     secret: str = field(default_factory=lambda: "fs-" + secrets.token_urlsafe(32),
                         repr=False)
     nats_user: str = "fleet"
@@ -578,6 +579,7 @@ exit 0
         if box.is_dir() and not box.is_symlink():
             shutil.rmtree(box)
         box.write_text("not an inbox\n")
+        self._blocked.add(node_id)
         return box
 
     def break_restart(self, node_id: str, why: str = "unit file missing") -> None:
@@ -606,10 +608,16 @@ exit 0
             if box.is_symlink() or (box.exists() and not box.is_dir()):
                 box.unlink()
             box.mkdir(parents=True, exist_ok=True)
+            if nid in self._blocked:
+                # Its daemon remembers the blocked inbox in /health's recent_errors (even
+                # once a repairer fixed it): a fresh one starts with none, as an undone
+                # fault should leave it.
+                self.kill_daemon(nid)
             if nid in self._cut_off or not _listening(n.nats_host, n.nats_port):
                 self._run_script(n.dir / "nats-restart.sh")
                 _wait(lambda n=n: _listening(n.nats_host, n.nats_port), 10, f"nats of {nid}")
         self._cut_off.clear()
+        self._blocked.clear()
         for nid in self.members:
             if self.health(nid) is None:
                 self._run_script(self.node(nid).dir / "restart.sh")

@@ -101,10 +101,12 @@ class JetStreamStore(Store):
         # Reconnects retry forever (a NATS restart must not lose the store), so the first
         # connection is bounded here instead.
         first = float(options.get("connect_timeout", 5)) + 1.0
-        seen: list[str] = []  # the server's reason (e.g. an authorization violation)
+        seen: list[str] = []  # the server's reasons (e.g. an authorization violation)
 
         async def on_error(exc: Exception) -> None:
-            seen[:] = [str(exc)[:200]]
+            text = str(exc)[:200]
+            if text not in seen:
+                seen.append(text)
 
         try:
             self.nc = self._io.run(nats.connect(**{"error_cb": on_error, **options}),
@@ -112,8 +114,11 @@ class JetStreamStore(Store):
         except Exception as exc:
             self._io.stop()
             why = str(exc) or type(exc).__name__
+            # The retries that follow a refusal end in resets and timeouts; the refusal is
+            # what the operator can act on.
+            told = next((t for t in seen if "authoriz" in t.lower()), seen[-1] if seen else "")
             raise UnavailableError(f"cannot connect to NATS at {options.get('servers')}: {why}"
-                                   + (f" ({seen[0]})" if seen else "")) from exc
+                                   + (f" ({told})" if told else "")) from exc
         self.js = self.nc.jetstream()
         try:
             self.kv = self._io.run(self._bucket(bucket, history))
