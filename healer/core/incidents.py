@@ -45,6 +45,7 @@ the pending deltas at once (``stats``, the ring); other processes see them withi
 from __future__ import annotations
 
 import atexit
+import contextlib
 import hashlib
 import json
 import logging
@@ -225,6 +226,9 @@ class Ledger:
         # a source that has a rule; a ledger made without them leaves what is kept as it is.
         self.thresholds = {k: v for k, v in (thresholds or {}).items() if not v.trivial}
         self._lock = threading.Lock()
+        # Held through a whole flush: a reader waits for a write under way, as its counts
+        # are neither pending any more nor stored yet.
+        self._flushing = threading.Lock()
         self._pending: list[tuple[tuple[str, ...], int]] = []
         self._touched: dict[str, None] = {}  # ids to move to the ring's end, oldest first
         self._timer: threading.Timer | None = None
@@ -344,12 +348,16 @@ class Ledger:
 
     def stats(self) -> dict[str, Any]:
         """The shared counters, with this process's not yet written counts added."""
-        rec = self.store.get(STATS, STATS_KEY)
-        data = json.loads(json.dumps(rec.data)) if rec else empty_stats()
-        pending: list[tuple[tuple[str, ...], int]] = []
-        for ledger in self._siblings():
-            with ledger._lock:
-                pending += ledger._pending
+        siblings = sorted(self._siblings(), key=id)  # one order: no two readers deadlock
+        with contextlib.ExitStack() as held:
+            for ledger in siblings:
+                held.enter_context(ledger._flushing)
+            rec = self.store.get(STATS, STATS_KEY)
+            data = json.loads(json.dumps(rec.data)) if rec else empty_stats()
+            pending: list[tuple[tuple[str, ...], int]] = []
+            for ledger in siblings:
+                with ledger._lock:
+                    pending += ledger._pending
         return _apply(data, pending) if pending else data
 
     def _siblings(self) -> list[Ledger]:
@@ -867,6 +875,10 @@ class Ledger:
     def flush(self) -> None:
         """Write the gathered counts and ring moves: one compare-and-set of each record,
         applied to what is stored then (deltas, so no other process's update is lost)."""
+        with self._flushing:
+            self._flush()
+
+    def _flush(self) -> None:
         with self._lock:
             ops, self._pending = self._pending, []
             touched, self._touched = list(self._touched), {}

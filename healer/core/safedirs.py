@@ -261,8 +261,8 @@ def move_aside(folder: Path | str, name: str, sub: str, *, dest_name: str | None
     with opened(folder) as src, opened(folder, sub) as dst:
         dest = move(src, name, dst, dest_name)
         if reason is not None:
-            with contextlib.suppress(OSError):
-                create_file(dst, dest + ".reason", reason.encode())
+            with contextlib.suppress(OSError):  # whole or not at all: readers follow at once
+                replace_file(dst, dest + ".reason", reason.encode(), mode=0o600)
     return dest
 
 

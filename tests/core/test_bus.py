@@ -458,3 +458,26 @@ class TestSeeds:
         bad.write_text("no front matter here\n")
         wait_for(lambda: (h.fleet / "me" / "rejected" / bad.name).exists())
         assert len(h.seeds) == 1
+
+
+class TestRejectionReasons:
+    def test_a_reason_is_whole_when_it_appears_and_an_empty_one_reads_as_unknown(
+            self, tmp_path: Path) -> None:
+        """The .reason beside a rejected file is written whole before it appears (a reader
+        following the move at once never sees it empty); one that is empty anyway (an older
+        healer's) reads as "?" instead of failing the reader."""
+        from healer.core import safedirs
+        from healer.core.bus.results import read_result
+
+        results = tmp_path / "results"
+        (results / "rejected").mkdir(parents=True)
+        (results / "a.json").write_text("{")
+        safedirs.move_aside(results, "a.json", "rejected", reason="not JSON\nfile: a.json\n")
+        # no temp file left beside them
+        assert sorted(p.name for p in (results / "rejected").iterdir()) == ["a.json",
+                                                                            "a.json.reason"]
+        assert read_result(results / "a.json") == (
+            None, "the bus rejected the agent's result: not JSON")
+        (results / "rejected" / "a.json.reason").write_text("")
+        assert read_result(results / "a.json") == (
+            None, "the bus rejected the agent's result: ?")

@@ -127,3 +127,38 @@ def test_stamped_read_names_the_version_read(tmp_path: Path) -> None:
     assert rec is not None and rec.data == {"n": 1} and stamp == store.stamp(INCIDENTS, "a")
     store.put(INCIDENTS, "a", {"n": 2})
     assert store.stamp(INCIDENTS, "a") != stamp
+
+
+def test_the_counters_count_while_they_are_being_written(tmp_path: Path) -> None:
+    """A flush has taken the counts out of memory and not yet stored them: a read of the
+    counters meanwhile waits for it instead of missing them."""
+    import threading
+
+    from healer.core.incidents import STATS
+
+    store = FileStore(tmp_path / "state")
+    book = Ledger(store)
+    book.receive(sig(), decision=CAP)
+    writing, release = threading.Event(), threading.Event()
+    real_update = store.update
+
+    def slow_update(kind: str, key: str, fn: Any, **kw: Any) -> Any:
+        if kind == STATS:
+            writing.set()
+            release.wait(10)
+        return real_update(kind, key, fn, **kw)
+
+    store.update = slow_update  # type: ignore[method-assign]
+    flusher = threading.Thread(target=book.flush)
+    flusher.start()
+    assert writing.wait(10)
+    seen: list[int] = []
+    reader = threading.Thread(
+        target=lambda: seen.append(book.stats()["decisions"]["code"][gate.CONCURRENCY_CAP]))
+    reader.start()
+    reader.join(0.5)
+    assert reader.is_alive()  # waits for the write under way (its counts are in neither)
+    release.set()
+    flusher.join(10)
+    reader.join(10)
+    assert seen == [1]

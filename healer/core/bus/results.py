@@ -26,7 +26,8 @@ def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "the agent wrote no result file"
     if where.parent.name == "rejected":
         reason = where.with_name(where.name + ".reason")
-        why = reason.read_text(errors="replace").splitlines()[0] if reason.is_file() else "?"
+        lines = reason.read_text(errors="replace").splitlines() if reason.is_file() else []
+        why = lines[0] if lines else "?"
         return None, f"the bus rejected the agent's result: {why}"
     try:
         if where.stat().st_size > MAX_RESULT_BYTES:
