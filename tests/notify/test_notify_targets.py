@@ -397,3 +397,39 @@ async def test_an_outbox_the_store_cannot_list_is_sent_on_a_later_pass(tmp_path:
         await until(lambda: hook.verified and store.fail == 0 and n.outbox.items() == [])
         await svc.stop()
     assert [v["body"]["data"]["incident"] for v in hook.verified] == [iid]
+
+
+async def test_a_delivery_s_store_calls_leave_the_event_loop_free(tmp_path: Path) -> None:
+    """On a shared store each store call is a network round trip: a delivery makes them off
+    the event loop, which goes on serving (here: another coroutine runs while the store
+    answers slowly), and the notice still goes out once."""
+    import asyncio
+    import threading
+
+    with WebhookReceiver(status=200) as hook:
+        settings, store, ledger = setup(tmp_path, HEALER_SLACK_WEBHOOK=hook.url + "/s/T/B/x")
+        escalate(ledger)
+        n = Notifier(settings, store)
+        n.reconcile()
+        [item] = n.outbox.due(now=1e12)
+        in_call, answer = threading.Event(), threading.Event()
+        waited_out: list[bool] = []
+        real_get = store.get
+
+        def slow_get(kind: str, key: str) -> Any:
+            if kind == "notify":
+                in_call.set()
+                # On the event loop, this call would hold it: nothing could answer it.
+                waited_out.append(not answer.wait(10))
+            return real_get(kind, key)
+
+        store.get = slow_get  # type: ignore[method-assign]
+        delivery = asyncio.create_task(n.deliver(item))
+        assert await asyncio.to_thread(in_call.wait, 10)
+        ran = asyncio.Event()
+        asyncio.get_running_loop().call_soon(ran.set)
+        await asyncio.wait_for(ran.wait(), 10)  # the loop is free while the store answers
+        assert not delivery.done()
+        answer.set()
+        assert await asyncio.wait_for(delivery, 10)
+    assert waited_out and not any(waited_out) and len(hook.posts) == 1

@@ -27,6 +27,7 @@ it again, a delivery whose sender stopped while sending it (its claim ran out).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -34,7 +35,7 @@ from typing import Any
 
 from healer.core.incidents import ACTIVE, Ledger
 from healer.core.notify import notices, routes
-from healer.core.notify.base import HEALED, SILENCED, Notice, Target
+from healer.core.notify.base import HEALED, SILENCED, Delivery, Notice, Target
 from healer.core.notify.outbox import Item, Outbox
 from healer.core.store import Store
 from healer.errors import ConflictError
@@ -175,7 +176,23 @@ class Notifier:
         return [i for i in items if not i.claimed_until and i.next_at <= now]
 
     async def deliver(self, item: Item) -> bool:
-        """Send one item; True when it went out (or there was nothing to send)."""
+        """Send one item; True when it went out (or there was nothing to send). The store
+        calls before and after the send run off the event loop: on a shared store each is a
+        network round trip, and the loop serves the API meanwhile."""
+        ready = await asyncio.to_thread(self._ready, item)
+        if isinstance(ready, bool):
+            return ready
+        target, item, memo = ready
+        try:
+            result = await target.send(item.notice, memo)
+        except Exception as exc:  # a bug in a target: recorded like a final failure
+            log.exception("notify: %s raised", item.target)
+            result = Delivery(False, detail=f"{type(exc).__name__} in the {item.target} target")
+        return await asyncio.to_thread(self._delivered, item, memo, result)
+
+    def _ready(self, item: Item) -> tuple[Target, Item, dict[str, Any]] | bool:
+        """What sending ``item`` needs — its target, the item as claimed, the target's memo —
+        or, when it is not to be sent (by this replica, or at all), what ``deliver`` says."""
         target = self.targets.get(item.target)
         if target is None:  # the target was removed from the settings
             self.outbox.done(item)
@@ -199,14 +216,11 @@ class Notifier:
         claimed = self.outbox.claim(item, self.settings.node, until=now + self.claim_s, now=now)
         if claimed is None:
             return True  # sent, replaced or taken since it was listed: not this one's to send
-        item = claimed
-        try:
-            result = await target.send(item.notice, memo)
-        except Exception as exc:  # a bug in a target: recorded like a final failure
-            log.exception("notify: %s raised", item.target)
-            from healer.core.notify.base import Delivery
+        return target, claimed, memo
 
-            result = Delivery(False, detail=f"{type(exc).__name__} in the {item.target} target")
+    def _delivered(self, item: Item, memo: dict[str, Any], result: Delivery) -> bool:
+        """Record how sending ``item`` went; True when it went out."""
+        iid = item.notice.incident
         if result.ok:
             self.outbox.done(item)
             self._sent(iid, item.target, item.notice.state, result.memo or memo)
