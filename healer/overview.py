@@ -62,12 +62,21 @@ def _play(store: Store) -> dict[str, Any]:
     from healer.play.remediate import KIND, running_keys
 
     # From the index (built once on a state dir from before it, as attempts' is).
-    running = [k for k in running_keys(store)
+    records = [(k, rec.data) for k in running_keys(store)
                if (rec := store.get(KIND, k)) and rec.data.get("status") == "running"]
     from healer.play.runtime import held
 
     return {"active_sessions": len(active), "open_issues": open_issues,
-            "remediations_running": running, "agents_held": held(store)}
+            "remediations_running": [k for k, _ in records],
+            # who runs each (with replicas: which one), from when, and how far it got
+            "remediations": [{"key": k, "play_id": d.get("play_id", ""),
+                              "issue_type": d.get("issue_type", ""),
+                              "owner": str((d.get("owner") or {}).get("holder") or ""),
+                              "started_at": d.get("started_at", ""),
+                              "rounds": len(d.get("attempts") or []),
+                              "taken_over": bool(d.get("taken_over"))}
+                             for k, d in records],
+            "agents_held": held(store)}
 
 
 def _incidents(store: Store) -> dict[str, Any]:
@@ -269,6 +278,11 @@ def render(data: dict[str, Any]) -> str:
         mark = " [escalated]" if i["escalated"] else ""
         where = f" [{i['target']}]" if i.get("target") else ""
         lines.append(f"  - {i['play_id']}: {i['description']}{where}{mark}")
+    for r in (play.get("remediations") or [])[:10]:
+        on = f" on {r['owner']}" if r["owner"] else ""
+        moved = " (taken over)" if r["taken_over"] else ""
+        lines.append(f"  remediating {r['play_id']} {r['issue_type']}: {r['rounds']} round(s) "
+                     f"done{on}{moved}, since {r['started_at']}")
     held = play.get("agents_held") or []
     if held:
         waiting = [a for a in held if a["status"] == "waiting"]
