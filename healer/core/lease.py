@@ -12,6 +12,7 @@ import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from healer.core.store import Store
 from healer.errors import ConflictError
@@ -81,3 +82,15 @@ class Lease:
         if rec is None or float(rec.data["expires_at"]) <= self.clock():
             return None
         return str(rec.data["owner"])
+
+
+def lapsed(store: Store, name: str, now: float, holder: str = "") -> dict[str, Any] | None:
+    """The lease ``name`` as a takeover sees it when its holder stopped renewing — its record
+    with ``revision`` (the compare-and-set a seizure needs), or ``{owner: holder,
+    expires_at: None, revision: 0}`` when it is gone — else None (it is held)."""
+    rec = store.get(KIND, name)
+    if rec is None:
+        return {"owner": holder, "expires_at": None, "revision": 0}
+    if float(rec.data.get("expires_at") or 0) > now:
+        return None
+    return {**rec.data, "revision": rec.revision}

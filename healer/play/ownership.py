@@ -202,12 +202,7 @@ class RemediationLease:
 def expired(store: Store, owner: dict[str, Any], now: float) -> dict[str, Any] | None:
     """The lease record of a remediation's ``owner`` if its run stopped renewing (expired
     or gone), else None (it still runs somewhere)."""
-    rec = store.get(lease_mod.KIND, str(owner["lease"]))
-    if rec is None:
-        return {"owner": owner.get("holder", ""), "expires_at": None, "revision": 0}
-    if float(rec.data.get("expires_at") or 0) > now:
-        return None
-    return {**rec.data, "revision": rec.revision}
+    return lease_mod.lapsed(store, str(owner["lease"]), now, str(owner.get("holder", "")))
 
 
 def seize(store: Store, key: str, owner: str, ttl_s: float, seen: dict[str, Any],

@@ -141,12 +141,7 @@ def expired(store: Store, att: dict[str, Any], now: float) -> dict[str, Any] | N
     owner = att.get("owner")
     if not isinstance(owner, dict) or not owner.get("lease"):
         return None
-    rec = store.get(lease_mod.KIND, str(owner["lease"]))
-    if rec is None:
-        return {"owner": owner.get("holder", ""), "expires_at": None, "revision": 0}
-    if float(rec.data.get("expires_at") or 0) > now:
-        return None
-    return {**rec.data, "revision": rec.revision}
+    return lease_mod.lapsed(store, str(owner["lease"]), now, str(owner.get("holder", "")))
 
 
 def pending_since(att: dict[str, Any]) -> float:
@@ -165,12 +160,7 @@ def unstarted(store: Store, att: dict[str, Any], now: float, ttl_s: float
     starting)."""
     if now - pending_since(att) < PENDING_LEASES * ttl_s:
         return None
-    rec = store.get(lease_mod.KIND, lease_name(str(att["attempt_id"])))
-    if rec is None:
-        return {"owner": "", "expires_at": None, "revision": 0}
-    if float(rec.data.get("expires_at") or 0) > now:
-        return None
-    return {**rec.data, "revision": rec.revision}
+    return lease_mod.lapsed(store, lease_name(str(att["attempt_id"])), now)
 
 
 def seize(store: Store, attempt_id: str, node: str, ttl_s: float, seen: dict[str, Any],
