@@ -13,6 +13,7 @@ Each can be made to fail (``down = True``: 503, or a closed port for SMTP) to te
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import threading
@@ -164,6 +165,24 @@ def self_signed(folder: Path, host: str = "127.0.0.1") -> tuple[Path, Path]:
                                            serialization.PrivateFormat.PKCS8,
                                            serialization.NoEncryption()))
     return cert_path, key_path
+
+
+class HeldAnswer:
+    """A notify target whose answer is held back (until ``release``) after the receiver got
+    the message: its sender paused, or dying, mid-send."""
+
+    name = "webhook"
+
+    def __init__(self, inner: Any):
+        self.inner, self.release = inner, asyncio.Event()
+
+    def wants(self, state: str) -> bool:
+        return bool(self.inner.wants(state))
+
+    async def send(self, notice: Any, memo: dict[str, Any]) -> Any:
+        sent = await self.inner.send(notice, memo)
+        await self.release.wait()
+        return sent
 
 
 class SmtpInbox:

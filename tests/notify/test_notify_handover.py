@@ -30,7 +30,7 @@ from healer.core.notify import Notifier, status_view
 from healer.core.notify.targets import configured
 from healer.core.store import Store
 from healer.testing.nats import NatsServer, jetstream_store
-from healer.testing.notify_receivers import SignedWebhook
+from healer.testing.notify_receivers import HeldAnswer, SignedWebhook
 from healer.testing.wait import until
 
 SECRET = "whsec_" + base64.b64encode(b"the-notify-handover-secret-32by!").decode()
@@ -53,24 +53,6 @@ def stores(nats_server: NatsServer, tmp_path: Path) -> Iterator[tuple[Store, Sto
     yield opened
     for s in opened:
         s.close()
-
-
-class HeldAnswer:
-    """The webhook target, its answer held back after the receiver got the message: the
-    sender is paused (or dies) mid-send."""
-
-    name = "webhook"
-
-    def __init__(self, inner: Any):
-        self.inner, self.release = inner, asyncio.Event()
-
-    def wants(self, state: str) -> bool:
-        return bool(self.inner.wants(state))
-
-    async def send(self, notice: Any, memo: dict[str, Any]) -> Any:
-        sent = await self.inner.send(notice, memo)
-        await self.release.wait()
-        return sent
 
 
 class Replica:
@@ -139,19 +121,27 @@ async def test_the_next_leader_sends_what_the_old_one_queued_once(
     assert told(hook) == [(first, "escalated"), (second, "escalated")]
 
 
+async def mid_send(stores: tuple[Store, Store], tmp_path: Path, hook: Any
+                   ) -> tuple[Replica, Replica, str, asyncio.Task[bool]]:
+    """Replica A leads and is sending an incident's notice: the receiver has it, A's answer
+    is held. B stands by. Returns (A, B, the incident, A's delivery)."""
+    a = Replica("n1", stores[0], tmp_path / "a", hook.url + "/in", held=True)
+    b = Replica("n2", stores[1], tmp_path / "b", hook.url + "/in")
+    assert a.leads()
+    iid = escalate(stores[0], "KeyError-user-id")
+    assert a.notifier.reconcile() == 1
+    [item] = a.notifier.due()
+    sending = asyncio.create_task(a.notifier.deliver(item))
+    await until(lambda: hook.verified)
+    return a, b, iid, sending
+
+
 async def test_a_delivery_in_flight_on_a_paused_leader_is_not_sent_again(
         stores: tuple[Store, Store], tmp_path: Path) -> None:
     """A was sending when it was paused: the receiver has the message, A has not recorded
     it. B takes over and leaves the claimed delivery alone; A wakes up and finishes it."""
     with SignedWebhook(SECRET) as hook:
-        a = Replica("n1", stores[0], tmp_path / "a", hook.url + "/in", held=True)
-        b = Replica("n2", stores[1], tmp_path / "b", hook.url + "/in")
-        assert a.leads()
-        iid = escalate(stores[0], "KeyError-user-id")
-        assert a.notifier.reconcile() == 1
-        [item] = a.notifier.due()
-        sending = asyncio.create_task(a.notifier.deliver(item))
-        await until(lambda: hook.verified)
+        a, b, iid, sending = await mid_send(stores, tmp_path, hook)
 
         b.now = T0 + TTL + 1
         assert b.leads() and b.notifier.reconcile() == 0
@@ -167,14 +157,7 @@ async def test_a_delivery_whose_sender_died_mid_send_is_given_up_not_sent_twice(
     """A died while sending (the receiver may have the message): once A's claim runs out,
     B gives the delivery up where a person sees it, and does not send it again."""
     with SignedWebhook(SECRET) as hook:
-        a = Replica("n1", stores[0], tmp_path / "a", hook.url + "/in", held=True)
-        b = Replica("n2", stores[1], tmp_path / "b", hook.url + "/in")
-        assert a.leads()
-        iid = escalate(stores[0], "KeyError-user-id")
-        assert a.notifier.reconcile() == 1
-        [item] = a.notifier.due()
-        sending = asyncio.create_task(a.notifier.deliver(item))
-        await until(lambda: hook.verified)
+        _, b, iid, sending = await mid_send(stores, tmp_path, hook)
         sending.cancel()  # A is gone, its delivery unrecorded
         with contextlib.suppress(asyncio.CancelledError):
             await sending

@@ -18,7 +18,13 @@ from healer.core.notify import routes as r
 from healer.core.notify.webhook import sign, verify
 from healer.core.store import FileStore
 from healer.errors import ConfigError, StoreError
-from healer.testing.notify_receivers import PagerDutyEvents, SignedWebhook, SlackApi, SmtpInbox
+from healer.testing.notify_receivers import (
+    HeldAnswer,
+    PagerDutyEvents,
+    SignedWebhook,
+    SlackApi,
+    SmtpInbox,
+)
 from healer.testing.receivers import WebhookReceiver
 
 TOKEN = "xoxb-1-test-not-a-real-token"
@@ -314,25 +320,6 @@ async def test_a_pass_whose_record_write_fails_queues_nothing(tmp_path: Path) ->
             ledger.update(iid, doing="something changed")  # the next passes look again
             await drain(n)
     assert [v["body"]["data"]["incident"] for v in hook.verified] == [iid]
-
-
-class HeldAnswer:
-    """A target whose answer is held back after the receiver got the message."""
-
-    name = "webhook"
-
-    def __init__(self, inner: Any):
-        import asyncio
-
-        self.inner, self.release = inner, asyncio.Event()
-
-    def wants(self, state: str) -> bool:
-        return bool(self.inner.wants(state))
-
-    async def send(self, notice: Any, memo: dict[str, Any]) -> Any:
-        sent = await self.inner.send(notice, memo)
-        await self.release.wait()
-        return sent
 
 
 async def test_a_delivery_in_flight_when_the_duty_stops_is_not_sent_again(
