@@ -26,6 +26,7 @@ from healer.core.incidents import INCIDENTS
 from healer.core.lease import KIND as LEASES
 from healer.core.store import FileStore, Record
 from healer.errors import StoreError
+from healer.overview import _play, overview, render
 from healer.play import remediate
 from healer.play.alerts import AlertSink, PlayAlert
 from healer.play.ownership import lease_name
@@ -158,8 +159,6 @@ async def test_a_remediation_whose_replica_stopped_is_resumed_elsewhere_and_ends
     assert running["status"] == "running" and running["owner"]["holder"] == "a/1"
     assert running["evaluated"] and len(running["attempts"]) == 1
     assert running["round"]["n"] == 2
-    from healer.overview import _play, overview, render
-
     [shown] = _play(b.store)["remediations"]  # `healer status`: who runs it, how far
     assert (shown["owner"], shown["rounds"], shown["taken_over"]) == ("a/1", 1, False)
     assert "1 round(s) done on a/1, since" in render(overview(b.play.settings, b.store))
