@@ -31,7 +31,9 @@ first, then the lines are sent again.
 Whatever happens — no endpoint, healer down, a slow network, bad input — it prints nothing on
 stdout (SessionStart output would land in Claude's context; a Stop hook's JSON or exit code 2
 would keep Claude going), gives up after 3 seconds in all ($HEALER_HOOK_DEADLINE_S: 0.5 to 9 s,
-for a healer that is slow to answer), and exits 0.
+for a healer that is slow to answer), and exits 0. `event` does its work in a background
+process of its own: when an API error ends a `claude -p` run, the CLI exits and ends its
+hooks at once, and the failure would never reach healer.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import stat
 import sys
 import threading
@@ -345,11 +348,36 @@ def run(event: str, data: dict[str, Any]) -> str:
     return f"{event} {pid}: HTTP {status}"
 
 
+def detach() -> None:
+    """Go on in a background process of its own and let the CLI's hook end at once.
+
+    Claude Code does not wait for a StopFailure hook when the failure ends a ``-p`` run: it
+    exits and sends SIGTERM to its hooks within a few hundred ms, before a Python hook has
+    even started. hooks.json therefore starts ``event`` with SIGTERM ignored; here the hook
+    leaves the CLI's process tree and takes SIGTERM back. The hook's input stays readable by
+    the background process; its stdout (and stderr, unless $HEALER_HOOK_DEBUG asks for the
+    outcome line) no longer reaches the CLI, so nothing waits for it. Where there is no
+    fork, the hook stays in the foreground. Its deadline bounds it either way."""
+    if not hasattr(os, "fork"):
+        return
+    if os.fork():
+        os._exit(0)
+    os.setsid()  # out of the CLI's process group: its clean-up does not reach here
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    if not os.environ.get("HEALER_HOOK_DEBUG"):
+        os.dup2(null, 2)
+    os.close(null)
+
+
 def main(argv: list[str]) -> int:
     event = argv[0] if argv else ""
     if event in ("-h", "--help"):
         print(__doc__)
         return 0
+    if event == "event":
+        detach()
     outcome: list[str] = []
 
     def work() -> None:

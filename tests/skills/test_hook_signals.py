@@ -11,9 +11,11 @@ real ``healer serve`` (or to a recording receiver, where the test must see every
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -77,6 +79,14 @@ def hook(data: Any, env: dict[str, str], mode: str = "event"
     proc = subprocess.run([str(HOOK), mode], input=stdin, env=child_env(**env),
                           capture_output=True, text=True, timeout=30)
     return proc, time.monotonic() - began
+
+
+def _program(pid: int) -> bytes:
+    """What ``pid`` runs now (``/bin/sh`` until it execs the hook's Python)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:  # gone: the hook went to the background already
+        return b"python"
 
 
 def recorded(case: str, tmp_path: Path) -> dict[str, Any]:
@@ -198,6 +208,30 @@ class TestApiErrors:
         assert s is not None and s["status"] == "active" and s["repository"] == "work"
         assert "claude-code" in s["cto_config"]["agents"]
         assert "T1" in alert_codes(serve, pid)
+
+    def test_the_cli_ending_its_hooks_at_once_does_not_lose_the_failure(
+            self, serve: ServeProcess, tmp_path: Path) -> None:
+        """When an API error ends a ``claude -p`` run the CLI exits and sends SIGTERM to its
+        hooks' process group a few hundred ms after starting them. hooks.json's own command
+        for StopFailure, run as the CLI runs it (``sh -c`` in a group of its own) and
+        terminated at once, still gets the failure to healer."""
+        [entry] = json.loads((HOOK.parent / "hooks.json").read_text())["hooks"]["StopFailure"]
+        command = entry["hooks"][0]["command"]
+        data = recorded("rate_limit_429", tmp_path)
+        pid = f"claude-{data['session_id']}"
+        env = child_env(**hook_env(tmp_path, serve.url), CLAUDE_PLUGIN_ROOT=str(bundle_root()))
+        env.pop("HEALER_HOOK_DEBUG")  # as in a real session: the hook's stderr is not kept
+        proc = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                                env=env, start_new_session=True)
+        assert proc.stdin is not None
+        proc.stdin.write(json.dumps(data).encode())
+        proc.stdin.close()
+        # The moment the CLI's clean-up comes: the hook's Python is starting.
+        wait_for(lambda: b"python" in _program(proc.pid), timeout=30, every=0.001)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=30) in (0, -signal.SIGTERM)
+        assert serve.wait_for(lambda: "T1" in alert_codes(serve, pid))
 
     def test_stop_failure_without_a_readable_transcript_still_reports(
             self, serve: ServeProcess, receiver: WebhookReceiver, tmp_path: Path) -> None:
