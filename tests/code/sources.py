@@ -30,7 +30,6 @@ existing test and changes no code.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -50,6 +49,7 @@ from healer.selfheal.attempts import Attempts
 from healer.testing import ScriptedModel, text, tool_use
 from healer.testing.api import ServeProcess
 from healer.testing.fake_loki import FakeLoki
+from healer.testing.git import git
 from healer.testing.loop import LoopProcess, healer_env
 from healer.testing.wait import wait_for
 from healer.testing.webhooks import slack_command, slack_delivery
@@ -153,12 +153,8 @@ class HarnessError(RuntimeError):
     """The rig could not drive a source (not a verdict on healer's flow)."""
 
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, env=GIT_ENV,
-                          capture_output=True, text=True).stdout
 
 
 def make_shop(root: Path) -> Path:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +30,7 @@ from healer.core.store import FileStore
 from healer.selfheal import attempts as st
 from healer.selfheal.service import SelfHealService
 from healer.testing.fake_github import FakeGitHub
+from healer.testing.git import git
 from healer.testing.wait import until
 from healer.testing.webhooks import sentry_event_alert
 
@@ -40,9 +40,6 @@ REPORT = {"error_type": "ZeroDivisionError", "error_message": "division by zero"
           "call_site": "app/payment.py:average"}
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
 
 
 @pytest.fixture

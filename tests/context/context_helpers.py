@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from healer.testing.git import git
 
 PY = sys.executable
 AGENT_SCRIPT = Path(__file__).with_name("scripted_agent.py")
@@ -44,12 +44,8 @@ FLOAT_FIX = "    return float(total) / count if count else 0\n"
 SWALLOW_FIX = ("    try:\n        return total // count\n    except ZeroDivisionError:\n"
                "        return 0\n")
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, env=GIT_ENV,
-                          capture_output=True, text=True).stdout
 
 
 def make_project(root: Path) -> Path:

@@ -5,17 +5,12 @@ steps give it (``git diff base head``): renames, deletions, mode changes, quoted
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from healer.core.publish import policy
-
-
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
+from healer.testing.git import git
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ command (``executor.commands``) that records where it ran and commits what it ca
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -24,11 +23,11 @@ from healer.config import load_settings
 from healer.core.store import FileStore
 from healer.play.service import PlayService
 from healer.testing.api import ServeProcess
+from healer.testing.git import GIT_ENV, git
 from healer.testing.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 
-GIT_ENV = {**os.environ, "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}
 
 # An agent that notes where it ran (and what it was told), edits app.py and commits when its
 # working directory is a git checkout, and writes its result.
@@ -72,9 +71,6 @@ def git_repo(path: Path) -> Path:
     return path
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=repo, check=True, env=GIT_ENV,
-                          capture_output=True, text=True).stdout
 
 
 @pytest.fixture

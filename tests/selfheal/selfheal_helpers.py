@@ -5,12 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import textwrap
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 BUGGY = textwrap.dedent('''\
@@ -120,9 +118,6 @@ _AGENTS = {
 AGENTS = {name: text.replace("REPRODUCTION", REPRODUCTION) for name, text in _AGENTS.items()}
 
 
-def git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True,
-                          text=True).stdout
 
 
 def wait_status(read: Callable[[], dict[str, Any] | None], statuses: set[str],

@@ -25,6 +25,7 @@ import yaml
 from skills_docs import Command, skill_dir
 
 from healer.resources import bundle_root
+from healer.testing.git import git
 from healer.testing.loop import healer_env
 
 VENV_BIN = str(Path(sys.executable).parent)
@@ -47,8 +48,6 @@ AGENT_LOG = """\
 ESCALATION_AT = datetime(2025, 3, 1, 10, 15, tzinfo=UTC).timestamp()
 
 
-def git(cwd: Path, *args: str) -> None:
-    subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True)
 
 
 def git_repo(path: Path) -> Path:
