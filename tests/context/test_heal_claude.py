@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, REPRO, REPRO_FILE, git
+from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, REPRO, REPRO_FILE
 
 from healer.agents import get_definition
 from healer.agents.executors import claude_cli
 from healer.context.layers import Layers
 from healer.context.sentry import from_sentry
 from healer.testing import ScriptedModel, http_error, text, tool_use
+from healer.testing.git import git
 from healer.testing.webhooks import sentry_event_alert
 
 pytestmark = [pytest.mark.e2e]

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from context_helpers import BUGGY, GOOD_FIX, PAYMENT, edit, git, plan
+from context_helpers import BUGGY, GOOD_FIX, PAYMENT, edit, plan
 
 from healer.context.sentry import from_sentry
 from healer.selfheal import checks
 from healer.selfheal import worktree as wt
 from healer.selfheal.attempts import Attempts
 from healer.testing import hostile_git as hostile
+from healer.testing.git import git
 from healer.testing.webhooks import sentry_event_alert
 
 pytestmark = [pytest.mark.e2e]

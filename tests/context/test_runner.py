@@ -8,11 +8,12 @@ from typing import Any
 
 import pytest
 import yaml
-from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, PY, SWALLOW_FIX, git
+from context_helpers import BUGGY, FLOAT_FIX, GOOD_FIX, PY, SWALLOW_FIX
 
 from healer.context.diff import diff_of, parse_patch
 from healer.context.layers import Layers
 from healer.context.scenarios import judge_output, verify
+from healer.testing.git import git
 
 
 def change(repo: Path, old: str, new: str, file: str = "app/payment.py") -> None:

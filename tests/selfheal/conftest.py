@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selfheal_helpers import AGENTS, BUGGY, git
+from selfheal_helpers import AGENTS, BUGGY
 
 from healer.config import load_settings
 from healer.core.store import FileStore
 from healer.selfheal.service import SelfHealService
+from healer.testing.git import git
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from selfheal_fake_github import FakeGitHub
-from selfheal_helpers import TRACEBACK, child_env, git, serve
+from selfheal_helpers import TRACEBACK, child_env, serve
 
 from healer.core.audit import Audit
 from healer.core.incidents import Ledger
@@ -28,6 +28,7 @@ from healer.core.store import FileStore
 from healer.selfheal import attempts as st
 from healer.selfheal.dispatch import Dispatcher
 from healer.selfheal.service import SelfHealService, settings_snapshot
+from healer.testing.git import git
 from healer.testing.wait import until
 
 pytestmark = pytest.mark.e2e

@@ -10,12 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from selfheal_helpers import TRACEBACK, git, wait_status
+from selfheal_helpers import TRACEBACK, wait_status
 
 from healer.core.store import FileStore
 from healer.selfheal import attempts as st
 from healer.selfheal.dispatch import Dispatcher, reap_worktrees
 from healer.selfheal.service import SelfHealService
+from healer.testing.git import git
 
 pytestmark = pytest.mark.e2e
 

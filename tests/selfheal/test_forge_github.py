@@ -10,13 +10,14 @@ from typing import Any
 
 import pytest
 from selfheal_fake_github import FakeGitHub
-from selfheal_helpers import TRACEBACK, git
+from selfheal_helpers import TRACEBACK
 
 from healer.core.publish.findings import AnonymizationError
 from healer.core.publish.forge import ForgeError, GitHubForge
 from healer.core.store import FileStore
 from healer.selfheal.dispatch import Dispatcher
 from healer.selfheal.service import SelfHealService
+from healer.testing.git import git
 
 pytestmark = pytest.mark.e2e
 TOKEN = "ghp_fakeTokenForTheFakeGitHub0123456789"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from selfheal_fake_github import FakeGitHub
-from selfheal_helpers import TRACEBACK, git
+from selfheal_helpers import TRACEBACK
 
 from healer.core.git import git as healer_git
 from healer.core.git import git_env
@@ -40,6 +40,7 @@ from healer.selfheal import worktree as wt
 from healer.selfheal.dispatch import Dispatcher, reap_worktrees
 from healer.selfheal.service import SelfHealService
 from healer.testing import hostile_git as hostile
+from healer.testing.git import git
 
 pytestmark = pytest.mark.e2e
 TOKEN = "ghp_fakeTokenForTheIsolationTests012345678"

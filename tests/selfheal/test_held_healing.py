@@ -71,11 +71,11 @@ def human_seeds(settings: Any) -> list[Path]:
 
 async def test_a_rejected_key_holds_the_attempts_and_they_resume_when_it_changes(
         make_settings: Callable[..., Any], repo: Path) -> None:
-    from selfheal_helpers import git
     from test_claude import CLAUDE_TEST_ENV
 
     from healer.agents.executors import claude_cli
     from healer.testing import ScriptedModel, http_error
+    from healer.testing.git import git
 
     for name in MODULES:
         (repo / "src" / "app" / f"{name}.py").write_text(

@@ -16,13 +16,14 @@ from typing import Any
 
 import pytest
 from selfheal_fake_github import FakeGitHub
-from selfheal_helpers import REPRODUCTION, TRACEBACK, git
+from selfheal_helpers import REPRODUCTION, TRACEBACK
 
 from healer.core.store import FileStore
 from healer.selfheal import attempts as st
 from healer.selfheal import worktree as wt
 from healer.selfheal.dispatch import Dispatcher
 from healer.selfheal.service import SelfHealService
+from healer.testing.git import git
 
 pytestmark = pytest.mark.e2e
 TOKEN = "ghp_fakeTokenForTheNoEmptyPrTests0123456"

@@ -11,7 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
-from selfheal_helpers import TRACEBACK, child_env, git, wait_status
+from selfheal_helpers import TRACEBACK, child_env, wait_status
+
+from healer.testing.git import git
 
 pytestmark = pytest.mark.e2e
 
