@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import codecs
 import gc
 import os
 import re
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from healer.detect._timestamps import epoch_day
-from healer.detect.alert import json_lines
+from healer.detect.alert import json_bytes, json_lines
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
 from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
     from healer.config import DetectSettings
 
 PROGRESS_MIN_BYTES = 64 << 20
+# A region's output (str, or ASCII bytes for JSON), its count per pattern index, its services.
+Rendered = tuple[str | bytes, dict[int, int], dict[str, Any]]
 _PATTERN, _INDEX = attrgetter("pattern"), attrgetter("index")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -138,14 +141,16 @@ class _Output:
         workers too."""
         text = json_lines(alerts) if self.as_json else "".join(
             [a.to_text() + "\n" for a in alerts])
-        tally = ServiceTally()
-        tally.add(alerts)
-        # (counted in C: map, filter and Counter's own loop; a generator costs ~0.3 µs an alert)
-        return (text, dict(Counter(map(_INDEX, filter(None, map(_PATTERN, alerts))))),
-                tally.to_dict())
+        return (text, *_tally(alerts))
 
-    def emitter(self) -> Callable[[tuple[str, dict[int, int], dict[str, Any]]],
-                                  tuple[str, dict[int, int], dict[str, Any]]] | None:
+    def render_written(self, alerts: list[Alert]) -> Rendered:
+        """``render``, with JSON Lines as the ASCII bytes they are written as: a scan's
+        megabytes of JSON are made once, not as a str and then again encoded."""
+        if not self.as_json:
+            return self.render(alerts)
+        return (json_bytes(alerts), *_tally(alerts))
+
+    def emitter(self) -> Callable[[Rendered], Rendered] | None:
         """For ``Engine.render_file(emit=…)``: writes a rendered region's text straight to the
         stream's file descriptor from whichever process rendered it (so a scan worker's output
         never travels through this process), and returns the rest; None when the stream has
@@ -159,24 +164,27 @@ class _Output:
         stream.flush()
         encoding = getattr(stream, "encoding", None) or "utf-8"
         errors = getattr(stream, "errors", None) or "strict"
+        as_is = _ascii_compatible(encoding)  # ASCII bytes are what the stream would write
 
-        def emit(result: tuple[str, dict[int, int], dict[str, Any]]
-                 ) -> tuple[str, dict[int, int], dict[str, Any]]:
+        def emit(result: Rendered) -> Rendered:
             text, counts, services = result
             if text:
-                view = memoryview(text.encode(encoding, errors))
+                if isinstance(text, bytes) and not as_is:
+                    text = text.decode("ascii")
+                view = memoryview(text if isinstance(text, bytes)
+                                  else text.encode(encoding, errors))
                 while view:
                     view = view[os.write(fd, view):]
             return "", counts, services
 
         return emit
 
-    def write(self, text: str, counts: dict[int, int], catalog: Catalog,
+    def write(self, text: str | bytes, counts: dict[int, int], catalog: Catalog,
               services: dict[str, Any] | None = None) -> None:
         if services:
             self.services.merge(services)
         if text:
-            self.stream.write(text)
+            self.stream.write(text.decode("ascii") if isinstance(text, bytes) else text)
             if self.live:
                 self.stream.flush()
         for index, n in counts.items():
@@ -295,7 +303,7 @@ class ScanRun:
             if not a.follow:
                 for f in files:
                     for text, counts, services in engine.render_file(
-                            f, out.render, start_time=start, not_before=not_before,
+                            f, out.render_written, start_time=start, not_before=not_before,
                             workers=a.workers, progress=_progress_for(f),
                             idle=None if a.no_summary or not self._summary_stream().isatty()
                             else _import_rich,
@@ -372,6 +380,23 @@ class ScanRun:
         since = (datetime.fromtimestamp(not_before, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                  if not_before is not None else "")
         return PodLogSource(parse_spec(self.args.k8s, kube.namespace), kube, since=since).events
+
+
+def _tally(alerts: list[Alert]) -> tuple[dict[int, int], dict[str, Any]]:
+    """The alerts' count per pattern index and their per-service tally."""
+    tally = ServiceTally()
+    tally.add(alerts)
+    # (counted in C: map, filter and Counter's own loop; a generator costs ~0.3 µs an alert)
+    return dict(Counter(map(_INDEX, filter(None, map(_PATTERN, alerts))))), tally.to_dict()
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    """Whether ``encoding`` writes ASCII text as the ASCII bytes."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return False
+    return name in ("utf-8", "ascii", "latin-1", "iso8859-1", "cp1252", "iso8859-15")
 
 
 def _default_logging() -> None:
