@@ -70,8 +70,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"healer: unknown command {name!r}; run 'healer --help' for the list.",
               file=sys.stderr)
         return EXIT_USAGE
-    code: int = _load(modules[name]).main(rest)
+    module = _load(modules[name])
+    code: int = module.main(rest)
+    if argv is None and getattr(module, "EXIT_AT_ONCE", False):
+        _exit_at_once(code)
     return code
+
+
+def _exit_at_once(code: int) -> None:
+    """End the process now, without Python's teardown (clearing some 300 modules and what the
+    command made: ~10 ms, as long as scanning 50 MB takes) — for a command that opts in
+    (``EXIT_AT_ONCE``), run as the program itself, and only when nothing is left to finalize:
+    no other thread, no profiler or tracer (cProfile, coverage write at exit) and no atexit
+    callback. Otherwise it returns, and the process exits as usual."""
+    import atexit
+    import threading
+
+    callbacks = getattr(atexit, "_ncallbacks", None)
+    if (callbacks is None or callbacks() or threading.active_count() != 1
+            or sys.gettrace() is not None or sys.getprofile() is not None):
+        return
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return  # a broken or closed stream: Python's own exit deals with it
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import codecs
+import gc
 import os
 import re
 import signal
@@ -12,11 +14,12 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from operator import attrgetter
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from healer.detect._timestamps import epoch_day
-from healer.detect.alert import json_lines
+from healer.detect.alert import json_bytes, json_lines
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
 from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
@@ -26,6 +29,9 @@ if TYPE_CHECKING:
     from healer.config import DetectSettings
 
 PROGRESS_MIN_BYTES = 64 << 20
+# A region's output (str, or ASCII bytes for JSON), its count per pattern index, its services.
+Rendered = tuple[str | bytes, dict[int, int], dict[str, Any]]
+_PATTERN, _INDEX = attrgetter("pattern"), attrgetter("index")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _ISO = re.compile(r"(\d{4})-(\d{2})-(\d{2})(?:[T ](\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?)?"
@@ -85,7 +91,11 @@ def detect_settings(args: argparse.Namespace) -> Any:
     (~0.15 s) than scanning 100 MB. When no source of settings exists — no settings flag, no
     HEALER* variable, no healer.yaml or cto-config.json here — the result is known: the
     defaults, which schemas/config.schema.json (generated from healer.config and kept in step
-    by a test) carries. Otherwise the full loader runs.
+    by a test) carries. Otherwise the full loader runs (and sets up logging).
+
+    With the defaults, logging is set up only when the scan follows its sources
+    (``_default_logging``): nothing a file scan runs logs, and importing ``logging`` alone
+    costs it ~15 ms.
     """
     from types import SimpleNamespace
 
@@ -97,9 +107,6 @@ def detect_settings(args: argparse.Namespace) -> Any:
     if quiet:
         defaults = _schema_defaults()
         if defaults is not None:
-            from healer import log
-
-            log.setup("info", "text")
             return SimpleNamespace(**defaults)
     return settings_from(args).detect
 
@@ -134,13 +141,16 @@ class _Output:
         workers too."""
         text = json_lines(alerts) if self.as_json else "".join(
             [a.to_text() + "\n" for a in alerts])
-        tally = ServiceTally()
-        tally.add(alerts)
-        return (text, dict(Counter(a.pattern.index for a in alerts if a.pattern)),
-                tally.to_dict())
+        return (text, *_tally(alerts))
 
-    def emitter(self) -> Callable[[tuple[str, dict[int, int], dict[str, Any]]],
-                                  tuple[str, dict[int, int], dict[str, Any]]] | None:
+    def render_written(self, alerts: list[Alert]) -> Rendered:
+        """``render``, with JSON Lines as the ASCII bytes they are written as: a scan's
+        megabytes of JSON are made once, not as a str and then again encoded."""
+        if not self.as_json:
+            return self.render(alerts)
+        return (json_bytes(alerts), *_tally(alerts))
+
+    def emitter(self) -> Callable[[Rendered], Rendered] | None:
         """For ``Engine.render_file(emit=…)``: writes a rendered region's text straight to the
         stream's file descriptor from whichever process rendered it (so a scan worker's output
         never travels through this process), and returns the rest; None when the stream has
@@ -154,24 +164,27 @@ class _Output:
         stream.flush()
         encoding = getattr(stream, "encoding", None) or "utf-8"
         errors = getattr(stream, "errors", None) or "strict"
+        as_is = _ascii_compatible(encoding)  # ASCII bytes are what the stream would write
 
-        def emit(result: tuple[str, dict[int, int], dict[str, Any]]
-                 ) -> tuple[str, dict[int, int], dict[str, Any]]:
+        def emit(result: Rendered) -> Rendered:
             text, counts, services = result
             if text:
-                view = memoryview(text.encode(encoding, errors))
+                if isinstance(text, bytes) and not as_is:
+                    text = text.decode("ascii")
+                view = memoryview(text if isinstance(text, bytes)
+                                  else text.encode(encoding, errors))
                 while view:
                     view = view[os.write(fd, view):]
             return "", counts, services
 
         return emit
 
-    def write(self, text: str, counts: dict[int, int], catalog: Catalog,
+    def write(self, text: str | bytes, counts: dict[int, int], catalog: Catalog,
               services: dict[str, Any] | None = None) -> None:
         if services:
             self.services.merge(services)
         if text:
-            self.stream.write(text)
+            self.stream.write(text.decode("ascii") if isinstance(text, bytes) else text)
             if self.live:
                 self.stream.flush()
         for index, n in counts.items():
@@ -256,9 +269,11 @@ class _Output:
 class ScanRun:
     """One ``healer scan`` invocation."""
 
-    def __init__(self, args: argparse.Namespace, detect: DetectSettings):
+    def __init__(self, args: argparse.Namespace, detect: DetectSettings, *,
+                 collect: bool = True):
         self.args = args
         self.detect = detect
+        self.collect = collect  # turn the cyclic collector on once started (scan.main pauses it)
 
     def run(self) -> int:
         a = self.args
@@ -277,6 +292,8 @@ class ScanRun:
                                a.catalog_mode or self.detect.catalog_mode)
         engine = Engine(catalog, engine=a.engine, max_line_chars=self.detect.max_line_chars,
                         preflight_window_s=self.detect.preflight_window_s)
+        if self.collect:
+            gc.enable()
         k8s = bool(getattr(a, "k8s", None))
         out = _Output(a.json, sys.stdout,
                       live=a.follow or bool(a.cmd) or bool(a.loki) or use_stdin or k8s)
@@ -286,7 +303,7 @@ class ScanRun:
             if not a.follow:
                 for f in files:
                     for text, counts, services in engine.render_file(
-                            f, out.render, start_time=start, not_before=not_before,
+                            f, out.render_written, start_time=start, not_before=not_before,
                             workers=a.workers, progress=_progress_for(f),
                             idle=None if a.no_summary or not self._summary_stream().isatty()
                             else _import_rich,
@@ -317,6 +334,7 @@ class ScanRun:
                 start: float | None, not_before: float | None) -> list[Exception]:
         from healer.detect.sources import Follower
 
+        _default_logging()
         a = self.args
         follower = Follower(engine, lambda alert: out.emit([alert], engine.catalog),
                             start_time=start,
@@ -362,6 +380,34 @@ class ScanRun:
         since = (datetime.fromtimestamp(not_before, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                  if not_before is not None else "")
         return PodLogSource(parse_spec(self.args.k8s, kube.namespace), kube, since=since).events
+
+
+def _tally(alerts: list[Alert]) -> tuple[dict[int, int], dict[str, Any]]:
+    """The alerts' count per pattern index and their per-service tally."""
+    tally = ServiceTally()
+    tally.add(alerts)
+    # (counted in C: map, filter and Counter's own loop; a generator costs ~0.3 µs an alert)
+    return dict(Counter(map(_INDEX, filter(None, map(_PATTERN, alerts))))), tally.to_dict()
+
+
+def _ascii_compatible(encoding: str) -> bool:
+    """Whether ``encoding`` writes ASCII text as the ASCII bytes."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        return False
+    return name in ("utf-8", "ascii", "latin-1", "iso8859-1", "cp1252", "iso8859-15")
+
+
+def _default_logging() -> None:
+    """Logging as the default settings set it up, unless settings were loaded (which set it
+    up their way): following runs threads and libraries (httpx, watchdog) that log."""
+    import logging
+
+    if not logging.getLogger().handlers:
+        from healer import log
+
+        log.setup("info", "text")
 
 
 def _import_rich() -> None:

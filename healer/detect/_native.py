@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VERSION = 3  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 4  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
 
 

@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 3
+#define NATIVE_VERSION 4
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -174,21 +174,29 @@ static PyObject *parse_iso(PyObject *self, PyObject *line) {
 /* ---------------------------------------------------------------------------------------- */
 /* JSON lines                                                                                 */
 
+/* The text is written into a bytes object grown in place (a big one is realloc'ed by the
+ * kernel moving its pages: nothing copied, no page touched twice), which json_lines(...,
+ * True) returns as it is: a scan's megabytes of JSON are written once, not copied into a str
+ * and encoded again. */
 typedef struct {
     char *buf;
     Py_ssize_t len, cap;
+    PyObject *obj;  /* the bytes object buf points into, or NULL */
 } Out;
 
 static int out_reserve(Out *o, Py_ssize_t more) {
     if (o->len + more <= o->cap) return 0;
     Py_ssize_t cap = o->cap ? o->cap : 1 << 16;
     while (cap < o->len + more) cap *= 2;
-    char *grown = PyMem_Realloc(o->buf, (size_t)cap);
-    if (grown == NULL) {
-        PyErr_NoMemory();
+    if (o->obj == NULL) {
+        o->obj = PyBytes_FromStringAndSize(NULL, cap);
+        if (o->obj == NULL) return -1;
+    } else if (_PyBytes_Resize(&o->obj, cap) < 0) {  /* (it freed the old one) */
+        o->buf = NULL;
+        o->cap = o->len = 0;
         return -1;
     }
-    o->buf = grown;
+    o->buf = PyBytes_AS_STRING(o->obj);
     o->cap = cap;
     return 0;
 }
@@ -406,11 +414,13 @@ static int render_one(Out *o, PyObject *a, Slot *slots, PyObject *fragments) {
 
 static PyObject *json_lines(PyObject *self, PyObject *args) {
     PyObject *alerts, *fragments, *fallback;
-    if (!PyArg_ParseTuple(args, "OOO:json_lines", &alerts, &fragments, &fallback)) return NULL;
+    int as_bytes = 0;
+    if (!PyArg_ParseTuple(args, "OOO|p:json_lines", &alerts, &fragments, &fallback, &as_bytes))
+        return NULL;
     PyObject *seq = PySequence_Tuple(alerts);  /* a copy: the callbacks cannot change it */
     if (seq == NULL) return NULL;
     Slot *slots = PyMem_Calloc(SLOTS, sizeof(Slot));
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, NULL};
     PyObject *result = NULL;
     if (slots == NULL) {
         PyErr_NoMemory();
@@ -434,8 +444,17 @@ static PyObject *json_lines(PyObject *self, PyObject *args) {
             if (bad) goto done;
         }
     }
-    result = PyUnicode_New(o.len, 127);
-    if (result != NULL && o.len) memcpy(PyUnicode_DATA(result), o.buf, (size_t)o.len);
+    if (as_bytes) {
+        if (o.obj == NULL) {
+            result = PyBytes_FromStringAndSize(NULL, 0);
+        } else if (_PyBytes_Resize(&o.obj, o.len) == 0) {
+            result = o.obj;
+            o.obj = NULL;
+        }
+    } else {
+        result = PyUnicode_New(o.len, 127);
+        if (result != NULL && o.len) memcpy(PyUnicode_DATA(result), o.buf, (size_t)o.len);
+    }
 done:
     if (slots != NULL) {
         for (int k = 0; k < SLOTS; k++) {
@@ -446,7 +465,7 @@ done:
         }
         PyMem_Free(slots);
     }
-    PyMem_Free(o.buf);
+    Py_XDECREF(o.obj);
     Py_DECREF(seq);
     return result;
 }
@@ -2076,7 +2095,8 @@ static PyMethodDef methods[] = {
     {"parse_iso", parse_iso, METH_O,
      "parse_iso(line) -> float | None | False: the line's RFC 3339 time (False: none)."},
     {"json_lines", json_lines, METH_VARARGS,
-     "json_lines(alerts, fragments, fallback) -> str: the alerts as JSON Lines."},
+     "json_lines(alerts, fragments, fallback, as_bytes=False) -> str (or ASCII bytes): the "
+     "alerts as JSON Lines."},
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
      "(newlines, found): Engine.scan_block's pass 1 (candidates: a sorted list of "

@@ -10,14 +10,16 @@ from __future__ import annotations
 import re
 import time
 
+from healer.detect._regex import LazyRegex
+
 HEAD_BYTES = 160  # a timestamp further into the line than this is not the line's own
 
 _ISO = re.compile(
     rb"(\d{4}-\d{2}-\d{2})[T ](\d{2}):(\d{2}):(\d{2}(?:[.,]\d{1,9})?)"
     rb"\s?(Z|z|UTC|[+-]\d{2}:?\d{2})?"
 )
-_KLOG = re.compile(rb"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
-_EPOCH = re.compile(rb'"(?:ts|time|timestamp|@timestamp)"\s*:\s*(\d{10}(?:\.\d+)?)(?![\d.])')
+_KLOG = LazyRegex(rb"^[IWEF](\d{2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?")
+_EPOCH = LazyRegex(rb'"(?:ts|time|timestamp|@timestamp)"\s*:\s*(\d{10}(?:\.\d+)?)(?![\d.])')
 
 _DAYS: dict[bytes, float | None] = {}  # "2024-05-01" → its midnight; logs repeat few dates
 
@@ -89,7 +91,7 @@ def parse_ts(line: bytes | bytearray, reference: float | None = None) -> float |
 
 # The same search as _ISO, grouped for the caches of ``parse_ts_cached``: (date and minute,
 # seconds, zone). Grouping does not change what matches.
-_ISO_MINUTE = re.compile(
+_ISO_MINUTE = LazyRegex(
     rb"(\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}):(\d{2}(?:[.,]\d{1,9})?)"
     rb"\s?(Z|z|UTC|[+-]\d{2}:?\d{2})?"
 )

@@ -18,7 +18,6 @@ user's alone. Every problem is a ``CatalogError`` naming the file, the pattern a
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -197,7 +196,9 @@ class Catalog(NamedTuple):
                                        file=s.source or "<catalog>", key=f"suppress '{s.id}'")
 
     def _with_digest(self) -> Catalog:
-        h = hashlib.sha256()
+        from healer.detect._cache import sha256
+
+        h = sha256()
         for p in self.patterns:
             h.update(repr((p.id, p.regex, p.code, p.priority, p.severity, p.window_s,
                            p.case_sensitive, p.generic, p.min_level, p.failure_class)).encode())

@@ -718,16 +718,26 @@ def _clean_head(head: Any) -> bytes:
 
 
 def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes]) -> list[bytes]:
-    """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``)."""
-    heads: list[bytes] = []
+    """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``),
+    each cut to HEAD_BYTES, then without ANSI codes.
+
+    This runs once per block: the lines' start are found first, then they are copied and
+    split at once (not line by line)."""
     end = hi - 1 if hi > lo and buf[hi - 1] == 0x0A else hi
-    while len(heads) < LOOKBACK_LINES and end > lo:
-        start = buf.rfind(b"\n", lo, end) + 1 or lo
-        heads.append(_clean_head(buf[start:min(end, start + HEAD_BYTES)]))
-        if start == lo:
+    rfind = buf.rfind
+    first, at, n = end, end, 0
+    while n < LOOKBACK_LINES and at > lo:
+        first = rfind(b"\n", lo, at) + 1 or lo
+        n += 1
+        if first == lo:
             break
-        end = start - 1
-    heads.reverse()
+        at = first - 1
+    heads: list[bytes] = []
+    if n:
+        chunk = bytes(buf[first:end])
+        heads = [line[:HEAD_BYTES] for line in chunk.split(b"\n")]
+        if b"\x1b" in chunk:
+            heads = [_match.strip_ansi(h) if b"\x1b" in h else h for h in heads]
     if len(heads) < LOOKBACK_LINES:
         heads = (tail + heads)[-LOOKBACK_LINES:]
     return heads

@@ -28,6 +28,7 @@ import json
 import re
 from typing import Any, NamedTuple
 
+from healer.detect._regex import LazyRegex
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
 
 # Levels, lowest first; "" is a line that states none.
@@ -36,24 +37,24 @@ RANK = {name: n for n, name in enumerate(LEVELS)}
 SPEECH = "speech"  # the agent's own words or code (a transcript): no pattern fires on it
 LOG = "log"
 
-_KUBECTL = re.compile(rb"\[pod/([^/\]\s]{1,253})/([^\]\s]{1,63})\] ")
-_COMPOSE = re.compile(rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62})\s{0,40}\| ")
-_STAMP = re.compile(rb"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
+_KUBECTL = LazyRegex(rb"\[pod/([^/\]\s]{1,253})/([^\]\s]{1,63})\] ")
+_COMPOSE = LazyRegex(rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62})\s{0,40}\| ")
+_STAMP = LazyRegex(rb"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:[.,]\d{1,9})?"
                     rb"(?:Z|z|[+-]\d{2}:?\d{2})? ")
-_ANSI_FREE = re.compile(rb"\x1b\[[0-9;]*m")
-_SYSLOG = re.compile(rb"<(\d{1,3})>")
-_KLOG = re.compile(rb"([IWEF])\d{4} \d{2}:\d{2}:\d{2}")
+_ANSI_FREE = LazyRegex(rb"\x1b\[[0-9;]*m")
+_SYSLOG = LazyRegex(rb"<(\d{1,3})>")
+_KLOG = LazyRegex(rb"([IWEF])\d{4} \d{2}:\d{2}:\d{2}")
 # One search for the level of a plain-text line, in its first _LEVEL_REACH bytes: logfmt
 # (``level=info``), a bracketed level (``[INFO]``, ``<warn>``) or a bare upper-case token at a
 # word boundary (``INFO``, Python's ``Warning``) — not "error" in the middle of a sentence.
-_ANY_LEVEL = re.compile(
+_ANY_LEVEL = LazyRegex(
     rb"(?i:(?:^|\s)(?:level|lvl|severity|loglevel)=\"?([a-z]{3,8})\b)"
     rb"|(?i:[\[<(]\s?(trace|debug|info|information|notice|warn|warning|error|err|fatal|"
     rb"critical|crit|panic|emerg|alert)\s?[\]>)])"
     rb"|(?:^|[\s:|\-\[])(TRACE|DEBUG|INFO|NOTICE|WARN|WARNING|ERROR|ERR|FATAL|CRITICAL|PANIC|"
     rb"Info|Warning|Error|Critical|Debug)(?=[\s:\]|\-]|$)")
 _LEVEL_REACH = 96
-_JSON_LEVEL = re.compile(rb'"(?:level|severity|lvl|levelname|log\.level|loglevel)"\s*:\s*'
+_JSON_LEVEL = LazyRegex(rb'"(?:level|severity|lvl|levelname|log\.level|loglevel)"\s*:\s*'
                          rb'(?:"([A-Za-z]{1,12})"|(\d{1,3})\b)')
 _SYSLOG_LEVELS = ("fatal", "fatal", "fatal", "error", "warn", "info", "info", "debug")
 
@@ -106,7 +107,7 @@ def view(line: bytes) -> LineView:
     return LineView._make(view_fields(line))
 
 
-_TRANSCRIPT = re.compile(rb'"type"|"msg": ?\{')
+_TRANSCRIPT = LazyRegex(rb'"type"|"msg": ?\{')
 _JSON_WORDS: dict[bytes, str] = {}  # a _JSON_LEVEL match → its level
 _PODS_SEEN: dict[bytes, str] = {}  # a kubectl prefix → the source it names
 
@@ -330,9 +331,9 @@ def _level_of(body: bytes) -> str:
 _SOURCE_LINE = re.compile(rb"^(?:\[pod/([^/\]\s]{1,253}/[^\]\s]{1,63})\] |"
                           rb"([A-Za-z0-9][A-Za-z0-9_.-]{0,62}) {0,40}\| )", re.M)
 SKEW_S = 2.0  # a source that starts this much after a line still counts as before it
-_POD_NAME = re.compile(rb"[^/\]\s]{1,253}/[^\]\s]{1,63}")  # _SOURCE_LINE's, group by group
-_COMPOSE_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
-_COMPOSE_REST = re.compile(rb" {0,40}\| ")
+_POD_NAME = LazyRegex(rb"[^/\]\s]{1,253}/[^\]\s]{1,63}")  # _SOURCE_LINE's, group by group
+_COMPOSE_NAME = LazyRegex(rb"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+_COMPOSE_REST = LazyRegex(rb" {0,40}\| ")
 _FIRST_OF_TRIES = 1000  # lines that start with a compose name but are not its prefix
 
 

@@ -19,7 +19,7 @@ import pytest
 
 from healer.detect import _native, lines
 from healer.detect._timestamps import _ISO_MINUTE, parse_ts_cached
-from healer.detect.alert import Alert, json_lines
+from healer.detect.alert import Alert, json_bytes, json_lines
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
 
@@ -118,6 +118,8 @@ def test_json_lines_are_to_json() -> None:
     want = "".join(a.to_json() + "\n" for a in alerts)
     assert json_lines(alerts) == want
     assert json_lines([]) == ""
+    assert json_bytes(alerts) == want.encode("ascii")  # made as bytes, the same text
+    assert json_bytes([]) == b""
     for line in want.splitlines()[:2000]:
         json.loads(line)
 
