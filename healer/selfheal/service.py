@@ -130,9 +130,8 @@ class ReportInput:
         """Build from a JSON body / tool arguments; ``UsageError`` naming the bad field."""
         if not isinstance(data, Mapping):
             raise UsageError("the report must be a JSON object")
-        unknown = sorted(set(data) - _REPORT_FIELDS)
-        if unknown:
-            raise UsageError(f"unknown field {unknown[0]!r}")
+        if not data.keys() <= _REPORT_FIELDS:
+            raise UsageError(f"unknown field {sorted(set(data) - _REPORT_FIELDS)[0]!r}")
         values: dict[str, Any] = {}
         for name, value in data.items():
             if value is None:

@@ -167,10 +167,12 @@ class Sanitizer:
         Cached when the glue is short (then it holds nothing worth keeping secret)."""
         parts = set()
         n = len(text)
-        for hit in hits:
-            s, e, rep = _changed(text, *hit)
-            if ((s == 0 or text[s - 1] in _NEUTRAL) and (e == n or text[e] in _NEUTRAL)
-                    and rep.startswith(MARK) and rep.find("]") == len(rep) - 1):
+        for s, e, rep in hits:
+            plain = rep.startswith(MARK) and rep.find("]") == len(rep) - 1
+            if not plain:  # one marker alone changes all it replaced: nothing to narrow
+                s, e, rep = _changed(text, s, e, rep)
+                plain = rep.startswith(MARK) and rep.find("]") == len(rep) - 1
+            if plain and (s == 0 or text[s - 1] in _NEUTRAL) and (e == n or text[e] in _NEUTRAL):
                 parts.add("[]")  # the common case: one marker between spaces or brackets
                 continue
             left = text[max(0, s - _GLUE_BEFORE):s]
