@@ -34,11 +34,6 @@ _CRITICAL_WORDS = ("data loss", "corrupt", "security", "leak", "privilege",
                    "unauthorized access", "unauthorised access", "injection")
 
 
-# Each word list as one search (every report's message is checked against both).
-_LOW_WORD = re.compile("|".join(map(re.escape, _LOW_WORDS)))
-_CRITICAL_WORD = re.compile("|".join(map(re.escape, _CRITICAL_WORDS)))
-
-
 @functools.lru_cache(maxsize=1024)
 def _type_verdict(name: str) -> int | None:
     """What the class name alone says: 4 info, 3 low, 1 high, None (the message decides)."""
@@ -55,9 +50,9 @@ def severity_verdict(error_type: str, message: str, hint: str | None = None) -> 
     if by_type == 4:
         return 4
     low = message.lower()
-    if by_type == 3 or _LOW_WORD.search(low):
+    if by_type == 3 or any(w in low for w in _LOW_WORDS):
         return 3
-    if _CRITICAL_WORD.search(low):
+    if any(w in low for w in _CRITICAL_WORDS):
         return 0
     verdict = 1 if by_type == 1 else MEDIUM
     if verdict == MEDIUM and hint:

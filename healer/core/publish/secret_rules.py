@@ -250,7 +250,6 @@ def generated_segment(value: str) -> bool:
 NAME_WORDS = ("pass", "pwd", "secret", "token", "key", "credential", "session", "cookie",
               "auth", "sig")
 _NAME_CHARS = frozenset(string.ascii_lowercase + string.digits + "_-")
-_NAME_WORD = re.compile("|".join(NAME_WORDS))
 # The name without separators ends in one of these (``PGPASSWORD``, ``clientSecret``,
 # ``x-api-key``, ``AccountKey``, ``private_key_id``); ``cache_key`` or ``max_tokens`` do not.
 _SECRET_END = re.compile(
@@ -288,9 +287,12 @@ def keyword_hits(v: View) -> list[Hit]:
     """``password=…``, ``"api_key": "…"``, ``AccountKey=…;``, ``--token X``, netrc's
     ``password X`` — the value goes, the name and the syntax stay."""
     text, low = v.text, v.low
-    # The name around each word: every word is made of name characters, so all the words
-    # in one name give that same name, and one pass finds the first in each name.
-    names = {expand(low, m.start(), m.end(), _NAME_CHARS) for m in _NAME_WORD.finditer(low)}
+    names: set[tuple[int, int]] = set()
+    for word in NAME_WORDS:  # plain finds: no other detector shares these positions
+        i = low.find(word)
+        while i != -1:
+            names.add(expand(low, i, i + len(word), _NAME_CHARS))
+            i = low.find(word, i + len(word))
     out: list[Hit] = []
     last = 0
     for start, end in sorted(names):
