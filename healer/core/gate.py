@@ -189,7 +189,7 @@ class AdmissionReader:
     def __init__(self, store: Store):
         self.store = store
         root = getattr(store, "root", None)
-        self._path = (Path(root) / "records" / ADMISSION / f"{GATE_KEY}.json"
+        self._path = (str(Path(root) / "records" / ADMISSION / f"{GATE_KEY}.json")
                       if isinstance(store, FileStore) and root is not None else None)
         self._key: tuple[int, ...] | None = None
         self._data: dict[str, Any] = empty_admission()

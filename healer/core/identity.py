@@ -31,6 +31,11 @@ _TS = re.compile(
 # character): the look-behind says so, and spares the engine retrying every position inside
 # each word without a digit (same matches, half the time).
 _DIGIT_WORD = re.compile(r"(?<!\w)\w*\d\w*(?:[.:/-]\w*\d\w*)*")
+# What every match of _UUID and of _TS contains, found by a literal-first (or set-first)
+# search: the full patterns, which start with a class, run only where one may match (a
+# scrubbed message always has "-" in its markers, so the mere "-" test let them run).
+_UUID_HINT = re.compile(r"-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-")
+_TS_HINT = re.compile(r"[-:]\d\d[-:]")
 
 # Python frames; JavaScript/TypeScript "at fn (file:line:col)" frames as a courtesy.
 _PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[^\s]+)')
@@ -59,9 +64,10 @@ class Identity:
 def normalise_message(message: str) -> str:
     """``message`` with the parts that vary between occurrences replaced by placeholders."""
     # Every report's message passes here: passes that cannot match are skipped (a UUID has
-    # "-", a time "-" or ":"), and split/join collapses whitespace as ``\s+`` → " " would.
-    text = _UUID.sub("<UUID>", message) if "-" in message else message
-    if "-" in text or ":" in text:
+    # "-XXXX-XXXX-", a date "-00-", a time ":00:"), and split/join collapses whitespace as
+    # ``\s+`` → " " would.
+    text = _UUID.sub("<UUID>", message) if _UUID_HINT.search(message) else message
+    if _TS_HINT.search(text):
         text = _TS.sub("<TS>", text)
     text = _DIGIT_WORD.sub("<ID>", text)
     return " ".join(text.split())[:MAX_NORMALISED]
@@ -78,7 +84,25 @@ def _digest(error_type: str, call_site: str, normalised: str) -> str:
 
 
 def _relative(path: str, root: str) -> str | None:
-    """``path`` relative to the project, or None when the frame is not the project's."""
+    """``path`` relative to the project, or None when the frame is not the project's.
+    Remembered: the frames of one project's tracebacks recur in every report."""
+    key = (path, root)
+    try:
+        return _RELATIVE[key]
+    except KeyError:
+        pass
+    found = _relative_of(path, root)
+    if len(_RELATIVE) >= _RELATIVE_MAX:
+        _RELATIVE.clear()
+    _RELATIVE[key] = found
+    return found
+
+
+_RELATIVE: dict[tuple[str, str], str | None] = {}
+_RELATIVE_MAX = 4096
+
+
+def _relative_of(path: str, root: str) -> str | None:
     path = path.replace("\\", "/")
     if root and path.startswith(root.rstrip("/") + "/"):
         path = path[len(root.rstrip("/")) + 1:]
@@ -106,7 +130,7 @@ def call_site_from_traceback(traceback: str, root: str = "") -> str:
     Falls back to the innermost frame of any kind (library path inside site-packages), and to
     ``<unknown>`` when the text holds no frames.
     """
-    frames = [(m.group("path"), m.group("func")) for m in _PY_FRAME.finditer(traceback)]
+    frames: list[tuple[str, str]] = _PY_FRAME.findall(traceback)  # (path, func) each
     if not frames:
         frames = [(m.group("path"), m.group("func") or "<anonymous>")
                   for m in _JS_FRAME.finditer(traceback)]

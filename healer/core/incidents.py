@@ -87,6 +87,7 @@ MAX_HISTORY = 100
 RECENT_SIZE = 2000
 SMALL_SET = 500  # a finished status set this small is read whole when filtered on
 MAX_KEY = 100
+MAX_JUDGED = 1024  # incidents whose last repeat verdict is kept (``Ledger._repeat``)
 FLUSH_EVERY_S = 1.0
 DELIVERIES, MAX_DELIVERIES = "deliveries", 20  # the latest delivery ids an incident keeps
 
@@ -234,6 +235,9 @@ class Ledger:
         self._timer: threading.Timer | None = None
         # Repeats the gate judges as before: counted here, written once a second.
         self.repeats = Repeats(store, INCIDENTS, self._cas, window_s=FLUSH_EVERY_S)
+        # Per incident: the stored version a repeat was last judged "counting only" on, and
+        # what of the signal and the decision that verdict rested on (``_repeat``).
+        self._judged: dict[str, tuple[dict[str, Any], tuple[Any, ...]]] = {}
         _LIVE.add(self)
         store.on_close(self.close)
 
@@ -431,20 +435,30 @@ class Ledger:
     def _repeat(self, signal: Signal, decision: Decision, now: float) -> Receipt | None:
         """A refused repeat that would change only the counting fields (``repeats``):
         counted in memory, no write. None: it needs the ordinary write."""
-        cur = self.repeats.current(signal.id)
+        iid = signal.id
+        cur = self.repeats.current(iid)
         if cur is None or cur.get("status") not in (OPEN, HEALING):
             return None
-        out: dict[str, str] = {}
-        new = self._firing(dict(cur), signal, None, now, out, None)
-        _gate(new, decision, now)
-        new["updated_at"] = now
-        if out.get("action") != "duplicate" or not counting_only(cur, new):
-            return None
-        self.repeats.add(signal.id, count=signal.count, at=now, gate=new["gate"])
+        # Whether the update changes more than the counts depends on the stored version
+        # and on these alone (not on the time or the count): judged once per version.
+        like = (signal.source, signal.trust, signal.reporters, signal.about, decision.reason,
+                decision.attempt_id)
+        judged = self._judged.get(iid)
+        if judged is None or judged[0] is not cur or judged[1] != like:
+            out: dict[str, str] = {}
+            new = self._firing(dict(cur), signal, None, now, out, None)
+            _gate(new, decision, now)
+            new["updated_at"] = now
+            if out.get("action") != "duplicate" or not counting_only(cur, new):
+                return None
+            if len(self._judged) >= MAX_JUDGED:
+                self._judged.clear()
+            self._judged[iid] = (cur, like)  # the version itself: never a recycled id
+        self.repeats.add(iid, count=signal.count, at=now, gate=_gate_entry(decision, now))
         self._count(str(cur.get("kind", signal.kind)), None, None,
                     stat=("decisions", decision.reason), source=str(cur.get("source", "")))
-        data = self.repeats.overlay(signal.id, cur)
-        return Receipt(signal.id, "duplicate", str(data.get("status", "")), data)
+        data = self.repeats.overlay(iid, cur)
+        return Receipt(iid, "duplicate", str(data.get("status", "")), data)
 
     def _firing(self, cur: dict[str, Any] | None, signal: Signal, fields: Fields,
                 now: float, out: dict[str, str], refire: Refire | None) -> dict[str, Any]:
@@ -944,11 +958,16 @@ def _flush_all() -> None:
             log.warning("incident counters not written at exit")
 
 
-def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
-    gate = {"reason": decision.reason, "message": decision.message[:500], "at": now}
+def _gate_entry(decision: Decision, now: float) -> dict[str, Any]:
+    gate: dict[str, Any] = {"reason": decision.reason, "message": decision.message[:500],
+                            "at": now}
     if decision.attempt_id:
         gate["attempt_id"] = decision.attempt_id
-    cur["gate"] = gate
+    return gate
+
+
+def _gate(cur: dict[str, Any], decision: Decision, now: float) -> None:
+    cur["gate"] = _gate_entry(decision, now)
     if not decision.accepted:
         rej = dict(cur.get("rejections") or {})
         rej[decision.reason] = int(rej.get(decision.reason, 0)) + 1

@@ -5,6 +5,7 @@ verdict), its policy (``selfheal.*``), and what its approval step and flood limi
 
 from __future__ import annotations
 
+import functools
 import re
 from typing import Any
 
@@ -33,17 +34,27 @@ _CRITICAL_WORDS = ("data loss", "corrupt", "security", "leak", "privilege",
                    "unauthorized access", "unauthorised access", "injection")
 
 
-def severity_verdict(error_type: str, message: str, hint: str | None = None) -> int:
-    """0 critical … 4 info: from the error, then the hint if the verdict is medium."""
-    name = error_type.rsplit(".", 1)[-1].strip()
+@functools.lru_cache(maxsize=1024)
+def _type_verdict(name: str) -> int | None:
+    """What the class name alone says: 4 info, 3 low, 1 high, None (the message decides)."""
     if _INFO_TYPES.fullmatch(name):
         return 4
+    if _LOW_TYPES.fullmatch(name):
+        return 3
+    return 1 if _HIGH_TYPES.fullmatch(name) else None
+
+
+def severity_verdict(error_type: str, message: str, hint: str | None = None) -> int:
+    """0 critical … 4 info: from the error, then the hint if the verdict is medium."""
+    by_type = _type_verdict(error_type.rsplit(".", 1)[-1].strip())
+    if by_type == 4:
+        return 4
     low = message.lower()
-    if _LOW_TYPES.fullmatch(name) or any(w in low for w in _LOW_WORDS):
+    if by_type == 3 or any(w in low for w in _LOW_WORDS):
         return 3
     if any(w in low for w in _CRITICAL_WORDS):
         return 0
-    verdict = 1 if _HIGH_TYPES.fullmatch(name) else MEDIUM
+    verdict = 1 if by_type == 1 else MEDIUM
     if verdict == MEDIUM and hint:
         hint = hint.strip().lower()
         if hint in SEVERITIES:

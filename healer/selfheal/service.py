@@ -130,9 +130,8 @@ class ReportInput:
         """Build from a JSON body / tool arguments; ``UsageError`` naming the bad field."""
         if not isinstance(data, Mapping):
             raise UsageError("the report must be a JSON object")
-        unknown = sorted(set(data) - _REPORT_FIELDS)
-        if unknown:
-            raise UsageError(f"unknown field {unknown[0]!r}")
+        if not data.keys() <= _REPORT_FIELDS:
+            raise UsageError(f"unknown field {sorted(set(data) - _REPORT_FIELDS)[0]!r}")
         values: dict[str, Any] = {}
         for name, value in data.items():
             if value is None:
@@ -158,6 +157,8 @@ class ReportInput:
 
 def _encodable(text: str) -> bool:
     """False for text with lone surrogates, which no file or prompt can hold."""
+    if text.isascii():  # a flag of the string object: no pass over the text
+        return True
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
@@ -218,10 +219,11 @@ class SelfHealService:
         tr.check(trust)
         r = data if isinstance(data, ReportInput) else ReportInput.from_mapping(data)
         scrub = self.sanitizer.scrub
-        error_type = scrub(_cut_head(r.error_type.strip(), MAX_TYPE))
-        message = scrub(_cut_head(r.error_message, MAX_MESSAGE))
-        traceback = scrub(_cut_tail(r.traceback, MAX_TRACEBACK)) if r.traceback else ""
-        call_site = scrub(_cut_head(r.call_site, MAX_NAME)) if r.call_site else ""
+        # One call: the pre-filter passes run back to back (``Sanitizer.scrub_many``).
+        error_type, message, traceback, call_site, tool_name = self.sanitizer.scrub_many((
+            _cut_head(r.error_type.strip(), MAX_TYPE), _cut_head(r.error_message, MAX_MESSAGE),
+            _cut_tail(r.traceback, MAX_TRACEBACK), _cut_head(r.call_site, MAX_NAME),
+            _cut_head(r.tool_name, MAX_NAME)))
         ident = identify(error_type, message, traceback=traceback, call_site=call_site,
                          root=self.root)
         fp = ident.fingerprint
@@ -231,8 +233,7 @@ class SelfHealService:
                         severity=gates.SEVERITIES[severity],
                         summary=f"{error_type} in {ident.call_site or 'unknown site'}",
                         detail={"fingerprint": fp, "error_type": error_type,
-                                "call_site": ident.call_site,
-                                "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME))},
+                                "call_site": ident.call_site, "tool_name": tool_name},
                         trust=trust, about={"culprit": ident.call_site,
                                             "error_type": ident.error_type})
 
@@ -296,7 +297,7 @@ class SelfHealService:
                     "fingerprint": fp, "error_type": error_type, "call_site": ident.call_site,
                     "error_message": message, "traceback": traceback,
                     "context": scrub(_cut_head(r.context, MAX_CONTEXT)),
-                    "tool_name": scrub(_cut_head(r.tool_name, MAX_NAME)),
+                    "tool_name": tool_name,
                     "severity": gates.SEVERITIES[severity], "normalised": ident.normalised,
                     "incident_id": signal.id, "lane": lane,
                 })

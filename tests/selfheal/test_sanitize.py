@@ -64,6 +64,15 @@ class TestCorpus:
         assert leaked == []
         assert validate(out) == []
 
+    def test_a_report_scrubbed_at_once_is_scrubbed_as_each_text_alone(self) -> None:
+        """``scrub_many`` (a report's texts in one call) gives each text exactly what
+        ``scrub`` gives it: secrets, repository paths, empty and already clean texts."""
+        texts = ["", "KeyError", *(c.text for c in CASES),
+                 'File "/srv/work/app/src/x.py", line 3, in f\n  user a@b.io', "KeyError"]
+        alone = Sanitizer(root="/srv/work/app")
+        together = Sanitizer(root="/srv/work/app")
+        assert together.scrub_many(texts) == [alone.scrub(t) for t in texts]
+
 
 class TestNoOverRedaction:
     @pytest.mark.parametrize("text", HARMLESS)
