@@ -76,7 +76,7 @@ def seed(state: Path, total: int, active: int) -> None:
         # A finished play is written once, as it ends up. Started then finished, each would
         # be rewritten (a new file renamed over the old): 10,000 inodes freed seconds before
         # the measurement, which ext4 without a journal (as on the benchmark machines) skips
-        # one by one in every file creation for minutes after — about a third of the
+        # one by one in every file creation for minutes after — a fifth to a third of the
         # server's CPU per session start went there, a cost of the seeding, not of serving.
         store.create(KIND, payload["play_id"], {**new_session(payload, now),
                                                 "status": "completed", "finished_at": iso(now)})
