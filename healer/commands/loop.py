@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 HELP = "run the headless healer loop (= python -m healer.loop)"
@@ -11,6 +10,7 @@ HELP = "run the headless healer loop (= python -m healer.loop)"
 def main(argv: list[str] | None = None) -> int:
     from healer.commands._common import add_settings_args, parser, settings_from
     from healer.commands._common import run as run_command
+    from healer.core import aio
     from healer.loop import run
     from healer.resources import optional
 
@@ -39,6 +39,6 @@ def main(argv: list[str] | None = None) -> int:
                 print("healer: the fleet demo is not part of this installation", file=sys.stderr)
                 return 3
             return int(run_demo(settings))
-        return asyncio.run(run(settings, once=args.once, duration=args.duration))
+        return aio.run(run(settings, once=args.once, duration=args.duration))
 
     return run_command(body)

@@ -42,7 +42,7 @@ def main(argv: list[str]) -> int:
         from healer.fleet.node import NodeDaemon, serve
 
         settings = settings_from(args)
-        from healer.core import safedirs
+        from healer.core import aio, safedirs
 
         safedirs.ensure_own_dirs(settings)  # private and healer's own, or no start
         try:
@@ -68,7 +68,7 @@ def main(argv: list[str]) -> int:
                 raise UnavailableError(str(exc)) from exc
             return 0
 
-        return asyncio.run(go())
+        return aio.run(go())
 
     return run(body)
 

@@ -33,9 +33,8 @@ def main(argv: list[str]) -> int:
     args.set.append("api.enabled=true")
 
     def body() -> int:
-        import asyncio
-
         from healer import loop
+        from healer.core import aio
 
         settings = settings_from(args)
 
@@ -43,6 +42,6 @@ def main(argv: list[str]) -> int:
             api = healer.extras.get("api")
             print(f"healer API on {getattr(api, 'url', '')}", flush=True)
 
-        return asyncio.run(loop.run(settings, on_started=started))
+        return aio.run(loop.run(settings, on_started=started))
 
     return run(body)

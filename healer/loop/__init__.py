@@ -338,9 +338,21 @@ async def _run_built(healer: Healer, *, once: bool, duration: float | None,
 async def _status_writer(healer: Healer) -> None:
     while True:
         await asyncio.sleep(5)
-        _write_status(healer, "running")
+        # The write fsyncs a file and its folder: in a thread, not on the loop, where a busy
+        # disk held every API request in flight for as long.
+        write = asyncio.ensure_future(asyncio.to_thread(
+            _save_status, healer.settings, {**healer.status(), "state": "running"}))
+        try:
+            await asyncio.shield(write)
+        except asyncio.CancelledError:
+            await write  # lands before the final "stopped", never after it
+            raise
 
 
 def _write_status(healer: Healer, state: str) -> None:
+    _save_status(healer.settings, {**healer.status(), "state": state})
+
+
+def _save_status(settings: Settings, status: dict[str, Any]) -> None:
     with contextlib.suppress(OSError):
-        atomic_write_json(_status_path(healer.settings), {**healer.status(), "state": state})
+        atomic_write_json(_status_path(settings), status)

@@ -108,6 +108,30 @@ def expected_tools(cto_config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def new_session(payload: dict[str, Any], now: float) -> dict[str, Any]:
+    """The record of a play started at ``now`` from a session-start ``payload``."""
+    play_id = payload["play_id"]
+    return {
+        "play_id": play_id,
+        "session_id": play_id,
+        "repository": payload["repository"],
+        "service": payload.get("service", ""),
+        "namespace": payload.get("namespace", "cto"),
+        "cto_config": payload["cto_config"],
+        "tasks": payload.get("tasks") or [],
+        "tools_server": payload.get("tools_server", ""),
+        "account": payload.get("account", "default"),
+        "expected_tools": expected_tools(payload["cto_config"]),
+        "started_at": iso(now),
+        "started_epoch": now,
+        "last_updated": iso(now),
+        "status": "active",
+        "issues": [],
+        "agents": {},
+        "preflight": {},
+    }
+
+
 def summary(data: dict[str, Any]) -> dict[str, Any]:
     return {
         "play_id": data["play_id"],
@@ -203,26 +227,7 @@ class SessionRegistry:
     def start(self, payload: dict[str, Any]) -> dict[str, Any]:
         """Register a play; ``AlreadyActive`` if it is running. A finished play may restart."""
         play_id = safe_name(payload["play_id"], "play_id")
-        now = self._clock()
-        data = {
-            "play_id": play_id,
-            "session_id": play_id,
-            "repository": payload["repository"],
-            "service": payload.get("service", ""),
-            "namespace": payload.get("namespace", "cto"),
-            "cto_config": payload["cto_config"],
-            "tasks": payload.get("tasks") or [],
-            "tools_server": payload.get("tools_server", ""),
-            "account": payload.get("account", "default"),
-            "expected_tools": expected_tools(payload["cto_config"]),
-            "started_at": iso(now),
-            "started_epoch": now,
-            "last_updated": iso(now),
-            "status": "active",
-            "issues": [],
-            "agents": {},
-            "preflight": {},
-        }
+        data = new_session(payload, self._clock())
         try:
             # A new play is the common case: create first (atomic), read only on a conflict.
             existing = None
