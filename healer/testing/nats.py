@@ -152,23 +152,40 @@ class NatsCluster:
     each routed to the others, ready once every one reports healthy (a meta leader elected)."""
 
     def __init__(self, n: int = 3, *, store_dir: Path | None = None, name: str = "healer"):
-        root = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-cluster-"))
-        cports = [free_port() for _ in range(n)]
+        self._root = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-cluster-"))
+        self._n, self._name = n, name
+        self.servers = self._servers()
+
+    def _servers(self) -> list[NatsServer]:
+        """``n`` servers on free ports, each routed to the others."""
+        cports = [free_port() for _ in range(self._n)]
         routes = [f"nats://127.0.0.1:{p}" for p in cports]
-        self.servers = [
-            NatsServer(jetstream=True, store_dir=root / f"s{i}", name=f"{name}-s{i}",
-                       cluster_port=cports[i], cluster_name=name,
+        return [
+            NatsServer(jetstream=True, store_dir=self._root / f"s{i}", name=f"{self._name}-s{i}",
+                       cluster_port=cports[i], cluster_name=self._name,
                        routes=[r for j, r in enumerate(routes) if j != i],
                        monitor_port=free_port())
-            for i in range(n)]
+            for i in range(self._n)]
 
     @property
     def urls(self) -> list[str]:
         return [s.url for s in self.servers]
 
     def start(self, wait: float = 60.0) -> NatsCluster:
-        for s in self.servers:
-            s.start()
+        for attempt in range(3):
+            try:
+                for s in self.servers:
+                    s.start()
+                break
+            except RuntimeError as exc:
+                # A port free_port() found was taken before the server bound it (another
+                # test's connection got it as its local port): new ports, a new cluster.
+                if "address already in use" not in str(exc) or attempt == 2:
+                    raise
+                self.stop()
+                for s in self.servers:
+                    shutil.rmtree(s.store_dir, ignore_errors=True)
+                self.servers = self._servers()
         self.wait_healthy(wait)
         return self
 

@@ -268,6 +268,35 @@ class TestListingUnderLoad:
         assert sizes == Counter({20: 300})
 
 
+class TestNatsClusterRig:
+    def test_a_port_taken_before_the_server_binds_it_gets_new_ports(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """free_port() can hand out a port another process takes before nats-server binds
+        it (three test workers make it likely): the rig starts the cluster on new ports."""
+        import socket
+
+        from healer.testing import nats
+
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        handed = [taken.getsockname()[1]]
+        real = nats.free_port
+        monkeypatch.setattr(nats, "free_port",
+                            lambda host="127.0.0.1": handed.pop() if handed else real(host))
+        try:
+            with nats.NatsCluster(3, store_dir=tmp_path / "nats") as nc:
+                assert all(s.cluster_port != taken.getsockname()[1] for s in nc.servers)
+                st = nats.jetstream_store(nc.urls, "rig", replicas=3)
+                try:
+                    st.add_member("members", "m")
+                    assert list(st.members("members")) == ["m"]
+                finally:
+                    st.close()
+        finally:
+            taken.close()
+
+
 class TestFileSetMarkers:
     """A file store's member markers are hard links to one ``.member`` file per set (no new
     inode per member), and a planted symlink is still never taken for a member."""
