@@ -11,7 +11,6 @@ command (``executor.commands``) that records where it ran and commits what it ca
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from healer.config import load_settings
 from healer.core.store import FileStore
 from healer.play.service import PlayService
 from healer.testing.api import ServeProcess
-from healer.testing.git import GIT_ENV, git
+from healer.testing.git import git
 from healer.testing.receivers import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
@@ -61,13 +60,12 @@ open(result, "w").write(json.dumps(doc))
 
 def git_repo(path: Path) -> Path:
     path.mkdir()
-    for argv in (["git", "init", "-q", "-b", "main"],
-                 ["git", "config", "user.email", "test@example.invalid"],
-                 ["git", "config", "user.name", "test"]):
-        subprocess.run(argv, cwd=path, check=True, env=GIT_ENV)
+    git(path, "init", "-q", "-b", "main")
+    git(path, "config", "user.email", "test@example.invalid")
+    git(path, "config", "user.name", "test")
     (path / "app.py").write_text("def total(items):\n    return sum(items) + 1\n")
-    subprocess.run(["git", "add", "app.py"], cwd=path, check=True, env=GIT_ENV)
-    subprocess.run(["git", "commit", "-q", "-m", "init"], cwd=path, check=True, env=GIT_ENV)
+    git(path, "add", "app.py")
+    git(path, "commit", "-q", "-m", "init")
     return path
 
 
