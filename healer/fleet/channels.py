@@ -3,7 +3,7 @@
 =====  =========  ===========================================================  ==========
 level  name       how                                                           timeout s
 =====  =========  ===========================================================  ==========
-P1     nats       request ``fleet.<node>.ping`` / ``fleet.<node>.message``      2
+P1     nats       request ``fleet.<node>.ping`` / ``fleet.<node>.message``      2 + 2 ¹
 P2     http       ``GET /health`` / ``POST /message`` on ``<host>:<port>``     3
 P2     tunnel     the same through ``127.0.0.1:<tunnel_port>`` (SSH tunnel)     3
 P3     relay      ``POST /message`` to the chief's daemon, which forwards it    3
@@ -12,6 +12,9 @@ P5     ssh        ``ssh … true`` / a seed file written on the node over SSH   
 P6     wol        Wake-on-LAN magic packet (send only; reports "sent")          3
 P7     git        a seed file committed in the fleet dir's git repository      10
 =====  =========  ===========================================================  ==========
+
+¹ connecting to the local NATS server (a one-shot CLI's first probe) has a timeout of its own;
+the request to the peer then has the whole of another.
 
 Nothing here blocks the event loop: network calls are async, subprocesses are awaited
 (``run_async``), file work goes to a thread. ``probe_fleet`` probes every channel of every
@@ -71,6 +74,14 @@ class Channel(abc.ABC):
     level: ClassVar[str]
     send_only: ClassVar[bool] = False
     carries_repairs: ClassVar[bool] = True
+    #: how many timeouts a probe may take: a channel that first connects somewhere (NATS: the
+    #: local server) gives the connect and the exchange a timeout each.
+    stages: ClassVar[int] = 1
+
+    def prepare(self, ctx: FleetContext, nodes: list[NodeEntry]) -> None:
+        """Set-up the probes of ``nodes`` on this channel share (imports, a connection
+        started), done before any probe's clock starts. Most channels need none."""
+        return None
 
     async def applies(self, ctx: FleetContext, node: NodeEntry) -> str:
         """Why this channel does not apply to ``node`` ("" when it does)."""
@@ -90,6 +101,15 @@ class Channel(abc.ABC):
 
 class NatsChannel(Channel):
     name, level = "nats", "P1"
+    stages = 2
+
+    def prepare(self, ctx: FleetContext, nodes: list[NodeEntry]) -> None:
+        # A one-shot CLI imports nats-py (~0.2 s, a second on a busy machine) and connects at
+        # its first probe: the import must not block the loop while other probes' clocks run.
+        if any(ctx.in_fleet(n) for n in nodes):
+            import nats  # noqa: F401
+
+            ctx.nats()
 
     async def probe(self, ctx: FleetContext, node: NodeEntry, timeout: float) -> Outcome:
         if not ctx.in_fleet(node):
@@ -107,16 +127,15 @@ class NatsChannel(Channel):
         import nats.errors
 
         link = ctx.nats()
-        start = time.monotonic()
-        # A one-shot CLI connects at its first probe (nats-py's import included): on a busy
-        # machine that alone can take a second, so most of the probe's time is the connect's.
-        if not await link.wait_connected(timeout * 2 / 3):
+        # Connecting to the local server is not the peer's latency: it gets its own timeout
+        # (``stages``), and the request to the peer the whole of another.
+        if not await link.wait_connected(timeout):
             return Outcome(False, f"local NATS server {link.url} unreachable"
                            + (f" ({link.last_error})" if link.last_error else ""), None, "failed")
         subj = subject(node.node_id, what)
+        start = time.monotonic()
         try:
-            reply = await link.request(subj, data, max(0.05, timeout - (time.monotonic()
-                                                                         - start)))
+            reply = await link.request(subj, data, timeout)
         except nats.errors.NoRespondersError:
             return Outcome(False, f"no responder on {subj} (the node's daemon is not on NATS)",
                            None, "failed")
@@ -416,7 +435,7 @@ async def _bounded(ch: Channel, ctx: FleetContext, node: NodeEntry) -> Outcome:
     timeout = ctx.timeout(ch.name)
     try:
         # The channel has its own timeout; this one is the guarantee.
-        return await asyncio.wait_for(ch.probe(ctx, node, timeout), timeout + 0.5)
+        return await asyncio.wait_for(ch.probe(ctx, node, timeout), timeout * ch.stages + 0.5)
     except TimeoutError:
         return Outcome(False, "timed out", None, "failed")
     except Exception as exc:
@@ -448,6 +467,9 @@ async def probe_fleet(ctx: FleetContext, nodes: Iterable[NodeEntry],
                 result[n.node_id].skipped[c.name] = "send-only"
             else:
                 jobs.append((n.node_id, c.name, _bounded(c, ctx, n)))
+    probed = {j[:2] for j in jobs}
+    for c in chans:
+        c.prepare(ctx, [n for n in nodes if (n.node_id, c.name) in probed])
     outcomes = await asyncio.gather(*(j[2] for j in jobs))
     for (peer, name, _), out in zip(jobs, outcomes, strict=True):
         result[peer].channels[name] = out

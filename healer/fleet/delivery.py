@@ -162,7 +162,8 @@ async def send_with_fallback(ctx: FleetContext, node: NodeEntry, msg: dict[str, 
                                            f"budget of {budget:g} s used up", 0.0))
             continue
         try:
-            out = await asyncio.wait_for(ch.send(ctx, node, msg, timeout), timeout + 0.5)
+            out = await asyncio.wait_for(ch.send(ctx, node, msg, timeout),
+                                         min(timeout * ch.stages, left) + 0.5)
         except TimeoutError:
             out = Outcome(False, "timed out", None, "failed")
         except Exception as exc:

@@ -17,6 +17,7 @@ import pytest
 
 from healer.testing.api import ServeProcess, stored_records
 from healer.testing.loop import healer_env
+from healer.testing.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -65,6 +66,15 @@ def records(server: ServeProcess) -> dict[str, int]:
     return stored_records(server.state)  # type: ignore[attr-defined]
 
 
+def ledger_written(server: ServeProcess, *, reports: int) -> bool:
+    """Every report so far is in the stored incidents' counts, and the counters exist."""
+    root = server.state / "records"  # type: ignore[attr-defined]
+    counted = sum(json.loads(p.read_text())["data"].get("count", 0)
+                  for p in (root / "incidents").glob("*.json"))
+    return counted == reports and (root / "incident-stats" / "all.json").exists() \
+        and (root / "incident-index" / "recent.json").exists()
+
+
 def post(server: ServeProcess, path: str, content: bytes, headers: dict[str, str]
          ) -> httpx.Response:
     return server.http.post(path, content=content, headers=headers)
@@ -106,6 +116,9 @@ class TestContentTypes:
             r = post(server, "/api/v1/errors", json.dumps(REPORT).encode(),
                      {"content-type": ctype})
             assert r.status_code == 200, r.text  # refused by the disabled gate, but parsed
+        # The ledger writes a repeat's count and its counters within a second, after the
+        # answer: the later tests' "nothing stored" must not see these writes land.
+        wait_for(lambda: ledger_written(server, reports=2))
 
     def test_signed_webhook_keeps_its_own_content_type(self, server: ServeProcess) -> None:
         """Slack posts a form: the route checks its signature, not the content type."""
