@@ -29,11 +29,11 @@ loop: setup
 	$(BIN)/python -m healer.loop
 
 ## lint, check generated schemas, run every test
-# One worker per core. `make test WORKERS=3` on two cores is ~15 % faster (the tests wait on
-# real processes about a quarter of the time: pytest 908-1,019 s vs 1,079-1,183 s) but load-
-# sensitive tests still fail there now and then (a one-shot CLI's first NATS connect inside a
-# probe's 2 s; a shared API server's late incident write), so it is not the default yet.
-WORKERS ?= $(shell nproc)
+# One worker per core and one more: the tests wait on real processes (servers, the Claude CLI,
+# sshd, nats-server) about a quarter of the time, which the extra worker fills (on two cores
+# pytest took 908-1,019 s with three workers vs 1,079-1,183 s with two). `make test WORKERS=N`
+# sets the count; no test depends on it.
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 # Each file runs whole on one worker, the slowest first (tests/durations.json; xdist would
 # otherwise start the files with the most tests first), so no long file is left for the end;
 # the summary names failures, errors and skip reasons, then the 15 slowest tests.

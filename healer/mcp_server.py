@@ -75,6 +75,7 @@ class AttemptView(TypedDict):
     taken_over: NotRequired[dict[str, Any]]
     retry_of: NotRequired[str]  # the attempt taken over that this one runs again
     retried_as: NotRequired[str]  # the attempt that runs this one's report again
+    superseded_by: NotRequired[str]  # a new report's attempt that did that retry instead
     takeovers: NotRequired[int]  # how many replicas died under this report so far
 
 

@@ -73,6 +73,8 @@ def _table(data: dict[str, Any]) -> None:
                   f"{owner.get('revision', '?')})")
         if a.get("retried_as"):
             print(f"{'':<25} run again as {a['retried_as']}")
+        elif a.get("superseded_by"):
+            print(f"{'':<25} run again as {a['superseded_by']} (a new report of it)")
         if a.get("escalation"):
             print(f"{'':<25} escalated to a person: {a['escalation']}")
 

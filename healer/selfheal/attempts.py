@@ -606,14 +606,16 @@ def public_view(att: dict[str, Any]) -> dict[str, Any]:
 
     ``owner``: the replica running it (``node``) under which lease revision, while it runs
     and after; ``taken_over``: the replica that stopped renewing and when; ``retry_of``: the
-    attempt this one retries after such a takeover.
+    attempt this one retries after such a takeover; ``superseded_by``: the attempt that
+    did a taken-over one's retry instead (a new report of the same error, admitted first).
 
     ``escalation``: the seed file in ``.fleet-messages/human/`` that told a person about it,
     when it ended without a fix (the file may since have moved to ``archive/``)."""
     keys = ("attempt_id", "fingerprint", "status", "error_type", "call_site", "severity",
             "tool_name", "created_at", "updated_at", "ended_at", "branch", "pr_url", "pr_number",
             "reason", "unfixable_reason", "findings", "escalation", "held", "approved_by",
-            "hold", "held_at", "taken_over", "retry_of", "retried_as", "takeovers")
+            "hold", "held_at", "taken_over", "retry_of", "retried_as", "superseded_by",
+            "takeovers")
     out = {k: att[k] for k in keys if att.get(k) not in (None, "", [])}
     owner = att.get("owner")
     if isinstance(owner, dict) and owner.get("node"):

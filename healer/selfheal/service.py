@@ -703,6 +703,11 @@ class SelfHealService:
         if not decision.accepted:
             if iid and decision.reason in gate.RETRYABLE:
                 self.ledger.update(iid, report=report)  # the retry pass starts it later
+            elif decision.reason == gate.ALREADY_INVESTIGATING and decision.attempt_id:
+                # A new report of the same error was admitted between the takeover and this
+                # retry: that attempt does the retry's work (it is launched already).
+                return self.attempts.update(old["attempt_id"],
+                                            superseded_by=decision.attempt_id)
             return old
         if iid:
             self.ledger.started(iid, decision.attempt_id, "a healing agent is being "

@@ -88,7 +88,11 @@ class NatsServer:
         # A log file, not a pipe: an unread pipe fills up and blocks the server.
         self.log_path = self.store_dir / "nats-server.log"
         with open(self.log_path, "ab") as log:
+            before = log.tell()  # a restart appends: only what this run logs counts
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        # The route listener is bound after the clients' one (after "Server is ready"), and
+        # a taken route port ends the server a moment after clients could connect: wait for
+        # the log's word that it listens (a connect would reach whoever holds the port).
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -96,9 +100,13 @@ class NatsServer:
                 raise RuntimeError(f"nats-server exited: {err}")
             try:
                 with socket.create_connection((self.host, self.port), timeout=0.2):
+                    pass
+                if not self.cluster_port or b"Listening for route connections" in \
+                        self.log_path.read_bytes()[before:]:
                     return self
             except OSError:
-                time.sleep(0.05)
+                pass
+            time.sleep(0.05)
         raise TimeoutError("nats-server did not start")
 
     def stop(self) -> None:

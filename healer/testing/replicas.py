@@ -244,11 +244,14 @@ def delivered(hook: SignedWebhook) -> Counter[str]:
 
 
 def attempts_by_report(store: Any) -> Counter[str]:
-    """Attempts per fingerprint that are not a takeover's retry of an earlier one."""
+    """Attempts per fingerprint that are not a takeover's retry of an earlier one (nor the
+    new report's attempt that did a retry's work, ``superseded_by``)."""
     from healer.selfheal.attempts import Attempts
 
-    return Counter(str(a.get("fingerprint")) for a in Attempts(store).all()
-                   if not a.get("retry_of"))
+    atts = list(Attempts(store).all())
+    served = {a["superseded_by"] for a in atts if a.get("superseded_by")}
+    return Counter(str(a.get("fingerprint")) for a in atts
+                   if not a.get("retry_of") and a.get("attempt_id") not in served)
 
 
 def incidents_by_fingerprint(store: Any) -> Counter[str]:

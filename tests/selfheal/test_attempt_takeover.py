@@ -315,3 +315,35 @@ class TestNeverStarted:
         assert lease.take()  # a slow worker got there first
         assert svc.take_over(launch=False) == []
         assert svc.attempts.require(aid)["status"] == st.DISPATCH_PENDING
+
+
+def test_a_report_admitted_before_the_retry_does_the_retry_s_work(make_settings: Any) -> None:
+    """The takeover ends the attempt (freeing the gate's claim) and a new report of the same
+    error is admitted before the retry asks the gate: that attempt is the retry. The old
+    one names it (``superseded_by``), no second attempt is made and nothing is launched
+    twice."""
+    from healer.selfheal.service import SelfHealService
+
+    now = [time.time()]
+    settings = make_settings()
+    launched: list[str] = []
+    svc = SelfHealService(settings, FileStore(settings.state_path), launcher=launched.append,
+                          clock=lambda: now[0])
+    aid = svc.report(REPORT)["attempt_id"]
+    now[0] += 2 * svc.settings.selfheal.lease_ttl_s
+    take, fresh = svc._take, []
+
+    def take_then_a_report_lands(*args: Any) -> dict[str, Any]:
+        ended = take(*args)
+        fresh.append(svc.report(REPORT)["attempt_id"])
+        return ended
+
+    svc._take = take_then_a_report_lands  # type: ignore[method-assign]
+    [ended] = svc.take_over(launch=False)
+    assert ended["status"] == st.FAILED and fresh[0] != aid
+    assert ended["superseded_by"] == fresh[0] and "retried_as" not in ended
+    fp = ended["fingerprint"]
+    assert sorted(a["attempt_id"] for a in svc.attempts.for_fingerprint(fp)) == \
+        sorted([aid, fresh[0]])
+    assert launched == [aid, fresh[0]]
+    assert svc.attempts.require(fresh[0])["status"] == st.DISPATCH_PENDING
