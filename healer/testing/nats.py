@@ -56,6 +56,8 @@ class NatsServer:
         self.user = user
         self.password = password
         self.port = port or free_port(host)
+        self._chosen = port is None  # free_port()'s pick: another may be chosen at first start
+        self._started = False
         self.jetstream = jetstream
         self.store_dir = store_dir or Path(tempfile.mkdtemp(prefix="healer-nats-"))
         self.store_dir.mkdir(parents=True, exist_ok=True)
@@ -66,6 +68,21 @@ class NatsServer:
         return f"nats://{self.host}:{self.port}"
 
     def start(self, wait: float = 10.0) -> NatsServer:
+        for attempt in range(3):
+            try:
+                self._start(wait)
+                self._started = True
+                return self
+            except RuntimeError as exc:
+                # A port free_port() found was taken before the server bound it (another
+                # test's connection got it as its local port): a first start takes a new one.
+                if "address already in use" not in str(exc) or not self._chosen or \
+                        self._started or attempt == 2:
+                    raise
+                self.port = free_port(self.host)
+        raise AssertionError("unreachable")
+
+    def _start(self, wait: float) -> None:
         argv = [nats_server_binary(), "-a", self.host, "-p", str(self.port)]
         if self.jetstream:
             argv += ["-js", "-sd", str(self.store_dir)]
@@ -90,23 +107,21 @@ class NatsServer:
         with open(self.log_path, "ab") as log:
             before = log.tell()  # a restart appends: only what this run logs counts
             self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-        # The route listener is bound after the clients' one (after "Server is ready"), and
-        # a taken route port ends the server a moment after clients could connect: wait for
-        # the log's word that it listens (a connect would reach whoever holds the port).
+        # Ready when the log says so, not when the port answers: a port someone else holds
+        # answers too, and the route listener is bound only after "Server is ready" (a taken
+        # one ends the server a moment after clients could connect).
+        wanted = [b"Server is ready"] + ([b"Listening for route connections"]
+                                         if self.cluster_port else [])
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 err = self.log_path.read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"nats-server exited: {err}")
-            try:
-                with socket.create_connection((self.host, self.port), timeout=0.2):
-                    pass
-                if not self.cluster_port or b"Listening for route connections" in \
-                        self.log_path.read_bytes()[before:]:
-                    return self
-            except OSError:
-                pass
+            logged = self.log_path.read_bytes()[before:]
+            if all(w in logged for w in wanted):
+                return
             time.sleep(0.05)
+        self.stop()
         raise TimeoutError("nats-server did not start")
 
     def stop(self) -> None:

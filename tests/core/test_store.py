@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import multiprocessing as mp
 import threading
@@ -293,6 +294,40 @@ class TestNatsClusterRig:
                     assert list(st.members("members")) == ["m"]
                 finally:
                     st.close()
+        finally:
+            taken.close()
+
+
+    def test_a_single_server_whose_port_was_taken_starts_on_another(
+            self, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        """The same race for one server's client port: the port answers (whoever holds it
+        listens), but the server is only taken as started once its log says it is ready —
+        on a port of its own."""
+        import socket
+
+        import nats as nats_py
+
+        from healer.testing import nats
+
+        taken = socket.socket()
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        handed = [taken.getsockname()[1]]
+        real = nats.free_port
+        monkeypatch.setattr(nats, "free_port",
+                            lambda host="127.0.0.1": handed.pop() if handed else real(host))
+        try:
+            with nats.NatsServer(jetstream=False, store_dir=tmp_path / "one") as ns:
+                assert ns.port != taken.getsockname()[1]
+
+                async def ping() -> bool:
+                    nc = await nats_py.connect(ns.url, connect_timeout=5)
+                    try:
+                        return bool(nc.is_connected)
+                    finally:
+                        await nc.close()
+
+                assert asyncio.run(ping())
         finally:
             taken.close()
 
