@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -233,9 +234,14 @@ async def test_an_unfixable_note_is_unfixable_correct(tmp_path: Path) -> None:
     """The operator's step for a missing variable: no PR, graded unfixable_correct."""
     _needs_claude()
     todo = cases(discover(FIXTURES, ["py-missing-env-var"]), ["unfixable"], "scripted")
+    before = set(threading.enumerate())
     [result] = await run_all(todo, Options(scripted_glue=GLUE))
     assert (result.grade, result.status) == (gr.UNFIXABLE_CORRECT, "unfixable")
     assert "DATABASE_URL" in result.reason or result.status == "unfixable"
+    # Nothing of the case is left to write into its state dir, which is deleted by now.
+    writers = [t.name for t in set(threading.enumerate()) - before
+               if t.name.startswith("healer-incident")]
+    assert writers == []
 
 
 @pytest.mark.e2e

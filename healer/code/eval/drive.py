@@ -54,15 +54,20 @@ async def drive(settings: Any, fixture: Fixture, repo: Path, runner: AgentRunner
     from healer.selfheal.service import SelfHealService
 
     store = FileStore(settings.state_path)
-    service = SelfHealService(settings, store, runner=runner, launcher=lambda _aid: None,
-                              env={}, cwd=repo)
-    started = time.monotonic()
-    answer = service.report(report_of(fixture, repo, settings), trust="trusted")
-    if not answer.get("accepted"):
-        return {"status": "rejected", "reason": str(answer.get("message", "")),
-                "duration_s": time.monotonic() - started}
-    record = await Dispatcher(settings, store, runner=runner).run(answer["attempt_id"])
-    return {**record, "duration_s": time.monotonic() - started}
+    try:
+        service = SelfHealService(settings, store, runner=runner, launcher=lambda _aid: None,
+                                  env={}, cwd=repo)
+        started = time.monotonic()
+        answer = service.report(report_of(fixture, repo, settings), trust="trusted")
+        if not answer.get("accepted"):
+            return {"status": "rejected", "reason": str(answer.get("message", "")),
+                    "duration_s": time.monotonic() - started}
+        record = await Dispatcher(settings, store, runner=runner).run(answer["attempt_id"])
+        return {**record, "duration_s": time.monotonic() - started}
+    finally:
+        # The ledgers write what they gathered now, not a second later from a timer: the
+        # case's state dir is deleted when its case ends.
+        store.close()
 
 
 def spent_usd(settings: Any) -> float:
