@@ -381,7 +381,11 @@ class HealLoop:
                 ep.state, ep.ended_at = "deferred", time.time()
                 self.emit("deferred", ep.peer, waiting=fix.waiting)
                 return
-            due = [r for r in fix.repairs if r.kind not in inflight]
+            # A run in flight repairs its channels: a daemon's restart brings its NATS link
+            # back a moment after /health, which is no fault of its own to send another for.
+            busy = {c for kind in inflight for c in attempt_of[kind].channels}
+            due = [r for r in fix.repairs
+                   if r.kind not in inflight and not set(r.channels) <= busy]
             spent = [r for r in due if counts[r.kind] >= f.max_heal_attempts]
             refused = [r for r in due if r.kind not in f.allowed_actions]
             if spent or refused or (not fix.repairs and fix.unrepairable and not inflight):

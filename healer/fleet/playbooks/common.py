@@ -52,6 +52,18 @@ async def probe_until(fctx: FleetContext, node: NodeEntry, name: str, seconds: f
     return out
 
 
+async def settle(fctx: FleetContext, node: NodeEntry, name: str, seconds: float,
+                 every: float = 0.25) -> Outcome | None:
+    """Probe ``name`` until it works or ``seconds`` pass; the last outcome, None when the
+    channel does not apply to ``node`` (not configured)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        out = (await probe_peer(fctx, node, [name])).channels.get(name)
+        if out is None or out.ok or time.monotonic() >= deadline:
+            return out
+        await asyncio.sleep(every)
+
+
 def last_line(text: str, n: int = 300) -> str:
     lines = [ln for ln in text.strip().splitlines() if ln.strip()]
     return (lines[-1] if lines else "")[-n:]
