@@ -201,7 +201,15 @@ def _base(host: str, port: int) -> str:
     return f"http://{'[' + host + ']' if ':' in host else host}:{port}"
 
 
-class HttpChannel(Channel):
+class _OverHttp(Channel):
+    def prepare(self, ctx: FleetContext, nodes: list[NodeEntry]) -> None:
+        # A one-shot CLI imports httpx and makes its client at the first request (~0.3 s, a
+        # few on a busy machine): not on a probe's clock, or a closed port reads "timed out".
+        if nodes:
+            ctx.http  # noqa: B018 - made now
+
+
+class HttpChannel(_OverHttp):
     name, level = "http", "P2"
 
     async def probe(self, ctx: FleetContext, node: NodeEntry, timeout: float) -> Outcome:
@@ -212,7 +220,7 @@ class HttpChannel(Channel):
         return await _post(ctx, _base(node.host, node.port) + "/message", msg, timeout)
 
 
-class TunnelChannel(Channel):
+class TunnelChannel(_OverHttp):
     name, level = "tunnel", "P2"
 
     async def applies(self, ctx: FleetContext, node: NodeEntry) -> str:
@@ -227,7 +235,7 @@ class TunnelChannel(Channel):
         return await _post(ctx, _base("127.0.0.1", node.tunnel_port) + "/message", msg, timeout)
 
 
-class RelayChannel(Channel):
+class RelayChannel(_OverHttp):
     """P3: the chief's daemon forwards the message over its own channels."""
 
     name, level = "relay", "P3"

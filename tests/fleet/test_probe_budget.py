@@ -4,56 +4,17 @@ channel."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
+from fleet_helpers import SlowStart
 
 from healer.fleet.channels import FleetContext, probe_peer
 
 pytestmark = pytest.mark.e2e
-
-
-class SlowStart:
-    """A loopback TCP relay that holds every new connection ``delay`` seconds before it lets
-    a byte through: a NATS server that is slow to greet (a busy machine)."""
-
-    def __init__(self, target: tuple[str, int], delay: float):
-        self.target, self.delay = target, delay
-        self.server: asyncio.Server | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
-
-    async def __aenter__(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        port = self.server.sockets[0].getsockname()[1]
-        return f"nats://127.0.0.1:{port}"
-
-    async def __aexit__(self, *exc: object) -> None:
-        assert self.server is not None
-        self.server.close()
-        for t in self.tasks:
-            t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
-
-    async def _serve(self, r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.tasks.add(task)
-        await asyncio.sleep(self.delay)
-        ur, uw = await asyncio.open_connection(*self.target)
-
-        async def pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-            with contextlib.suppress(ConnectionError):
-                while data := await src.read(65536):
-                    dst.write(data)
-                    await dst.drain()
-            dst.close()
-
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.gather(pipe(r, uw), pipe(ur, w))
 
 
 async def test_a_slow_first_connect_is_not_a_broken_nats_channel(fleet: Any,
@@ -76,3 +37,28 @@ async def test_a_slow_first_connect_is_not_a_broken_nats_channel(fleet: Any,
     assert out.detail == "pong from n2"
     # The latency shown is the peer's answer, not the wait for the local server.
     assert out.latency_ms is not None and out.latency_ms < 1500
+
+
+async def test_a_slow_http_client_set_up_is_not_on_a_probe_s_clock(
+        fleet: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Making the HTTP client (httpx's import, in a one-shot CLI) takes 1.5 s, longer than the
+    tunnel's whole timeout: it is done before the probes start, so a killed tunnel reads
+    "connection refused", not "timed out"."""
+    made = FleetContext.http
+
+    def slow(self: FleetContext) -> Any:
+        if self._http is None:
+            time.sleep(1.5)
+        return made.fget(self)  # type: ignore[attr-defined]
+
+    monkeypatch.setattr(FleetContext, "http", property(slow))
+    fleet.kill_tunnel("n3")
+    ctx = FleetContext.open(fleet.settings(
+        state_dir=str(tmp_path / "state"), results_dir=str(tmp_path / "results"),
+        **{"fleet.channels": "tunnel", "fleet.timeouts": json.dumps({"tunnel": 1.0})}))
+    try:
+        found = await probe_peer(ctx, ctx.view.peer("n3"))
+    finally:
+        await ctx.aclose()
+    out = found.channels["tunnel"]
+    assert not out.ok and "refused" in out.detail, out.detail
