@@ -52,6 +52,7 @@ class FileStore(Store):
         self.commit = commit or process_commit()
         self._made: dict[tuple[str, ...], str] = {}
         self._paths: dict[tuple[str, str], str] = {}
+        self._kinds: dict[str, str] = {}  # record kind → its folder (checked and made once)
         self._shared: set[str] = set()  # sets' .member files known to be plain files
 
     # Paths are plain strings, memoised: name checks and pathlib joins cost more than the
@@ -67,9 +68,10 @@ class FileStore(Store):
     def _path(self, kind: str, key: str) -> str:
         path = self._paths.get((kind, key))
         if path is None:
-            safe_name(kind, "record kind")
-            safe_name(key, "record key")
-            path = os.path.join(self._dir("records", kind), f"{key}.json")
+            folder = self._kinds.get(kind)
+            if folder is None:
+                folder = self._kinds[kind] = self._dir("records", safe_name(kind, "record kind"))
+            path = f"{folder}/{safe_name(key, 'record key')}.json"
             if len(self._paths) > 100_000:
                 self._paths.clear()
             self._paths[(kind, key)] = path
