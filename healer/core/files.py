@@ -58,16 +58,18 @@ def _write_temp(path: str, data: bytes, mode: int, durable: bool = True) -> str:
     return tmp
 
 
-def _fill(fd: int, data: bytes, mode: int, durable: bool) -> None:
-    """``data`` into the new file ``fd``, fsynced when ``durable``, then ``mode``. os.write, not
-    a file object: a file object costs a buffer and three syscalls (isatty, lseek, fstat) per
-    write, a fifth of a session start's time in the store."""
+def _fill(fd: int, data: bytes, mode: int | None, durable: bool) -> None:
+    """``data`` into the new file ``fd``, fsynced when ``durable``, then ``mode`` (None: the
+    file has it already). os.write, not a file object: a file object costs a buffer and three
+    syscalls (isatty, lseek, fstat) per write, a fifth of a session start's time in the
+    store."""
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
     if durable:
         os.fsync(fd)
-    os.fchmod(fd, mode)
+    if mode is not None:
+        os.fchmod(fd, mode)
 
 
 def atomic_write_bytes(path: Path | str, data: bytes, *, mode: int = 0o644,
@@ -118,6 +120,24 @@ _UNNAMED = [hasattr(os, "O_TMPFILE")]
 _UNSUPPORTED = frozenset({errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL})
 
 
+def _read_umask() -> int | None:
+    """The process's umask, read without setting it (os.umask would, racing other threads):
+    Linux reports it in /proc/self/status since 4.7. None where it cannot be read."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+# healer never changes its umask; were it made stricter later, a file would only get fewer
+# permission bits than asked for, never more.
+_UMASK = _read_umask()
+
+
 def _create_unnamed(path: str, data: bytes, mode: int, durable: bool) -> bool | None:
     """``atomic_create_bytes`` through a file that has no name until it is complete.
 
@@ -127,14 +147,16 @@ def _create_unnamed(path: str, data: bytes, mode: int, durable: bool) -> bool | 
     which also reports any real error (a missing folder, no space) as it always did.
     """
     try:
+        # Made with its final mode (nobody can open a file that has no name): the fchmod is
+        # needed only where the umask takes bits of it away.
         fd = os.open(os.path.dirname(path) or ".", os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC,
-                     0o600)
+                     mode)
     except OSError as exc:
         if exc.errno in _UNSUPPORTED:
             _UNNAMED[0] = False
         return None
     try:
-        _fill(fd, data, mode, durable)
+        _fill(fd, data, mode if _UMASK is None or mode & _UMASK else None, durable)
         # linkat(2) with AT_SYMLINK_FOLLOW on the fd's /proc link names the open file itself.
         # Python passes that flag only to linkat, which it calls only when given a dir fd:
         # the fd is given, and the kernel ignores it for an absolute path.

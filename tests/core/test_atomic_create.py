@@ -37,6 +37,33 @@ def test_a_create_writes_once_with_its_mode_and_leaves_nothing_else(way: str,
     assert os.listdir(tmp_path) == ["a.json"]  # no temp file left behind
 
 
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o777])
+def test_the_mode_asked_for_is_the_mode_made_whatever_the_umask(way: str, tmp_path: Path,
+                                                                 umask: int,
+                                                                 monkeypatch: pytest.MonkeyPatch
+                                                                 ) -> None:
+    """The unnamed file is made with its mode and chmod-ed only where the umask takes bits
+    away; either way the file has exactly the mode asked for."""
+    monkeypatch.setattr(files, "_UMASK", umask)
+    old = os.umask(umask)
+    try:
+        for mode in (0o644, 0o600, 0o640):
+            target = tmp_path / f"{mode:o}.json"
+            assert atomic_create_bytes(target, b"{}\n", mode=mode, durable=False)
+            assert stat.S_IMODE(target.stat().st_mode) == mode
+    finally:
+        os.umask(old)
+
+
+def test_the_process_umask_is_read_without_changing_it() -> None:
+    old = os.umask(0o027)
+    try:
+        assert files._read_umask() == 0o027
+        assert os.umask(0o027) == 0o027
+    finally:
+        os.umask(old)
+
+
 def test_a_create_in_a_missing_folder_makes_the_folder(way: str, tmp_path: Path) -> None:
     target = tmp_path / "new" / "b.json"
     assert atomic_create_bytes(target, b"x")

@@ -77,11 +77,14 @@ class LinkInProgress(Exception):
     """A hard link made moments ago (link-then-unlink writers pass through one): look again."""
 
 
-def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s: float,
-               clock: Callable[[], float] = time.time) -> Checked:
-    """Check one result file; ``RejectedFile``, ``Incomplete`` or ``LinkInProgress`` if not
-    valid (``FileNotFoundError`` if it vanished)."""
-    m = RESULT_NAME.fullmatch(path.name)
+def check_file(path: str | Path, *, max_file_bytes: int, max_json_depth: int, settle_s: float,
+               clock: Callable[[], float] = time.time, name: str | None = None) -> Checked:
+    """Check one result file (``name``: its name, when the caller has it); ``RejectedFile``,
+    ``Incomplete`` or ``LinkInProgress`` if not valid (``FileNotFoundError`` if it
+    vanished)."""
+    if name is None:
+        name = os.path.basename(path)
+    m = RESULT_NAME.fullmatch(name)
     if not m:
         raise RejectedFile("name is not heal-<kind>-<target>-<epoch>.json")
     try:
@@ -131,7 +134,7 @@ def check_file(path: Path, *, max_file_bytes: int, max_json_depth: int, settle_s
             f"name says {m['kind']}/{m['target']} but content says "
             f"{data['kind']}/{data['target']}"
         )
-    digest = hashlib.sha256(path.name.encode() + b"\0" + raw).hexdigest()[:32]
+    digest = hashlib.sha256(name.encode() + b"\0" + raw).hexdigest()[:32]
     return Checked(id=digest, kind=m["kind"], target=m["target"], epoch=int(m["epoch"]),
                    data=data)
 
@@ -181,11 +184,11 @@ class PartialFiles:
         self.settle_s = settle_s
         self.max_wait_s = max(max_wait_s, settle_s)
         self._clock = clock
-        self._partials: dict[Path, _Partial] = {}
-        self._closed: dict[Path, int] = {}  # path → time.time_ns() of the close event
+        self._partials: dict[str, _Partial] = {}  # by path
+        self._closed: dict[str, int] = {}  # path → time.time_ns() of the close event
         self._lock = threading.Lock()
 
-    def closed(self, path: Path) -> None:
+    def closed(self, path: str) -> None:
         """The writer of ``path`` closed it after writing (inotify IN_CLOSE_WRITE)."""
         with self._lock:
             self._closed.pop(path, None)
@@ -193,7 +196,7 @@ class PartialFiles:
             while len(self._closed) > _CLOSED_KEPT:
                 del self._closed[next(iter(self._closed))]
 
-    def forget(self, path: Path) -> None:
+    def forget(self, path: str) -> None:
         with self._lock:
             self._partials.pop(path, None)
             self._closed.pop(path, None)
@@ -202,9 +205,10 @@ class PartialFiles:
         """Name → seconds waited, for every incomplete file still being waited for."""
         now = time.monotonic()
         with self._lock:
-            return {p.name: round(now - w.first_seen, 1) for p, w in self._partials.items()}
+            return {os.path.basename(p): round(now - w.first_seen, 1)
+                    for p, w in self._partials.items()}
 
-    def verdict(self, path: Path, inc: Incomplete) -> str | None:
+    def verdict(self, path: str, inc: Incomplete) -> str | None:
         """None to keep waiting for ``path``; otherwise the reason to reject it."""
         now = time.monotonic()
         age = max(0.0, self._clock() - inc.mtime)
