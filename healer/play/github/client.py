@@ -18,14 +18,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
-
-import httpx
 
 from healer import __version__
 from healer.core.names import safe_name
 from healer.errors import GitHubError, GitHubRateLimitError, UnsafeNameError, UsageError
+
+# httpx is imported where a client is made: `healer status` reads the watcher's records
+# through this module's helpers and sends nothing.
+if TYPE_CHECKING:
+    import httpx
 
 API_VERSION = "2022-11-28"
 MAX_RESPONSE_BYTES = 8 << 20  # one page of 100 items is far smaller; a runaway body is refused
@@ -100,6 +103,8 @@ class GitHubClient:
         self.blocked_reason = ""
         self.sent = 0  # requests that reached GitHub (for status and tests)
         self._secondary_streak = 0
+        import httpx
+
         self._http = httpx.AsyncClient(base_url=self.api_url, headers=headers(token),
                                        timeout=timeout, follow_redirects=False,
                                        transport=transport)
@@ -121,6 +126,8 @@ class GitHubClient:
                 f"({self.blocked_reason})", until=self.blocked_until, path=path,
                 secondary=self.blocked_reason.startswith("secondary"))
         extra = {"If-None-Match": etag} if etag else {}
+        import httpx
+
         try:
             resp = await self._http.get(path, params=params, headers=extra)
         except httpx.HTTPError as exc:
