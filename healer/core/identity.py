@@ -23,14 +23,22 @@ UNKNOWN_SITE = "<unknown>"
 
 _UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-"
                    r"[0-9a-fA-F]{12}\b")
+# A date (``2024-05-06``, with a time and zone) or a time of day (``10:05:00``), each from a
+# word's start: ``\d(?<!\w\d)`` is ``\b\d`` (a digit is a word character, so the boundary
+# before it means no word character before it), written digit first so the engine jumps from
+# digit to digit instead of trying every position.
 _TS = re.compile(
-    r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
-    r"|\b\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
+    r"\d(?<!\w\d)(?:\d{3}-\d{2}-\d{2}"
+    r"(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2})?)?\b"
+    r"|\d?:\d{2}:\d{2}(?:[.,]\d+)?\b)"
 )
 # A match can only start where a word starts (it ends where one ends, and a digit is a word
 # character): the look-behind says so, and spares the engine retrying every position inside
-# each word without a digit (same matches, half the time).
-_DIGIT_WORD = re.compile(r"(?<!\w)\w*\d\w*(?:[.:/-]\w*\d\w*)*")
+# each word without a digit (same matches, half the time). ``[^\W\d]*+\d`` is ``\w*\d``
+# without the backtracking: the word characters before the first digit, never given back
+# (every digit is a word character, so a word has a digit exactly when this finds one;
+# the ``\w*`` after it still takes the rest of the word, so the matches are the same).
+_DIGIT_WORD = re.compile(r"(?<!\w)[^\W\d]*+\d\w*(?:[.:/-][^\W\d]*+\d\w*)*")
 # What every match of _UUID and of _TS contains, found by a literal-first (or set-first)
 # search: the full patterns, which start with a class, run only where one may match (a
 # scrubbed message always has "-" in its markers, so the mere "-" test let them run).
