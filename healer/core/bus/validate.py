@@ -24,7 +24,6 @@ waited for until it has been unchanged for ``max_wait_s``.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import re
@@ -36,9 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from healer.core.bus.quickschema import Check, compile_schema
 from healer.core.schemas import errors as schema_errors
-from healer.core.schemas import schema
 from healer.core.strict_json import StrictJSONError, loads_strict
 from healer.errors import RejectedFile
 
@@ -124,8 +121,7 @@ def check_file(path: str | Path, *, max_file_bytes: int, max_json_depth: int, se
             raise Incomplete(exc.reason, size=len(raw), signature=signature,
                              mtime=st.st_mtime) from exc
         raise RejectedFile(exc.reason) from exc
-    quick = _quick_check()
-    problems = [] if quick is not None and quick(data) else schema_errors("agent-result", data)
+    problems = schema_errors("agent-result", data)  # its fast yes first, jsonschema if unsure
     if problems:
         key, message = problems[0]
         raise RejectedFile(f"schema: {key + ': ' if key else ''}{message}"[:2000])
@@ -158,15 +154,9 @@ def _read_all(fd: int, size: int, max_file_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-@functools.cache
-def _quick_check() -> Check | None:
-    return compile_schema(schema("agent-result"))
-
-
 def warm_up() -> None:
     """Build the result schema's validator now (its first use imports jsonschema: ~1 s)."""
     schema_errors("agent-result", {})
-    _quick_check()
 
 
 @dataclass
