@@ -61,6 +61,7 @@ _EXPORTS = {
 __all__ = ["__version__", *_EXPORTS]
 
 
+# Inline, not healer.core.lazy.exports: `import healer` imports no module of healer at all.
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:

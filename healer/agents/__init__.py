@@ -7,8 +7,9 @@ The rest of healer starts agents through ``dispatcher(settings, bus=...)`` — t
 (``tests/test_architecture.py`` holds that).
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from healer.core.lazy import exports
 
 # Each name is imported from its module at first use: importing one submodule (say the
 # sandbox, for `healer status`) must not import every executor, jinja2 and the bus.
@@ -46,15 +47,6 @@ _WHERE = {
     "AgentTask": "healer.agents.task",
     "RunOutcome": "healer.agents.task",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'healer.agents' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
 
 
 if TYPE_CHECKING:
@@ -127,3 +119,5 @@ __all__ = [  # noqa: RUF022 - grouped by purpose, like claude_agent_sdk
     "get_playbook",
     "registered",
 ]
+
+__getattr__, __dir__ = exports(__name__, _WHERE, globals())
