@@ -18,6 +18,7 @@ Duplicate object keys are allowed (the last one wins, as in ``json.loads``).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -93,6 +94,14 @@ def _int_parser(limit: int) -> Any:
     return parse
 
 
+@functools.cache
+def _decoder(limit: int) -> json.JSONDecoder:
+    """The strict decoder for a digit limit, made once: json.loads with hooks builds a new
+    decoder (and its scanner) on every call."""
+    return json.JSONDecoder(parse_constant=_reject_constant, parse_float=_float,
+                            parse_int=_int_parser(limit))
+
+
 def _path(parts: tuple[str | int, ...]) -> str:
     return "$" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts)
 
@@ -150,8 +159,9 @@ def loads_strict(raw: bytes | bytearray | memoryview | str, max_depth: int = 64)
                                   kind="depth")
     limit = sys.get_int_max_str_digits() or 4300
     try:
-        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_float,
-                         parse_int=_int_parser(limit))
+        if text.startswith("\ufeff"):  # as json.loads words it
+            raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
+        doc = _decoder(limit).decode(text)
     except json.JSONDecodeError as exc:
         raise StrictJSONError(f"not valid JSON: {exc}", kind="syntax", pos=exc.pos,
                               truncated=_truncated(text, exc)) from None
