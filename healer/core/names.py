@@ -24,6 +24,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def safe_name(name: object, what: str = "name") -> str:
     """A name that is safe as one path component and as one argv element."""
+    if type(name) is str and ".." not in name and _NAME.fullmatch(name):
+        return name  # the common case, in one match: the checks below only word a refusal
     if not isinstance(name, str):
         raise UnsafeNameError(repr(name), what, "must be a string")
     if not name:
