@@ -74,6 +74,7 @@ INGEST_TYPES = frozenset({b"application/x-sentry-envelope", b"application/json",
 # The HTML dashboard: its own login (cookie) and CSRF tokens; its forms post url-encoded.
 DASHBOARD_PREFIX = "/ui/"
 FORM_TYPE = b"application/x-www-form-urlencoded"
+HOST_VERDICTS = 256  # Host header values whose verdict a guard remembers
 _WILDCARD_BINDS = frozenset({"", "0.0.0.0", "::", "*"})  # noqa: S104 - names, not a bind
 
 
@@ -159,22 +160,36 @@ class GuardMiddleware:
         self.policy = policy
         self.throttle = throttle if throttle is not None else Throttle()
         self._token = policy.token.encode()
+        # Host header value -> served here? The policy is frozen, so a verdict never changes;
+        # clients send the same few values, and parsing one (an address literal included)
+        # cost more than the rest of the checks. Bounded: past the limit, nothing is added.
+        self._hosts: dict[bytes, bool] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        refusal = self._refusal(scope)
+        ingest = is_ingest(scope["path"])
+        refusal = self._refusal(scope, ingest)
         if refusal is not None:
             code, reason, extra = refusal
             await error_response(code, reason, headers=extra)(scope, receive, send)
             return
         if scope["method"] not in SAFE_METHODS:
             receive = self._bounded(receive, self.policy.ingest_max_body
-                                    if is_ingest(scope["path"]) else self.policy.max_body)
+                                    if ingest else self.policy.max_body)
         await self.app(scope, receive, send)
 
-    def _refusal(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+    def _host_served(self, header: bytes) -> bool:
+        served = self._hosts.get(header)
+        if served is None:
+            host = _host_name(header)
+            served = host is not None and self.policy.host_allowed(host)
+            if len(self._hosts) < HOST_VERDICTS:
+                self._hosts[header] = served
+        return served
+
+    def _refusal(self, scope: Scope, ingest: bool) -> tuple[int, str, dict[str, str]] | None:
         p = self.policy
         method: str = scope["method"]
         path: str = scope["path"]
@@ -183,12 +198,10 @@ class GuardMiddleware:
         host_header = headers.get(b"host")
         if host_header is None:
             return 400, "missing Host header", {}
-        host = _host_name(host_header)
-        if host is None or not p.host_allowed(host):
+        if not self._host_served(host_header):
             return (421, "Host header not served here (allowed: loopback, the bound address "
                     "and api.allowed_hosts)", {})
 
-        ingest = is_ingest(path)
         origin = headers.get(b"origin")
         if origin is not None:
             if not self._origin_allowed(origin, scope, host_header, ingest):

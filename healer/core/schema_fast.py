@@ -87,7 +87,7 @@ class _Compiler:
             return lambda v: True
         if len(checks) == 1:
             return checks[0]
-        return lambda v: all(c(v) for c in checks)
+        return _all_of(checks)
 
     def _keyword(self, key: str, value: Any, schema: dict[str, Any]) -> Check | None:
         if key == "type":
@@ -95,24 +95,48 @@ class _Compiler:
             tests = [_is_type(n) for n in names]
             if len(tests) == 1:
                 return tests[0]
-            return lambda v: any(t(v) for t in tests)
+            return _any_of(tests)
         if key == "properties":
-            props = [(name, self.compile(sub)) for name, sub in value.items()]
-            return lambda v: type(v) is not dict or all(
-                check(v[name]) for name, check in props if name in v)
+            props = {name: self.compile(sub) for name, sub in value.items()}
+
+            def properties(v: Any) -> bool:
+                if type(v) is dict:
+                    # The document's keys, not the schema's: a body names few of them.
+                    for name, item in v.items():
+                        check = props.get(name)
+                        if check is not None and not check(item):
+                            return False
+                return True
+
+            return properties
         if key == "required":
-            need = tuple(value)
-            return lambda v: type(v) is not dict or all(n in v for n in need)
+            need = frozenset(value)
+            return lambda v: type(v) is not dict or need <= v.keys()
         if key == "additionalProperties":
             known = frozenset(schema.get("properties", {}))
             if value is False:
-                return lambda v: type(v) is not dict or all(k in known for k in v)
+                return lambda v: type(v) is not dict or v.keys() <= known
             extra = self.compile(value)
-            return lambda v: type(v) is not dict or all(
-                extra(item) for k, item in v.items() if k not in known)
+
+            def additional(v: Any) -> bool:
+                if type(v) is dict:
+                    for k, item in v.items():
+                        if k not in known and not extra(item):
+                            return False
+                return True
+
+            return additional
         if key == "items":
             each = self.compile(value)
-            return lambda v: type(v) is not list or all(each(item) for item in v)
+
+            def items(v: Any) -> bool:
+                if type(v) is list:
+                    for item in v:
+                        if not each(item):
+                            return False
+                return True
+
+            return items
         if key in ("minItems", "maxItems", "minLength", "maxLength", "minProperties",
                    "maxProperties"):
             if type(value) is not int:
@@ -135,13 +159,20 @@ class _Compiler:
             return lambda v: type(v) in _SCALARS and (type(v), v) in allowed
         if key == "propertyNames":
             name_ok = self.compile(value)
-            return lambda v: type(v) is not dict or all(name_ok(k) for k in v)
+
+            def property_names(v: Any) -> bool:
+                if type(v) is dict:
+                    for k in v:
+                        if not name_ok(k):
+                            return False
+                return True
+
+            return property_names
         if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             return self._bound(key, _number(value))
         if key == "anyOf":
             # Sound one way only: a branch this path accepts is valid in jsonschema too.
-            branches = [self.compile(sub) for sub in value]
-            return lambda v: any(b(v) for b in branches)
+            return _any_of([self.compile(sub) for sub in value])
         if key == "$ref":
             return self._ref(value)
         raise Unsupported(key)  # pragma: no cover - _HANDLED and this chain agree
@@ -175,6 +206,27 @@ class _Compiler:
             self.refs[name] = lambda v: slot[0](v)
             slot.append(self.compile(target))
         return self.refs[name]
+
+
+def _all_of(checks: list[Check]) -> Check:
+    # Loops, not all(<generator>): a generator per node per document was most of the cost.
+    def all_of(v: Any) -> bool:
+        for check in checks:  # noqa: SIM110 - all(<generator>) is what this replaces
+            if not check(v):
+                return False
+        return True
+
+    return all_of
+
+
+def _any_of(checks: list[Check]) -> Check:
+    def any_of(v: Any) -> bool:
+        for check in checks:  # noqa: SIM110 - any(<generator>) is what this replaces
+            if check(v):
+                return True
+        return False
+
+    return any_of
 
 
 def compile_checker(schema: dict[str, Any], *, regex: Regex) -> Check | None:

@@ -54,6 +54,7 @@ class FileStore(Store):
         self._paths: dict[tuple[str, str], str] = {}
         self._kinds: dict[str, str] = {}  # record kind → its folder (checked and made once)
         self._shared: set[str] = set()  # sets' .member files known to be plain files
+        self._folders: dict[tuple[str, str], str] = {}
 
     # Paths are plain strings, memoised: name checks and pathlib joins cost more than the
     # small reads and writes they lead to.
@@ -75,6 +76,18 @@ class FileStore(Store):
             if len(self._paths) > 100_000:
                 self._paths.clear()
             self._paths[(kind, key)] = path
+        return path
+
+    def _folder(self, area: str, name: str, what: str) -> str:
+        """``<root>/<area>/<name>`` (``records`` and a kind, ``sets`` and a set), the name
+        checked once; nothing is created."""
+        path = self._folders.get((area, name))
+        if path is None:
+            safe_name(name, what)
+            path = os.path.join(self.root, area, name)
+            if len(self._folders) > 10_000:
+                self._folders.clear()
+            self._folders[(area, name)] = path
         return path
 
     def _lock(self, kind: str, key: str) -> FileLock:
@@ -195,8 +208,7 @@ class FileStore(Store):
             return True
 
     def keys(self, kind: str) -> list[str]:
-        safe_name(kind, "record kind")
-        folder = os.path.join(self.root, "records", kind)
+        folder = self._folder("records", kind, "record kind")
         try:
             names = os.listdir(folder)
         except FileNotFoundError:
@@ -204,8 +216,8 @@ class FileStore(Store):
         return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
 
     def add_member(self, set_name: str, key: str) -> None:
-        safe_name(set_name, "set name")
-        folder = self._dir("sets", set_name)
+        folder = self._made.get(("sets", set_name)) or self._dir(
+            "sets", safe_name(set_name, "set name"))
         marker = os.path.join(folder, safe_name(key, "member"))
         # A marker is a hard link to the set's one empty ``.member`` file, not a file of its
         # own: link(2) allocates no inode. A set whose members come and go (sessions start
@@ -249,14 +261,13 @@ class FileStore(Store):
         return shared
 
     def remove_member(self, set_name: str, key: str) -> None:
-        safe_name(set_name, "set name")
+        folder = self._folder("sets", set_name, "set name")
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(os.path.join(self.root, "sets", set_name, safe_name(key, "member")))
+            os.unlink(os.path.join(folder, safe_name(key, "member")))
 
     def members(self, set_name: str) -> list[str]:
-        safe_name(set_name, "set name")
+        folder = self._folder("sets", set_name, "set name")
         try:
-            return sorted(n for n in os.listdir(os.path.join(self.root, "sets", set_name))
-                          if not n.startswith("."))
+            return sorted(n for n in os.listdir(folder) if not n.startswith("."))
         except FileNotFoundError:
             return []
