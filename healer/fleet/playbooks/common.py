@@ -36,20 +36,18 @@ def as_result(out: Outcome) -> dict[str, Any]:
     return out.as_result()
 
 
+NOT_APPLICABLE = Outcome(False, "channel not applicable", None, "failed")
+
+
 async def probe_one(fctx: FleetContext, node: NodeEntry, name: str) -> Outcome:
-    return (await probe_peer(fctx, node, [name])).channels.get(
-        name, Outcome(False, "channel not applicable", None, "failed"))
+    return (await probe_peer(fctx, node, [name])).channels.get(name, NOT_APPLICABLE)
 
 
 async def probe_until(fctx: FleetContext, node: NodeEntry, name: str, seconds: float,
-                 every: float = 0.25) -> Outcome:
+                      every: float = 0.25) -> Outcome:
     """Probe ``name`` until it works or ``seconds`` pass; the last outcome."""
-    deadline = time.monotonic() + seconds
-    out = await probe_one(fctx, node, name)
-    while not out.ok and time.monotonic() < deadline:
-        await asyncio.sleep(every)
-        out = await probe_one(fctx, node, name)
-    return out
+    out = await settle(fctx, node, name, seconds, every)
+    return out if out is not None else NOT_APPLICABLE
 
 
 async def settle(fctx: FleetContext, node: NodeEntry, name: str, seconds: float,
