@@ -127,16 +127,7 @@ class _Compiler:
 
             return additional
         if key == "items":
-            each = self.compile(value)
-
-            def items(v: Any) -> bool:
-                if type(v) is list:
-                    for item in v:
-                        if not each(item):
-                            return False
-                return True
-
-            return items
+            return _every(list, self.compile(value))
         if key in ("minItems", "maxItems", "minLength", "maxLength", "minProperties",
                    "maxProperties"):
             if type(value) is not int:
@@ -158,16 +149,7 @@ class _Compiler:
             allowed = frozenset((type(o), o) for o in options)
             return lambda v: type(v) in _SCALARS and (type(v), v) in allowed
         if key == "propertyNames":
-            name_ok = self.compile(value)
-
-            def property_names(v: Any) -> bool:
-                if type(v) is dict:
-                    for k in v:
-                        if not name_ok(k):
-                            return False
-                return True
-
-            return property_names
+            return _every(dict, self.compile(value))  # a dict's members are its keys
         if key in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
             return self._bound(key, _number(value))
         if key == "anyOf":
@@ -217,6 +199,19 @@ def _all_of(checks: list[Check]) -> Check:
         return True
 
     return all_of
+
+
+def _every(kind: type, check: Check) -> Check:
+    """Every member of a ``kind`` value (a list's items, a dict's keys) passes ``check``;
+    values of other types are not this keyword's business."""
+    def every(v: Any) -> bool:
+        if type(v) is kind:
+            for member in v:
+                if not check(member):
+                    return False
+        return True
+
+    return every
 
 
 def _any_of(checks: list[Check]) -> Check:
