@@ -52,7 +52,6 @@ class FileStore(Store):
         self.commit = commit or process_commit()
         self._made: dict[tuple[str, ...], str] = {}
         self._paths: dict[tuple[str, str], str] = {}
-        self._kinds: dict[str, str] = {}  # record kind → its folder (checked and made once)
         self._shared: set[str] = set()  # sets' .member files known to be plain files
         self._folders: dict[tuple[str, str], str] = {}
 
@@ -69,14 +68,16 @@ class FileStore(Store):
     def _path(self, kind: str, key: str) -> str:
         path = self._paths.get((kind, key))
         if path is None:
-            folder = self._kinds.get(kind)
-            if folder is None:
-                folder = self._kinds[kind] = self._dir("records", safe_name(kind, "record kind"))
+            folder = self._made_folder("records", kind, "record kind")
             path = f"{folder}/{safe_name(key, 'record key')}.json"
             if len(self._paths) > 100_000:
                 self._paths.clear()
             self._paths[(kind, key)] = path
         return path
+
+    def _made_folder(self, area: str, name: str, what: str) -> str:
+        """``<root>/<area>/<name>``, made if missing; the name checked when first made."""
+        return self._made.get((area, name)) or self._dir(area, safe_name(name, what))
 
     def _folder(self, area: str, name: str, what: str) -> str:
         """``<root>/<area>/<name>`` (``records`` and a kind, ``sets`` and a set), the name
@@ -216,8 +217,7 @@ class FileStore(Store):
         return sorted(n[:-5] for n in names if n.endswith(".json") and not n.startswith("."))
 
     def add_member(self, set_name: str, key: str) -> None:
-        folder = self._made.get(("sets", set_name)) or self._dir(
-            "sets", safe_name(set_name, "set name"))
+        folder = self._made_folder("sets", set_name, "set name")
         marker = os.path.join(folder, safe_name(key, "member"))
         # A marker is a hard link to the set's one empty ``.member`` file, not a file of its
         # own: link(2) allocates no inode. A set whose members come and go (sessions start
