@@ -28,7 +28,7 @@ DELAY_S = 1.5  # the daemon's connect to NATS is let through this long after it 
 @pytest.fixture
 def late_link(fleet: Any) -> Iterator[None]:
     """n2's restart command starts its daemon on a NATS relay that greets ``DELAY_S`` late;
-    afterwards the daemon is started again the usual way."""
+    afterwards its daemon is stopped (the next test's reset starts it the usual way)."""
     n2 = fleet.node("n2")
     real = urlsplit(n2.nats_url)
     loop = asyncio.new_event_loop()
@@ -48,7 +48,6 @@ def late_link(fleet: Any) -> Iterator[None]:
         asyncio.run_coroutine_threadsafe(relay.__aexit__(None, None, None), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
-        fleet.reset()
 
 
 def test_a_restarted_daemon_s_late_nats_link_is_not_a_second_fault(
