@@ -48,7 +48,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -137,8 +137,9 @@ def migrate(store: Store, ledger: core.Ledger) -> int:
 class _KeyedAudit(Audit):
     """The audit trail under the ledger's incident ids, addressed by this capability's keys."""
 
-    def write(self, event: str, incident: str = "", **fields: Any) -> None:
-        super().write(event, core.incident_id("code", incident) if incident else "", **fields)
+    def write_many(self, events: Sequence[tuple[str, str, Mapping[str, Any]]]) -> None:
+        super().write_many([(event, core.incident_id("code", incident) if incident else "",
+                             fields) for event, incident, fields in events])
 
     def read(self, incident: str = "", *, limit: int = 0) -> list[dict[str, Any]]:
         return super().read(core.incident_id("code", incident) if incident else "",

@@ -423,13 +423,17 @@ class Ledger:
                            stat=("decisions", decision.reason) if decision else None)
         action = out.get("action", "ignored")
         # The trail keeps what changed: a repeat the gate judges as before is only counted.
+        trail: list[tuple[str, str, dict[str, Any]]] = []
         if action != "duplicate":
-            self._audit(action, signal.id, source=signal.source, signal=signal.status,
-                        status=data.get("status", "") if data else "")
+            trail.append((action, signal.id, {"source": signal.source, "signal": signal.status,
+                                              "status": data.get("status", "") if data else ""}))
         if decision is not None and data is not None and (
                 action != "duplicate" or out.get("previous_reason") != decision.reason):
-            self._audit("gate", signal.id, decision=decision.reason,
-                        message=decision.message[:500], attempt_id=decision.attempt_id)
+            trail.append(("gate", signal.id, {"decision": decision.reason,
+                                              "message": decision.message[:500],
+                                              "attempt_id": decision.attempt_id}))
+        if trail and self.audit is not None:
+            self.audit.write_many(trail)  # one append for both lines
         return Receipt(signal.id, action, data.get("status", "") if data else "", data)
 
     def _repeat(self, signal: Signal, decision: Decision, now: float) -> Receipt | None:
