@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from healer.core.bus.ledger import AgentResult
+from healer.core.bus.ledger import AgentResult, Applied
 from healer.core.bus.validate import RESULT_NAME
 from healer.core.bus.watch import ResultsBus
 from healer.core.names import is_safe_name
@@ -100,10 +100,12 @@ class JetStreamResultsBus(ResultsBus):
                     raise StoreError(f"could not publish {result.name}: {exc}") from exc
                 time.sleep(0.5)
 
-    def dispatch_batch(self, results: list[AgentResult]) -> None:
-        """Publish each; the consumer applies them (one node each)."""
+    def dispatch_batch(self, results: list[AgentResult]) -> Applied | None:
+        """Publish each; the consumer applies them (one node each). A publish returns once
+        the stream has it: nothing is left to wait for before the files move."""
         for result in results:
             self.dispatch(result)
+        return None
 
     async def _consume(self) -> None:
         import nats.errors

@@ -12,17 +12,29 @@ A crash before 2 leaves the file to be seen again; a crash after 2 finds the led
 the file is only moved; a crash during 3 leaves the marker, and start-up delivers the ledger
 record to the subscribers again.
 
-A batch of results (``apply_results``: what the watcher found ready at once) is one group
-commit. One marker ``batch-<key>`` and one durable journal record ``results-journal/<key>``
-holding every record of the batch come first; then each record is created (create-only, as
-above) without its own flush to disk, the subscribers are called, the marker is removed and
-the files move. A file store pays two fsyncs and one marker per batch instead of per result.
-The records reach the disk with the kernel's writeback (``vm.dirty_expire``, 30 s by default);
-a power loss before that may take some, so start-up (``recover``) puts back every record of
-the journal that is missing or unreadable and delivers it again, and delivers again the
-records a batch whose marker survived created (the subscribers key their changes on
-``result.id``). A journal record older than ``JOURNAL_KEEP_S`` has long been written back and
-is pruned.
+A batch of results (what the watcher found ready at once) is one group commit. One marker
+``batch-<key>`` and the batch's own journal record ``results-journal/<key>`` (all its records:
+what a crash of this process during delivery needs to deliver them again) come first; then
+each record is created (create-only, as above) and the subscribers are called — none of it
+flushed to disk one by one. ``settle`` then makes one or more applied batches durable with one
+journal record holding every record they created (its fsync and its folder's: two per round,
+however many batches and results), and removes their markers; only then do the files move.
+
+The results bus (``dispatch_batch``) delivers a batch at once and leaves ``settle`` to its
+mover thread: a record is visible to every process, and survives a crash of this one, the
+moment it is created, so a slow disk delays only the files' move, never the subscribers.
+What a power loss can do before ``settle`` returns: the batch's files are still in the
+results dir, so the next start applies again what left no ledger record and delivers it
+again; a record that reached the disk without its journal is a duplicate there, delivered
+before the power loss. Either way each result has one ledger record, and subscribers (which
+key their changes on ``result.id``) may see it twice — as after a crash during 3.
+(``apply_results`` does both steps before it returns.)
+
+The ledger records reach the disk with the kernel's writeback (``vm.dirty_expire``, 30 s by
+default); a power loss before that may take some, so start-up (``recover``) puts back every
+record of the journal that is missing or unreadable and delivers it again, and delivers again
+the records a batch whose marker survived created. A journal record older than
+``JOURNAL_KEEP_S`` has long been written back and is pruned.
 """
 
 from __future__ import annotations
@@ -71,6 +83,16 @@ class AgentResult:
 Subscriber = Callable[[AgentResult], None]
 
 
+@dataclass(frozen=True)
+class Applied:
+    """A batch applied and delivered, to be made durable (``Ledger.settle``): its pending
+    mark, and the ledger records it created, for one journal record (none for a lone
+    result, whose record is flushed itself)."""
+
+    mark: str
+    records: dict[str, dict[str, Any]]
+
+
 @dataclass
 class BusStats:
     applied: int = 0
@@ -79,7 +101,7 @@ class BusStats:
     subscriber_errors: int = 0
     seeds: int = 0
     waits: int = 0  # looks at an incomplete file that left it waiting for its writer
-    commits: int = 0  # durable ledger writes: one per single result, one per batch
+    commits: int = 0  # rounds of durable ledger writes (one journal record, two fsyncs)
     last_rejections: list[tuple[str, str]] = field(default_factory=list)
 
 
@@ -116,30 +138,37 @@ class Ledger:
         """Where a valid result goes: applied here (a shared-bus subclass publishes it)."""
         self.apply_result(result)
 
-    def dispatch_batch(self, results: list[AgentResult]) -> None:
-        """Where a batch of valid results goes: applied here with one group commit."""
-        self.apply_results(results)
+    def dispatch_batch(self, results: list[AgentResult]) -> Applied | None:
+        """Where a batch of valid results goes: applied here and delivered at once. Returns
+        what ``settle`` makes durable before the files may move (None: nothing to wait for)."""
+        return self._begin_batch(results)[1] if results else None
 
     def apply_result(self, result: AgentResult) -> bool:
         """Apply once: create the ledger record, then run the subscribers. False if the
         result was applied before (by this process, an earlier run or another node)."""
-        return self._apply_one(result)
+        return self.apply_results([result])[0]
 
     def apply_results(self, results: list[AgentResult]) -> list[bool]:
         """Apply each result once, a batch with one durable write (see the module doc); for
-        each result, False if it was applied before."""
+        each result, False if it was applied before. Returns once the batch is on disk."""
         if len(results) == 1:
-            return [self._apply_one(results[0])]
-        if not results:
-            return []
+            applied, pending = self._begin_one(results[0])
+        else:
+            applied, pending = self._begin_batch(results) if results else ([], None)
+        if pending is not None:
+            self.settle([pending])
+        return applied
+
+    def _begin_batch(self, results: list[AgentResult]) -> tuple[list[bool], Applied]:
+        """Apply and deliver ``results``; (which were new, what is left to make durable)."""
         key = _batch_key()
         docs = {r.id: _record(r) for r in results}
         self.store.add_member(self.pending_set, BATCH_MARK + key)
-        # From here the batch's application survives a power loss: the journal has it all.
-        # Create-only: the key is new (time, pid, random), so no lock and no read are needed.
-        self.store.put(JOURNAL, key, {"at": time.time(), "records": docs}, expected_revision=0)
-        self.store.sync()  # on disk before anything is applied (store.sync may be batched)
-        self.stats.commits += 1
+        # What a crash of this process during delivery needs to deliver the batch again (a
+        # power loss is the business of ``settle``'s journal record). Create-only: the key is
+        # new (time, pid, random), so no lock and no read are needed.
+        self.store.put(JOURNAL, key, {"at": time.time(), "records": docs}, expected_revision=0,
+                       durable=False)
         fresh: list[AgentResult] = []
         for result in results:
             try:
@@ -152,24 +181,36 @@ class Ledger:
         for result in fresh:
             self._deliver(result)
             self.stats.applied += 1
-        self.store.remove_member(self.pending_set, BATCH_MARK + key)
         applied = {id(r) for r in fresh}
-        return [id(r) in applied for r in results]
+        return ([id(r) in applied for r in results],
+                Applied(BATCH_MARK + key, {r.id: docs[r.id] for r in fresh}))
 
-    def _apply_one(self, result: AgentResult) -> bool:
+    def _begin_one(self, result: AgentResult) -> tuple[list[bool], Applied | None]:
         self.store.add_member(self.pending_set, result.id)
         try:
-            self.store.create(LEDGER, result.id, _record(result))
+            self.store.create(LEDGER, result.id, _record(result))  # flushed on its own
         except ConflictError:
             self.store.remove_member(self.pending_set, result.id)
             self.stats.duplicates += 1
-            return False
-        self.store.sync()  # the application is on disk before anyone acts on it
-        self.stats.commits += 1
+            return [False], None
         self._deliver(result)
-        self.store.remove_member(self.pending_set, result.id)
         self.stats.applied += 1
-        return True
+        return [True], Applied(result.id, {})
+
+    def settle(self, batches: list[Applied]) -> None:
+        """Make applied batches durable with one journal record for all of them (one round
+        of fsyncs however many batches there are), then drop their pending marks."""
+        if not batches:
+            return
+        records = {rid: doc for b in batches for rid, doc in b.records.items()}
+        if records:
+            self.store.put(JOURNAL, _batch_key(), {"at": time.time(), "records": records},
+                           expected_revision=0)
+        # This journal record and a lone result's own record, not what was written since.
+        self.store.sync_point()()
+        self.stats.commits += 1
+        for b in batches:
+            self.store.remove_member(self.pending_set, b.mark)
 
     def _deliver(self, result: AgentResult) -> None:
         for kind, fn in list(self._subs):
@@ -197,12 +238,18 @@ class Ledger:
 
     def _replay_journal(self) -> None:
         marks = {m for m in self.store.members(self.pending_set) if m.startswith(BATCH_MARK)}
+        delivered: set[str] = set()  # a record is in its batch's journal and its round's
         for key in self.store.keys(JOURNAL):
-            batch = self.store.get(JOURNAL, key)
+            try:
+                batch = self.store.get(JOURNAL, key)
+            except StoreError:  # a batch's own record a power loss left empty: the round's
+                continue        # journal record (or the results dir) has its records
             if batch is None:
                 continue
             interrupted = BATCH_MARK + key in marks
             for rid, doc in batch.data["records"].items():
+                if rid in delivered:
+                    continue
                 try:
                     current = self.store.get(LEDGER, rid)
                 except StoreError:  # a record whose content the crash did not write
@@ -213,6 +260,7 @@ class Ledger:
                     self.store.put(LEDGER, rid, doc)
                 elif not (interrupted and current.data == doc):
                     continue  # delivered, or applied by an earlier batch (a duplicate)
+                delivered.add(rid)
                 self._deliver(_result(rid, doc))
             if interrupted:
                 self.store.remove_member(self.pending_set, BATCH_MARK + key)

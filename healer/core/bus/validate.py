@@ -55,6 +55,7 @@ class Checked:
     target: str
     epoch: int
     data: dict[str, Any]
+    ino: int = 0  # the file checked: a file put in its place later is not this one
 
 
 class Incomplete(Exception):
@@ -132,7 +133,7 @@ def check_file(path: str | Path, *, max_file_bytes: int, max_json_depth: int, se
         )
     digest = hashlib.sha256(name.encode() + b"\0" + raw).hexdigest()[:32]
     return Checked(id=digest, kind=m["kind"], target=m["target"], epoch=int(m["epoch"]),
-                   data=data)
+                   data=data, ino=st.st_ino)
 
 
 def _read_all(fd: int, size: int, max_file_bytes: int) -> bytes:

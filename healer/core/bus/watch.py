@@ -27,17 +27,21 @@ descriptors of the checked folders, so a folder swapped for a symlink later is r
 The same watcher also takes the fleet's seed files from this node's inbox.
 
 Speed: the kernel's events are read straight from inotify (``healer.core.bus.inotify``; a
-whole read of events queued under one lock; watchdog only where inotify is missing). Two
+whole read of events queued under one lock; watchdog only where inotify is missing). Three
 threads share the work: the checker takes every file that is due (up to ``BATCH_MAX``), sets
-the bad ones aside and hands the valid ones to the applier, which commits everything handed
-over since its last commit as one batch (up to ``APPLY_MAX``) with one durable ledger write
-(``Ledger.apply_results``: two fsyncs per batch, not per file). Batches so grow with the
-rate, and a slow fsync holds up neither the checking nor the next batch. A file still being
-written waits in the queue with a delay and never holds up the files behind it; any event on
-it (above all the writer's close-after-write) makes it due at once, so a writer that
-finished costs no settle or poll time. Events on writes in progress (dot-files, ``*.tmp``)
-queue nothing; the rescan finds those abandoned. A file being applied is not checked again
-meanwhile (a rescan may see it before it moves).
+the bad ones aside and hands the valid ones to the applier, which applies and delivers
+everything handed over since its last batch as one (up to ``APPLY_MAX``:
+``Ledger.dispatch_batch``) and hands it to the mover, which makes every batch applied since
+its last round durable (one journal record, two fsyncs: ``Ledger.settle``) and then moves
+their files to ``applied/`` — each only if it is still the file that was checked. A slow
+fsync (a busy disk's takes a tenth of a second now and then) so holds up neither the
+checking nor the delivery, only the files' move. A file still being written waits in the
+queue with a delay and never holds up the files behind it; any event on it (above all the
+writer's close-after-write) makes it due at once, so a writer that finished costs no settle
+or poll time. Events on writes in progress (dot-files, ``*.tmp``) queue nothing; the rescan
+finds those abandoned. A file being applied is not checked again meanwhile (a rescan may see
+it before it moves); an event on its name then (a new file in its place) has it checked
+again once the batch is done.
 """
 
 from __future__ import annotations
@@ -52,10 +56,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from healer.core import safedirs, seeds
 from healer.core.bus import inotify
-from healer.core.bus.ledger import AgentResult, Ledger
+from healer.core.bus.ledger import AgentResult, Applied, Ledger
 from healer.core.bus.libc import rename_noreplace
 from healer.core.bus.validate import (
     RESULT_NAME,
@@ -79,11 +84,20 @@ ABANDONED_S = 600.0
 SUBDIRS = ("applied", "rejected")
 WATCHERS = ("inotify", "watchdog")  # inotify read directly (Linux), or watchdog's observer
 BATCH_MAX = 64  # files the checker takes from the queue at once
-APPLY_MAX = 512  # checked results the applier takes at once: one journal record, two fsyncs
+APPLY_MAX = 512  # checked results the applier takes at once (one delivery batch)
 READY_MAX = 2048  # checked results waiting for the applier before the checker waits too
+MOVING_MAX = 64  # applied batches waiting for the disk before the applier waits too
 PRUNE_EVERY_S = 60.0
 
 SeedSubscriber = Callable[[seeds.Seed], None]
+
+
+class Ready(NamedTuple):
+    """A checked result file on its way through the applier and the mover."""
+
+    path: str
+    result: AgentResult
+    ino: int  # the file that was checked: only it is moved to applied/
 
 
 class ResultsBus(Ledger):
@@ -125,16 +139,21 @@ class ResultsBus(Ledger):
         # Queued files are path strings, not Path objects: a Path costs more to make, hash and
         # name than the checking of a small result file does (a fifth of the bus's time).
         self._inbox = str(self.inbox_dir) if self.inbox_dir is not None else None
-        self._ready: list[tuple[str, AgentResult]] = []  # checked, for the applier
-        self._inflight: set[str] = set()  # their paths: not checked again meanwhile
+        self._ready: list[Ready] = []  # checked, for the applier
+        self._inflight: set[str] = set()  # their paths: not checked again meanwhile, but
+        self._again: set[str] = set()      # looked at again once moved (an event came)
         self._queue: list[tuple[float, int, str]] = []  # (due, seq, path) heap
         self._due: dict[str, float] = {}  # path → when it is due; heap entries not matching
         self._seq = 0                      # it are stale (the file was made due sooner)
         self._busy = 0  # files taken from the queue and not done with yet
         self._stop = threading.Event()
         self._checked_all = threading.Event()  # the checker stopped: the applier ends when idle
+        # Applied batches waiting for the disk, then their move (None: nothing to wait for).
+        self._moving: list[tuple[Applied | None, list[Ready]]] = []
+        self._applied_all = threading.Event()  # the applier stopped: the mover ends when idle
         self._worker: threading.Thread | None = None
         self._applier: threading.Thread | None = None
+        self._mover: threading.Thread | None = None
         self._observer: inotify.DirWatcher | WatchdogWatcher | None = None
         self._last_rescan = 0.0
         self._last_prune = 0.0
@@ -158,7 +177,11 @@ class ResultsBus(Ledger):
         self.recover()
         self._stop.clear()
         self._checked_all.clear()
+        self._applied_all.clear()
         self.rescan()  # queued in full first: what waited for the start goes in full batches
+        self._mover = threading.Thread(target=self._move_loop, name="healer-bus-move",
+                                       daemon=True)
+        self._mover.start()
         self._applier = threading.Thread(target=self._apply_loop, name="healer-bus-apply",
                                          daemon=True)
         self._applier.start()
@@ -199,6 +222,9 @@ class ResultsBus(Ledger):
         if self._applier is not None:  # it applies what was checked before it ends
             self._applier.join(timeout)
             self._applier = None
+        if self._mover is not None:  # it moves what was applied before it ends
+            self._mover.join(timeout)
+            self._mover = None
 
     def drain(self, timeout: float = 30.0) -> bool:
         """Wait until nothing is queued or being processed (for --once and tests)."""
@@ -279,8 +305,10 @@ class ResultsBus(Ledger):
                     due, _, path = heapq.heappop(self._queue)
                     if self._due.get(path) == due:  # else stale: queued again sooner
                         del self._due[path]
-                        if path not in self._inflight:  # else checked, being applied
+                        if path not in self._inflight:
                             batch.append(path)
+                        else:  # checked, being applied: perhaps a new file in its place
+                            self._again.add(path)
                 if batch:
                     self._busy += len(batch)
                     return batch
@@ -299,7 +327,7 @@ class ResultsBus(Ledger):
                     self.rescan()
                     self._maybe_prune()
                     continue
-                ready: list[tuple[str, AgentResult]] = []
+                ready: list[Ready] = []
                 try:
                     ready = self._check_batch(batch)
                 except Exception:  # the loop never dies of one batch
@@ -311,37 +339,85 @@ class ResultsBus(Ledger):
             with self._cond:
                 self._ready_cond.notify_all()
 
-    def _hand_over(self, ready: list[tuple[str, AgentResult]], taken: int) -> None:
+    def _hand_over(self, ready: list[Ready], taken: int) -> None:
         with self._cond:
             while len(self._ready) >= READY_MAX and not self._stop.is_set():
                 self._ready_cond.wait(0.1)
             self._ready.extend(ready)
-            self._inflight.update(path for path, _ in ready)
+            self._inflight.update(r.path for r in ready)
             self._busy -= taken - len(ready)
             self._ready_cond.notify_all()
             self._cond.notify_all()
 
     def _apply_loop(self) -> None:
-        """The applier: commits everything checked since its last commit as one batch (up to
-        ``APPLY_MAX``), so batches grow with the rate and an fsync that takes long holds up
-        neither the checking nor the next commit's size."""
+        """The applier: applies and delivers everything checked since its last batch as one
+        (up to ``APPLY_MAX``), so batches grow with the rate, and hands it to the mover."""
+        try:
+            while True:
+                with self._cond:
+                    while not self._ready:
+                        if self._checked_all.is_set():
+                            return
+                        self._ready_cond.wait(1.0)
+                    batch, self._ready = self._ready[:APPLY_MAX], self._ready[APPLY_MAX:]
+                    self._ready_cond.notify_all()  # room for the checker
+                applied, ok = None, False
+                try:
+                    applied, ok = self._apply(batch), True
+                except Exception:  # the loop never dies of one batch
+                    log.exception("bus: unexpected error applying %d results", len(batch))
+                finally:
+                    self._hand_to_mover(applied, batch, ok)
+        finally:
+            self._applied_all.set()
+            with self._cond:
+                self._ready_cond.notify_all()
+
+    def _hand_to_mover(self, applied: Applied | None, batch: list[Ready], ok: bool) -> None:
+        """A batch that failed to apply (not ``ok``) is not moved: it is seen again."""
+        with self._cond:
+            if not ok:
+                self._done_with(batch)
+                return
+            while len(self._moving) >= MOVING_MAX and not self._stop.is_set():
+                self._ready_cond.wait(0.1)
+            self._moving.append((applied, batch))
+            self._ready_cond.notify_all()
+
+    def _move_loop(self) -> None:
+        """The mover: makes every batch applied since its last round durable (one journal
+        record, one round of fsyncs), then moves their files to ``applied/``."""
         while True:
             with self._cond:
-                while not self._ready:
-                    if self._checked_all.is_set():
+                while not self._moving:
+                    if self._applied_all.is_set():
                         return
                     self._ready_cond.wait(1.0)
-                batch, self._ready = self._ready[:APPLY_MAX], self._ready[APPLY_MAX:]
-                self._ready_cond.notify_all()  # room for the checker
+                moving, self._moving = self._moving, []
+                self._ready_cond.notify_all()  # room for the applier
+            files = [r for _, batch in moving for r in batch]
             try:
-                self._apply(batch)
-            except Exception:  # the loop never dies of one batch
-                log.exception("bus: unexpected error applying %d results", len(batch))
+                self.settle([applied for applied, _ in moving if applied is not None])
+                self._move_applied(files)
+            except Exception:  # the loop never dies of one round; its files stay
+                log.exception("bus: unexpected error settling %d results", len(files))
             finally:
                 with self._cond:
-                    self._inflight.difference_update(path for path, _ in batch)
-                    self._busy -= len(batch)
-                    self._cond.notify_all()
+                    self._done_with(files)
+
+    def _done_with(self, batch: list[Ready]) -> None:
+        """Under ``self._cond``: the batch's files may be checked again (those an event came
+        for meanwhile are, at once); drain sees them."""
+        now = time.monotonic()
+        for r in batch:
+            self._inflight.discard(r.path)
+            if r.path in self._again:
+                self._again.discard(r.path)
+                self._due[r.path] = now
+                self._seq += 1
+                heapq.heappush(self._queue, (now, self._seq, r.path))
+        self._busy -= len(batch)
+        self._cond.notify_all()
 
     def _maybe_prune(self) -> None:
         if time.monotonic() - self._last_prune < PRUNE_EVERY_S:
@@ -354,20 +430,20 @@ class ResultsBus(Ledger):
 
     # -- processing ------------------------------------------------------------------------
 
-    def _check_batch(self, paths: list[str]) -> list[tuple[str, AgentResult]]:
+    def _check_batch(self, paths: list[str]) -> list[Ready]:
         """Handle what can be handled of each file alone; the valid results, to apply."""
-        ready: list[tuple[str, AgentResult]] = []
+        ready: list[Ready] = []
         for path in paths:
             try:
-                result = self._process(path)
+                checked = self._process(path)
             except Exception:  # one odd file never stops the batch
                 log.exception("bus: unexpected error on %s", path)
                 continue
-            if result is not None:
-                ready.append((path, result))
+            if checked is not None:
+                ready.append(checked)
         return ready
 
-    def _process(self, path: str) -> AgentResult | None:
+    def _process(self, path: str) -> Ready | None:
         """Handle what can be handled of ``path`` alone; a valid result to apply, or None."""
         folder, _, name = path.rpartition("/")
         if folder == self._inbox:
@@ -421,33 +497,42 @@ class ResultsBus(Ledger):
         if age > ABANDONED_S:
             self._reject(name, f"partial write abandoned for {int(age)} s")
 
-    def _load(self, path: str, name: str) -> AgentResult:
+    def _load(self, path: str, name: str) -> Ready:
         c = check_file(path, max_file_bytes=self.max_file_bytes,
                        max_json_depth=self.max_json_depth, settle_s=self.settle_s,
                        clock=self._clock, name=name)
-        return AgentResult(id=c.id, name=name, kind=c.kind, target=c.target,
-                           epoch=c.epoch, data=c.data, received_at=self._clock())
+        return Ready(path, AgentResult(id=c.id, name=name, kind=c.kind, target=c.target,
+                                       epoch=c.epoch, data=c.data, received_at=self._clock()),
+                     c.ino)
 
-    def _apply(self, ready: list[tuple[str, AgentResult]]) -> None:
-        """Apply (or publish) the batch, then move each file; a batch that fails stays in
-        the results dir to be seen again (the ledger makes that harmless)."""
-        self.dispatch_batch([result for _, result in ready])
-        for _, result in ready:
-            self._file_event(result, result.name)
-        self._move_applied([result.name for _, result in ready])
+    def _apply(self, ready: list[Ready]) -> Applied | None:
+        """Apply (or publish) the batch; what is left to make durable before its files move.
+        A batch that fails stays in the results dir to be seen again (the ledger makes that
+        harmless)."""
+        applied = self.dispatch_batch([r.result for r in ready])
+        for r in ready:
+            self._file_event(r.result, r.result.name)
+        return applied
 
-    def _move_applied(self, names: list[str]) -> None:
-        """Move applied files into ``applied/``, the folders opened and checked once."""
+    def _move_applied(self, files: list[Ready]) -> None:
+        """Move applied files into ``applied/``, the folders opened and checked once. A file
+        that is no longer the one checked (a writer put a new one in its place) stays, to be
+        checked in turn."""
         try:
             with safedirs.opened(self.results_dir, "applied") as dst, \
                     safedirs.opened(self.results_dir) as src:
-                for name in names:
+                for r in files:
+                    name = r.result.name
                     with contextlib.suppress(FileNotFoundError):
+                        if os.stat(name, dir_fd=src, follow_symlinks=False).st_ino != r.ino:
+                            with self._cond:
+                                self._again.add(r.path)
+                            continue
                         # One renameat2 where it works; a taken name gets .2, .3 … as before.
                         if not rename_noreplace(src, name, dst, name):
                             safedirs.move(src, name, dst)
         except UnsafeDirError as exc:
-            log.error("bus: %s; %d applied files stay in the results dir", exc, len(names))
+            log.error("bus: %s; %d applied files stay in the results dir", exc, len(files))
 
     def _move(self, name: str, sub: str, reason: str | None = None) -> str | None:
         """Move the results dir's file ``name`` into ``sub``/ (and write its ``.reason``)

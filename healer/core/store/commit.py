@@ -109,10 +109,14 @@ class GroupCommit:
                 if lo <= ticket <= hi:
                     raise StoreError(f"a write could not be synced to disk: {why}")
 
+    def ticket(self) -> int:
+        """The ticket of the last write so far: ``wait`` on it to wait for all of them."""
+        with self._cond:
+            return self._written
+
     def sync(self, timeout: float | None = None) -> None:
         """Block until everything written so far is on disk."""
-        with self._cond:
-            ticket = self._written
+        ticket = self.ticket()
         if ticket:
             self.wait(ticket, timeout)
 
