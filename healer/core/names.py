@@ -44,21 +44,11 @@ def safe_name(name: object, what: str = "name") -> str:
 
 
 def is_safe_name(name: object) -> bool:
-    if type(name) is str and name in _SAFE:  # every report asks about its incident's key
-        return True
     try:
         safe_name(name)
     except UnsafeNameError:
         return False
-    if type(name) is str:
-        if len(_SAFE) >= _SAFE_MAX:
-            _SAFE.clear()
-        _SAFE[name] = None
     return True
-
-
-_SAFE: dict[str, None] = {}  # names found safe (only those: nothing else is kept)
-_SAFE_MAX = 4096
 
 
 def safe_host(host: object, what: str = "host") -> str:
