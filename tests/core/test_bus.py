@@ -481,3 +481,25 @@ class TestRejectionReasons:
         (results / "rejected" / "a.json.reason").write_text("")
         assert read_result(results / "a.json") == (
             None, "the bus rejected the agent's result: ?")
+
+
+def test_a_result_moved_while_it_is_read_is_read_where_it_went(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bus moves a result to ``applied/`` once its batch is on disk, which may be just
+    after a reader found it in the results dir: the reader finds it again where it went."""
+    from healer.core.bus import results as found
+
+    results = tmp_path / "results"
+    (results / "applied").mkdir(parents=True)
+    path = drop_result(results, "diagnose", "mac1", epoch=1700000000)
+    real_find = found.find_result
+
+    def find_then_move(p: Path) -> Path | None:
+        where = real_find(p)
+        if where == path:  # the bus's move lands between finding and reading
+            path.rename(results / "applied" / path.name)
+        return where
+
+    monkeypatch.setattr(found, "find_result", find_then_move)
+    doc, why = found.read_result(path)
+    assert why == "" and doc is not None and doc["target"] == "mac1"

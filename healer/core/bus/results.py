@@ -21,6 +21,15 @@ def find_result(path: Path) -> Path | None:
 
 def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
     """(the agent's result, '') or (None, why it is missing or unusable)."""
+    for _ in range(3):  # the bus may move the file between its finding and its reading
+        try:
+            return _read_found(path)
+        except FileNotFoundError:
+            continue
+    return None, "the agent's result file kept moving while it was read"
+
+
+def _read_found(path: Path) -> tuple[dict[str, Any] | None, str]:
     where = find_result(path)
     if where is None:
         return None, "the agent wrote no result file"
@@ -33,6 +42,8 @@ def read_result(path: Path) -> tuple[dict[str, Any] | None, str]:
         if where.stat().st_size > MAX_RESULT_BYTES:
             return None, f"the agent's result is larger than {MAX_RESULT_BYTES} bytes"
         data = loads_strict(where.read_bytes())
+    except FileNotFoundError:
+        raise
     except (OSError, StrictJSONError) as exc:
         return None, f"the agent's result is not valid JSON: {exc}"
     if not isinstance(data, dict):
