@@ -161,14 +161,19 @@ class Ledger:
 
     def _begin_batch(self, results: list[AgentResult]) -> tuple[list[bool], Applied]:
         """Apply and deliver ``results``; (which were new, what is left to make durable)."""
-        key = _batch_key()
         docs = {r.id: _record(r) for r in results}
-        self.store.add_member(self.pending_set, BATCH_MARK + key)
-        # What a crash of this process during delivery needs to deliver the batch again (a
-        # power loss is the business of ``settle``'s journal record). Create-only: the key is
-        # new (time, pid, random), so no lock and no read are needed.
-        self.store.put(JOURNAL, key, {"at": time.time(), "records": docs}, expected_revision=0,
-                       durable=False)
+        if len(results) == 1:  # its own id marks it, as ``_begin_one``'s: no journal needed
+            mark = results[0].id
+            self.store.add_member(self.pending_set, mark)
+        else:
+            key = _batch_key()
+            mark = BATCH_MARK + key
+            self.store.add_member(self.pending_set, mark)
+            # What a crash of this process during delivery needs to deliver the batch again
+            # (a power loss is the business of ``settle``'s journal record). Create-only: the
+            # key is new (time, pid, random), so no lock and no read are needed.
+            self.store.put(JOURNAL, key, {"at": time.time(), "records": docs},
+                           expected_revision=0, durable=False)
         fresh: list[AgentResult] = []
         for result in results:
             try:
@@ -182,8 +187,7 @@ class Ledger:
             self._deliver(result)
             self.stats.applied += 1
         applied = {id(r) for r in fresh}
-        return ([id(r) in applied for r in results],
-                Applied(BATCH_MARK + key, {r.id: docs[r.id] for r in fresh}))
+        return [id(r) in applied for r in results], Applied(mark, {r.id: docs[r.id] for r in fresh})
 
     def _begin_one(self, result: AgentResult) -> tuple[list[bool], Applied | None]:
         self.store.add_member(self.pending_set, result.id)
