@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 4
+#define NATIVE_VERSION 5
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -1999,6 +1999,137 @@ fail:
     return NULL;
 }
 
+/* line_texts(raws, most, text_of) -> texts: Engine._texts. A line of printable ASCII (tabs
+ * allowed) is its own text, cut to `most` characters with an ellipsis; any other line is
+ * text_of(raw) (Engine._text: decoding, controls). Each text is made on its own: the
+ * lines are not joined, decoded and split again, three copies of every alert line in fresh
+ * memory, which costs more than the decoding. */
+static PyObject *line_texts(PyObject *self, PyObject *args) {
+    PyObject *raws, *text_of;
+    Py_ssize_t most;
+    if (!PyArg_ParseTuple(args, "O!nO:line_texts", &PyList_Type, &raws, &most, &text_of))
+        return NULL;
+    if (most < 1) {
+        PyErr_SetString(PyExc_ValueError, "line_texts: most must be positive");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(raws);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *raw = PyList_GET_ITEM(raws, k), *text = NULL;
+        const unsigned char *s = NULL;
+        Py_ssize_t n = 0, i = 0;
+        int plain = PyBytes_Check(raw) || PyByteArray_Check(raw);
+        if (plain && line_data(raw, &s, &n) < 0) goto fail;
+        while (i < n && ((s[i] >= 0x20 && s[i] < 0x7f) || s[i] == '\t')) i++;
+        if (!plain || i < n) {
+            text = PyObject_CallOneArg(text_of, raw);
+        } else if (n <= most) {
+            text = PyUnicode_New(n, 127);
+            if (text != NULL) memcpy(PyUnicode_DATA(text), s, (size_t)n);
+        } else {  /* cut: most - 1 characters and U+2026 */
+            text = PyUnicode_New(most, 0x2026);
+            if (text != NULL) {
+                Py_UCS2 *w = PyUnicode_2BYTE_DATA(text);
+                for (Py_ssize_t j = 0; j < most - 1; j++) w[j] = s[j];
+                w[most - 1] = 0x2026;
+            }
+        }
+        if (text == NULL) goto fail;
+        PyList_SET_ITEM(out, k, text);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* alert_counts(alerts) -> (per_index, kinds) | NotImplemented: what the scan's summary counts
+ * of its alerts, in one pass without a Python frame per alert. per_index: pattern.index ->
+ * alerts, for the alerts with a pattern; kinds: (origin, source, level, severity) -> alerts
+ * (services.ServiceTally). Both dicts in the order the keys first occur. NotImplemented for
+ * anything but Alert-shaped tuples. */
+enum { A_SEVERITY = 3, A_LEVEL = 10, A_ORIGIN = 11 };
+
+static int bump(PyObject *dict, PyObject *key, Py_ssize_t n) {
+    PyObject *had = PyDict_GetItemWithError(dict, key);
+    if (had == NULL && PyErr_Occurred()) return -1;
+    Py_ssize_t now = n;
+    if (had != NULL) {
+        Py_ssize_t before = PyLong_AsSsize_t(had);
+        if (before == -1 && PyErr_Occurred()) return -1;
+        now += before;
+    }
+    PyObject *v = PyLong_FromSsize_t(now);
+    if (v == NULL) return -1;
+    int bad = PyDict_SetItem(dict, key, v);
+    Py_DECREF(v);
+    return bad;
+}
+
+static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
+    if (!PyList_Check(alerts)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(alerts);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *a = PyList_GET_ITEM(alerts, k);
+        if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != F_N) Py_RETURN_NOTIMPLEMENTED;
+    }
+    PyObject *per_index = PyDict_New(), *kinds = PyDict_New(), *index_name = NULL;
+    PyObject *last_pattern = NULL, *last_index = NULL;  /* runs of one pattern: one lookup */
+    PyObject *run_key[4] = {NULL, NULL, NULL, NULL}, *run_tuple = NULL;
+    Py_ssize_t run_index = 0, run_kind = 0;
+    if (per_index == NULL || kinds == NULL) goto fail;
+    index_name = PyUnicode_InternFromString("index");
+    if (index_name == NULL) goto fail;
+    /* Consecutive alerts mostly share their pattern and their kind's objects: a run is
+     * counted, then added once. */
+    for (Py_ssize_t k = 0; k <= count; k++) {
+        PyObject *a = k < count ? PyList_GET_ITEM(alerts, k) : NULL;
+        PyObject *pattern = a ? PyTuple_GET_ITEM(a, F_PATTERN) : NULL;
+        if (pattern != last_pattern || a == NULL) {
+            if (last_index != NULL && run_index && bump(per_index, last_index, run_index) < 0)
+                goto fail;
+            Py_CLEAR(last_index);
+            run_index = 0;
+            last_pattern = pattern;
+            if (pattern != NULL) {
+                int truthy = PyObject_IsTrue(pattern);
+                if (truthy < 0) goto fail;
+                if (truthy && (last_index = PyObject_GetAttr(pattern, index_name)) == NULL)
+                    goto fail;
+            }
+        }
+        if (last_index != NULL) run_index++;
+        PyObject *key[4] = {NULL, NULL, NULL, NULL};
+        if (a != NULL) {
+            key[0] = PyTuple_GET_ITEM(a, A_ORIGIN);
+            key[1] = PyTuple_GET_ITEM(a, F_SOURCE);
+            key[2] = PyTuple_GET_ITEM(a, A_LEVEL);
+            key[3] = PyTuple_GET_ITEM(a, A_SEVERITY);
+        }
+        if (a == NULL || key[0] != run_key[0] || key[1] != run_key[1] ||
+            key[2] != run_key[2] || key[3] != run_key[3]) {
+            if (run_tuple != NULL && bump(kinds, run_tuple, run_kind) < 0) goto fail;
+            Py_CLEAR(run_tuple);
+            run_kind = 0;
+            if (a != NULL && (run_tuple = PyTuple_Pack(4, key[0], key[1], key[2], key[3])) == NULL)
+                goto fail;
+            for (int f = 0; f < 4; f++) run_key[f] = key[f];
+        }
+        run_kind++;
+    }
+    Py_DECREF(index_name);
+    return Py_BuildValue("(NN)", per_index, kinds);
+fail:
+    Py_XDECREF(per_index);
+    Py_XDECREF(kinds);
+    Py_XDECREF(index_name);
+    Py_XDECREF(last_index);
+    Py_XDECREF(run_tuple);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* ANSI escapes (healer.detect._match.ANSI)                                                   */
 
@@ -2118,6 +2249,10 @@ static PyMethodDef methods[] = {
      "ansi_lines(buf, lo, hi) -> [(start, end, text)]: _match.ansi_lines."},
     {"make_alerts", make_alerts, METH_VARARGS,
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
+    {"line_texts", line_texts, METH_VARARGS,
+     "line_texts(raws, most, text_of) -> texts: Engine._texts."},
+    {"alert_counts", alert_counts, METH_O,
+     "alert_counts(alerts) -> (per_index, kinds) | NotImplemented: the summary's counts."},
     {NULL, NULL, 0, NULL},
 };
 

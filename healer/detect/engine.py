@@ -559,6 +559,8 @@ class Engine:
         to the decoded lines joined."""
         if not raws:
             return []
+        if self._speedups is not None:  # line by line in C, no joined or decoded copies
+            return self._speedups.line_texts(raws, self.max_line_chars, self._text)
         joined = b"\n".join(raws)
         text = joined.decode("utf-8", "replace")
         parts = text.split("\n")

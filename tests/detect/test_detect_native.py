@@ -402,3 +402,67 @@ def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
     assert n_all == n_cut and len(found_cut) < len(found_all)
     judge = [lines.view_fields, lines.SPEECH, lines.RANK, engine._min_rank, lines.view_document]
     assert sp.judge_lines(found_cut, *judge) == sp.judge_lines(found_all, *judge)
+
+
+@needs_native
+def test_native_line_texts_are_the_joined_decoding() -> None:
+    """line_texts (each line on its own in C) gives what _texts' joined decoding gives: ASCII
+    lines as they are, cut at max_line_chars with an ellipsis; tabs kept; CR, controls, DEL,
+    invalid and valid UTF-8, bytearrays handed to _text."""
+    rnd = random.Random(11)
+    alphabet = [b"a", b"Z", b" ", b"~", b"\t", b'"', b"\\", b"\r", b"\x01", b"\x7f", b"\xc3\xa9",
+                b"\xe2\x80\xa6", b"\xff", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80"]
+    native = Engine(Catalog.load(), max_line_chars=20)
+    joined = Engine(Catalog.load(), max_line_chars=20)
+    joined._speedups = None  # the pure-Python original: join, decode, split
+    for _ in range(2000):
+        raws: list[bytes | bytearray] = []
+        for _ in range(rnd.randint(1, 6)):
+            ascii_only = rnd.random() < 0.6
+            pool = alphabet[:5] if ascii_only else alphabet
+            raw = b"".join(rnd.choice(pool) for _ in range(rnd.randint(0, 30)))
+            raws.append(bytearray(raw) if rnd.random() < 0.1 else raw)
+        assert native._texts(raws) == joined._texts(raws), raws
+
+
+@needs_native
+def test_native_alert_counts_are_the_python_tally() -> None:
+    """The scan's summary counts (per pattern, per service kind) from alert_counts are what
+    the Python loops count, in the same order: runs of one pattern and one kind, equal
+    values in different objects, alerts without a pattern; anything but a list of alerts
+    is left to Python."""
+    from healer.commands import _scan_run
+
+    rnd = random.Random(12)
+    patterns = list(Catalog.load().patterns)[:6]
+    levels = ["", "error", "warn", "".join(["err", "or"])]  # the last: equal, not identical
+    alerts = []
+    for _ in range(5000):
+        p = rnd.choice(patterns)
+        origin = rnd.choice(["", "pod/a/b", "".join(["pod/", "c/d"]), "api"])
+        a = Alert(p.code, p.id, p.priority, p.severity, rnd.choice(["x.log", "y.log"]), 1,
+                  "line", None, MappingProxyType({}), p if rnd.random() < 0.95 else None,
+                  rnd.choice(levels), origin)
+        alerts.extend([a] * rnd.choice([1, 1, 3]))
+    sp = _native.speedups
+    counts, kinds = sp.alert_counts(alerts)
+    want_kinds: dict[tuple[str, str, str, str], int] = {}
+    for a in alerts:
+        key = (a.origin, a.source, a.level, a.severity)
+        want_kinds[key] = want_kinds.get(key, 0) + 1
+    want_counts: dict[int, int] = {}
+    for a in alerts:
+        if a.pattern is not None:
+            want_counts[a.pattern.index] = want_counts.get(a.pattern.index, 0) + 1
+    assert list(kinds.items()) == list(want_kinds.items())
+    assert list(counts.items()) == list(want_counts.items())
+    assert sp.alert_counts([]) == ({}, {})
+    assert sp.alert_counts(tuple(alerts)) is NotImplemented
+    assert sp.alert_counts([*alerts, ("not", "an", "alert")]) is NotImplemented
+    native = _scan_run._tally(alerts)
+    try:
+        _native.speedups = None
+        python = _scan_run._tally(alerts)
+    finally:
+        _native.speedups = sp
+    assert native == python
