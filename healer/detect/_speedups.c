@@ -220,9 +220,49 @@ static void put_u(char *w, Py_UCS4 c) {
     w[5] = HEX[c & 15];
 }
 
+/* Whether an ASCII byte goes into JSON as it is (printable, not a quote or backslash). */
+static unsigned char JSON_PLAIN[128];
+
+static void init_json_plain(void) {
+    for (int c = ' '; c <= '~'; c++) JSON_PLAIN[c] = c != '"' && c != '\\';
+}
+
 /* json.encoder.encode_basestring_ascii(text), quotes included. */
 static int out_quoted(Out *o, PyObject *text) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (PyUnicode_IS_ASCII(text)) {  /* most log lines: runs of plain bytes, copied whole */
+        const unsigned char *t = PyUnicode_1BYTE_DATA(text);
+        if (out_reserve(o, n * 6 + 2) < 0) return -1;
+        char *w = o->buf + o->len;
+        *w++ = '"';
+        Py_ssize_t i = 0;
+        while (i < n) {
+            Py_ssize_t j = i;
+            while (j < n && JSON_PLAIN[t[j]]) j++;
+            memcpy(w, t + i, (size_t)(j - i));
+            w += j - i;
+            if (j == n) break;
+            unsigned char c = t[j];
+            *w++ = '\\';
+            switch (c) {
+                case '\\': *w++ = '\\'; break;
+                case '"': *w++ = '"'; break;
+                case '\b': *w++ = 'b'; break;
+                case '\f': *w++ = 'f'; break;
+                case '\n': *w++ = 'n'; break;
+                case '\r': *w++ = 'r'; break;
+                case '\t': *w++ = 't'; break;
+                default:
+                    w--;
+                    put_u(w, c);
+                    w += 6;
+            }
+            i = j + 1;
+        }
+        *w++ = '"';
+        o->len = w - o->buf;
+        return 0;
+    }
     if (out_reserve(o, n * 12 + 2) < 0) return -1;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -736,9 +776,17 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         }
     }
     if (PyList_GET_SIZE(matched)) {
-        PyObject *row = Py_BuildValue("(nnOO)", line_idx, ls, line, matched);
-        if (row == NULL || PyList_Append(ps->found, row) < 0) {
-            Py_XDECREF(row);
+        PyObject *row = PyTuple_New(4);
+        if (row == NULL) goto fail;
+        PyObject *li = PyLong_FromSsize_t(line_idx), *start = PyLong_FromSsize_t(ls);
+        PyTuple_SET_ITEM(row, 0, li);
+        PyTuple_SET_ITEM(row, 1, start);
+        Py_INCREF(line);
+        PyTuple_SET_ITEM(row, 2, line);
+        Py_INCREF(matched);
+        PyTuple_SET_ITEM(row, 3, matched);
+        if (li == NULL || start == NULL || PyList_Append(ps->found, row) < 0) {
+            Py_DECREF(row);
             goto fail;
         }
         Py_DECREF(row);
@@ -830,7 +878,9 @@ static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssiz
     Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
     Py_ssize_t count;
     if (col != NULL) {  /* sorted here, as the engine sorts a list before it calls */
-        qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
+        Py_ssize_t k = 1;  /* (one database reports in order: then there is nothing to do) */
+        while (k < col->len && cmp_cand(&col->items[k - 1], &col->items[k]) <= 0) k++;
+        if (k < col->len) qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
         count = col->len;
     } else {
         count = PyList_GET_SIZE(cands);
@@ -897,21 +947,68 @@ static int word_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const cha
     return 1;
 }
 
+/* What needs_view looks for at a byte: 1 for '{' and ESC (found on their own), else the
+ * lower-case byte that must follow it ('|' then ' ', 'i' then 'n' …); 0 for the rest. */
+static unsigned char VIEW_NEXT[256];
+
+static void init_view_next(void) {
+    VIEW_NEXT['{'] = VIEW_NEXT[0x1b] = 1;
+    VIEW_NEXT['|'] = ' ';
+    VIEW_NEXT['i'] = VIEW_NEXT['I'] = 'n';
+    VIEW_NEXT['d'] = VIEW_NEXT['D'] = 'e';
+    VIEW_NEXT['t'] = VIEW_NEXT['T'] = 'r';
+    VIEW_NEXT['n'] = VIEW_NEXT['N'] = 'o';
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef unsigned char v16 __attribute__((vector_size(16)));
+
+/* Whether s[0:16] or s[1:17] may hold a place needs_view stops at: the pairs of VIEW_NEXT
+ * ("in", "de", "tr", "no" in any case, "| ") and '{' or ESC, tested 16 bytes at a time (a
+ * log line's letters are a quarter i, d, t or n: the pairs are five times rarer). */
+static int view_pairs16(const unsigned char *s) {
+    v16 a, b;
+    memcpy(&a, s, 16);
+    memcpy(&b, s + 1, 16);
+    v16 la = a | 0x20, lb = b | 0x20;  /* letters in lower case (other bytes: may hit more) */
+    v16 hit = (a == '{') | (a == 0x1b) | ((a == '|') & (b == ' ')) |
+              ((la == 'i') & (lb == 'n')) | ((la == 'd') & (lb == 'e')) |
+              ((la == 't') & (lb == 'r')) | ((la == 'n') & (lb == 'o'));
+    unsigned long long w[2];
+    memcpy(w, &hit, 16);
+    return (w[0] | w[1]) != 0;
+}
+#endif
+
 /* healer.detect.lines.needs_view: a prefix, JSON, escape codes or a low level word (ASCII
  * caseless: info, debug, trace, notice) in the first 160 bytes. */
 static int needs_view(const unsigned char *s, Py_ssize_t len) {
     Py_ssize_t n = len < 160 ? len : 160;
     if (len >= 5 && memcmp(s, "[pod/", 5) == 0) return 1;
     if (len >= 1 && s[0] == '<') return 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        switch (lower(s[i])) {
-            case '{': case 0x1b: return 1;
-            case '|': if (i + 1 < n && s[i + 1] == ' ') return 1; break;
-            case 'i': if (word_at(s, n, i, "nfo")) return 1; break;
-            case 'd': if (word_at(s, n, i, "ebug")) return 1; break;
-            case 't': if (word_at(s, n, i, "race")) return 1; break;
-            case 'n': if (word_at(s, n, i, "otice")) return 1; break;
-            default: break;
+    Py_ssize_t i = 0;
+    while (i < n) {
+#if defined(__GNUC__) || defined(__clang__)
+        /* Skip 16 bytes where no pair starts (s[i + 16] is read only inside the line). */
+        if (i + 17 <= n && !view_pairs16(s + i)) {
+            i += 16;
+            continue;
+        }
+#endif
+        Py_ssize_t stop = i + 16 < n ? i + 16 : n;
+        for (; i < stop; i++) {
+            unsigned char next = VIEW_NEXT[s[i]];
+            if (next == 0) continue;
+            if (next == 1) return 1;
+            if (i + 1 >= n || lower(s[i + 1]) != next) continue;
+            switch (next) {
+                case ' ': return 1;
+                case 'n': if (word_at(s, n, i, "nfo")) return 1; break;
+                case 'e': if (word_at(s, n, i, "ebug")) return 1; break;
+                case 'r': if (word_at(s, n, i, "race")) return 1; break;
+                case 'o': if (word_at(s, n, i, "otice")) return 1; break;
+                default: break;
+            }
         }
     }
     return 0;
@@ -1026,8 +1123,11 @@ static Py_ssize_t compose_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_
 static PyObject *json_level(const unsigned char *s, Py_ssize_t n) {
     static const char *keys[] = {"level\"", "severity\"", "lvl\"", "levelname\"", "log.level\"",
                                  "loglevel\"", NULL};
-    for (Py_ssize_t p = 0; p < n; p++) {
-        if (s[p] != '"') continue;
+    const unsigned char *end = s + n, *at = s;
+    while ((at = memchr(at, '"', (size_t)(end - at))) != NULL) {
+        Py_ssize_t p = at - s;
+        at++;
+        if (at == end || (*at != 'l' && *at != 's')) continue;  /* what every key starts with */
         for (int k = 0; keys[k]; k++) {
             if (!starts_cs(s, n, p + 1, keys[k])) continue;
             Py_ssize_t q = p + 1 + (Py_ssize_t)strlen(keys[k]);
@@ -1150,13 +1250,15 @@ static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
 
 /* Whether the JSON body may be a transcript event (lines._TRANSCRIPT: "type" or "msg": {). */
 static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
-    for (Py_ssize_t p = 0; p < n; p++) {
-        if (s[p] != '"') continue;
-        if (starts_cs(s, n, p, "\"type\"")) return 1;
-        if (starts_cs(s, n, p, "\"msg\":")) {
-            Py_ssize_t q = p + 6;
-            if (q < n && s[q] == ' ') q++;
-            if (q < n && s[q] == '{') return 1;
+    const unsigned char *end = s + n, *q = s;
+    while ((q = memchr(q, '"', (size_t)(end - q))) != NULL) {
+        Py_ssize_t p = q - s;
+        q++;
+        if (q < end && *q == 't' && starts_cs(s, n, p, "\"type\"")) return 1;
+        if (q < end && *q == 'm' && starts_cs(s, n, p, "\"msg\":")) {
+            Py_ssize_t r = p + 6;
+            if (r < n && s[r] == ' ') r++;
+            if (r < n && s[r] == '{') return 1;
         }
     }
     return 0;
@@ -1999,6 +2101,23 @@ fail:
     return NULL;
 }
 
+/* How many bytes s starts with that are printable ASCII or tabs: eight at a time while none
+ * is below ' ' or above '~' (bit tricks on a 64-bit word: no byte carries into the next). */
+static Py_ssize_t plain_ascii(const unsigned char *s, Py_ssize_t n) {
+    const unsigned long long ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned long long x, low7;
+        memcpy(&x, s + i, 8);
+        low7 = x & ~highs;
+        /* high bit set: >= 0x80; low7 + 1 reaches 0x80: 0x7f; low7 + 0x60 stays below 0x80:
+         * under 0x20 */
+        if ((x | (low7 + ones) | ~(low7 + 0x60 * ones)) & highs) break;
+    }
+    while (i < n && ((s[i] >= 0x20 && s[i] < 0x7f) || s[i] == '\t')) i++;
+    return i;
+}
+
 /* line_texts(raws, most, text_of) -> texts: Engine._texts. A line of printable ASCII (tabs
  * allowed) is its own text, cut to `most` characters with an ellipsis; any other line is
  * text_of(raw) (Engine._text: decoding, controls). Each text is made on its own: the
@@ -2022,7 +2141,7 @@ static PyObject *line_texts(PyObject *self, PyObject *args) {
         Py_ssize_t n = 0, i = 0;
         int plain = PyBytes_Check(raw) || PyByteArray_Check(raw);
         if (plain && line_data(raw, &s, &n) < 0) goto fail;
-        while (i < n && ((s[i] >= 0x20 && s[i] < 0x7f) || s[i] == '\t')) i++;
+        i = plain_ascii(s, n);
         if (!plain || i < n) {
             text = PyObject_CallOneArg(text_of, raw);
         } else if (n <= most) {
@@ -2271,6 +2390,8 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            names[k].text)) == NULL)
             return NULL;
     }
+    init_view_next();
+    init_json_plain();
     if (PyType_Ready(&CollectorType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0) {

@@ -466,3 +466,37 @@ def test_native_alert_counts_are_the_python_tally() -> None:
     finally:
         _native.speedups = sp
     assert native == python
+
+
+@needs_native
+def test_needs_view_in_c_at_every_offset() -> None:
+    """needs_view in C skips 16 bytes at a time where no trigger pair starts: lines of the
+    trigger letters and their neighbours in both cases (pairs that almost make a word, '|'
+    without its space, '[' and ';' that look like '{' and ESC once lower-cased), every
+    length around the 16-byte steps and the 160-byte head."""
+    rnd = random.Random(13)
+    alphabet = list(b"iInNdDeEtTrRoOfFgbuUcac|{[;\x1b .x")
+    words = ["info", "INFO", "Notice", "dEbUg", "trace", "| ", "{", "\x1b", "inf", "notic",
+             "debu", "trac", "[", ";", "|x", "in", "de", "tr", "no"]
+    found = []
+    for k in range(20_000):
+        n = rnd.choice([rnd.randint(0, 40), rnd.randint(140, 180), rnd.randint(0, 400)])
+        line = bytearray(rnd.choice(alphabet) if rnd.random() < 0.2 else 0x78 for _ in range(n))
+        if rnd.random() < 0.7:  # one word at any offset, the filler left and right of it
+            at = rnd.randint(0, n)
+            line[at:at] = rnd.choice(words).encode()
+        found.append((k, 0, bytes(line), [0]))
+    viewed: list[bytes] = []
+
+    def view(line: bytes) -> tuple[bytes, str, str, str]:
+        viewed.append(bytes(line))
+        return (line, "", "", lines.LOG)
+
+    sp = _native.speedups
+    judged, _ = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    for f, row in zip(found, judged, strict=True):
+        if not lines.needs_view(f[2]):
+            assert row[4:] == (f[2], "", ""), f[2]
+    assert viewed == [f[2] for f in found
+                      if lines.needs_view(f[2]) and sp.view_line(f[2]) is None]
+    assert sum(map(lines.needs_view, (f[2] for f in found))) > 1000  # both kinds, plenty
