@@ -33,6 +33,7 @@ from healer.detect.lines import SourceStarts, Unknown
 from healer.errors import UnavailableError, UsageError
 
 PARALLEL_MIN_BYTES = 32 << 20
+EMIT_SLICE = 4096  # hits rendered and emitted at a time where the output goes out at once
 # The calling process also merges the results and prints: its region is this much smaller.
 CALLER_DISCOUNT = 0.03
 _TAIL_READ = 1 << 20  # how far before a region the borrowed-timestamp heads are looked for
@@ -98,17 +99,34 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
 
         sources = FileSources(fd, seen_at)
 
-        def finish(hits: list[RawHit], base: int) -> Any:
+        def finish(hits: list[RawHit], base: int,
+                   emit_now: Callable[[Any], Any] | None = None) -> Any:
             # Per-source pre-flight windows only cost something in a log whose hits name one.
             # (map and itemgetter: no Python frame per hit.)
             start_of = sources.start_of if sources.prefixed or any(map(_ORIGIN, hits)) \
                 else None
-            alerts = engine.alerts(hits, base=base, source=source, start=start, seen_at=seen_at,
-                                   labels=labels, not_before=not_before, start_of=start_of)
-            if render is not None:
-                return render(alerts)
-            return [(a.pattern.index, a.line_no, a.line, a.ts, a.level,  # type: ignore
-                     a.origin) for a in alerts]
+
+            def alerts_of(part: list[RawHit]) -> list[Alert]:
+                return engine.alerts(part, base=base, source=source, start=start,
+                                     seen_at=seen_at, labels=labels, not_before=not_before,
+                                     start_of=start_of)
+
+            if render is not None and emit_now is not None:
+                # Output that goes out at once is made a slice of hits at a time, each slice's
+                # hits dropped as it goes: the alerts, texts and JSON of a slice reuse the
+                # memory of the one before instead of taking fresh pages for a whole region
+                # (the kernel's zeroing of them costs more than the rendering).
+                done = []
+                while hits:
+                    part = hits[:EMIT_SLICE]
+                    del hits[:EMIT_SLICE]
+                    done.append(emit_now(render(alerts_of(part))))
+                return done
+            alerts = alerts_of(hits)
+            result = render(alerts) if render is not None else [
+                (a.pattern.index, a.line_no, a.line, a.ts, a.level,  # type: ignore
+                 a.origin) for a in alerts]
+            return result if emit_now is None else [emit_now(result)]
 
         # The scan makes tuples and strings by the hundred thousand and no reference cycle:
         # the cyclic collector would only walk them again and again. It is paused for a
@@ -194,7 +212,9 @@ def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(cuts) if b > a] or [(0, size)]
 
 
-Finish = Callable[[list[RawHit], int], Any]
+# finish(hits, base) → the region's result; finish(hits, base, emit) → the results of its
+# slices, each emitted as soon as made (the hits list is consumed).
+Finish = Callable[..., Any]
 
 
 def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[int, int]],
@@ -215,6 +235,12 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
     out = emit or _same
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
 
+    def here(hits: list[RawHit]) -> list[Any]:
+        """Region 0's results: emitted as they are made (``emit``: nothing is before them)."""
+        if emit is None or not hits:
+            return [out(finish(hits, 0))]
+        return list(finish(hits, 0, emit))
+
     def report(k: int, done: int) -> None:
         struct.pack_into("q", shared, 8 * k, done)
         if progress is not None and k == 0:
@@ -230,7 +256,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
         if workers:
             workers[0].base = base
             workers[0].send_base()
-        results = [out(finish(hits, 0))] if len(workers) == 1 else []
+        results = here(hits) if len(workers) == 1 else []
         for w in workers:
             w.base = base
             count = w.scanned()
@@ -239,7 +265,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                 w.result = (finish(w_hits, base),)
             base += count
         if not results:
-            results = [out(finish(hits, 0))]
+            results = here(hits)
         if idle is not None:
             idle()  # while the workers finish theirs
         for w in workers:

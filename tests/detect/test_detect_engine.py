@@ -306,6 +306,27 @@ class TestBuffers:
         assert len(parts) == workers and sum(n for n, _ in parts) == len(want)
         assert [here for _, here in parts] == [True] + [False] * (workers - 1)
 
+    @pytest.mark.parametrize("workers", [1, 2])
+    def test_emit_here_a_slice_of_hits_at_a_time(self, engine: Engine, emit_case: EmitCase,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 workers: int) -> None:
+        """The region this process scans is rendered and emitted a slice of hits at a time
+        (its memory reused, slice after slice): the same lines in the same order, before
+        any worker's; the workers still emit theirs at once."""
+        monkeypatch.setattr(_files, "EMIT_SLICE", 7)
+        calls: list[tuple[int, bool]] = []
+
+        def emit(line_nos: list[int]) -> int:
+            emit_case.write(line_nos)
+            calls.append((len(line_nos), emit_case.in_worker()))
+            return len(line_nos)
+
+        parts = engine.render_file(emit_case.log, _line_nos, workers=workers, emit=emit)
+        want = emit_case.want(engine)
+        assert emit_case.printed() == want and sum(parts) == len(want)
+        here = [n for n, in_worker in calls if not in_worker]
+        assert len(here) > 2 and len(parts) == len(here) + workers - 1
+
     def test_parallel_emit_redoes_a_failed_worker_in_order(
             self, engine: Engine, emit_case: EmitCase, tmp_path: Path) -> None:
         """A worker that dies before its turn (here: while rendering) is redone here, and
