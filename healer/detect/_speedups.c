@@ -1221,6 +1221,15 @@ static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p
     return NULL;
 }
 
+/* The bytes after which any_level_at may match (is_ws, and the brackets and separators of
+ * its alternatives). */
+static unsigned char LEVEL_LEAD[256];
+
+static void init_level_lead(void) {
+    for (int c = 0; c < 256; c++) LEVEL_LEAD[c] = is_ws((unsigned char)c);
+    for (const char *c = "[<(:|-"; *c; c++) LEVEL_LEAD[(unsigned char)*c] = 1;
+}
+
 /* lines._level_of(body[:96]). */
 static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
     if (n > 96) n = 96;
@@ -1242,6 +1251,9 @@ static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
                                                                                : LV_FATAL;
     }
     for (Py_ssize_t p = 0; p < n; p++) {
+        /* Past the start, every alternative of any_level_at begins at a space or one of
+         * "[<(:|-": the other bytes are passed over here. */
+        if (p && !LEVEL_LEAD[s[p]]) continue;
         PyObject *found = any_level_at(s, n, p);
         if (found != NULL) return found;
     }
@@ -2391,6 +2403,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
             return NULL;
     }
     init_view_next();
+    init_level_lead();
     init_json_plain();
     if (PyType_Ready(&CollectorType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
