@@ -2199,6 +2199,46 @@ static int bump(PyObject *dict, PyObject *key, Py_ssize_t n) {
     return bad;
 }
 
+/* A key (pattern, or origin, source, level and severity) seen by alert_counts: its objects
+ * and how many alerts had exactly these objects. */
+#define COUNT_SLOTS 64
+typedef struct {
+    PyObject *key[4];
+    Py_ssize_t n;
+} CountSlot;
+
+/* The slot holding key (compared by identity), a new one, or NULL when all are taken. */
+static CountSlot *count_slot(CountSlot *slots, int *used, PyObject *const *key, int width) {
+    for (int i = 0; i < *used; i++) {
+        int same = 1;
+        for (int f = 0; f < width; f++) same &= slots[i].key[f] == key[f];
+        if (same) return &slots[i];
+    }
+    if (*used == COUNT_SLOTS) return NULL;
+    CountSlot *slot = &slots[(*used)++];
+    for (int f = 0; f < width; f++) slot->key[f] = key[f];
+    slot->n = 0;
+    return slot;
+}
+
+/* Adds a pattern's alerts to per_index under pattern.index (none for a falsy pattern). */
+static int count_pattern(PyObject *per_index, PyObject *pattern, Py_ssize_t n) {
+    int truthy = PyObject_IsTrue(pattern);
+    if (truthy <= 0) return truthy;
+    PyObject *index = PyObject_GetAttrString(pattern, "index");
+    int bad = index == NULL || bump(per_index, index, n) < 0;
+    Py_XDECREF(index);
+    return bad ? -1 : 0;
+}
+
+/* Adds a kind's alerts to kinds under (origin, source, level, severity). */
+static int count_kind(PyObject *kinds, PyObject *const *kind, Py_ssize_t n) {
+    PyObject *key = PyTuple_Pack(4, kind[0], kind[1], kind[2], kind[3]);
+    int bad = key == NULL || bump(kinds, key, n) < 0;
+    Py_XDECREF(key);
+    return bad ? -1 : 0;
+}
+
 static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
     if (!PyList_Check(alerts)) Py_RETURN_NOTIMPLEMENTED;
     Py_ssize_t count = PyList_GET_SIZE(alerts);
@@ -2206,58 +2246,47 @@ static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
         PyObject *a = PyList_GET_ITEM(alerts, k);
         if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != F_N) Py_RETURN_NOTIMPLEMENTED;
     }
-    PyObject *per_index = PyDict_New(), *kinds = PyDict_New(), *index_name = NULL;
-    PyObject *last_pattern = NULL, *last_index = NULL;  /* runs of one pattern: one lookup */
-    PyObject *run_key[4] = {NULL, NULL, NULL, NULL}, *run_tuple = NULL;
-    Py_ssize_t run_index = 0, run_kind = 0;
+    /* Alerts share a few dozen patterns and kinds, as the same objects: they are counted by
+     * identity in slots, which go into the dicts by value at the end, in the order they were
+     * first seen (the order their values first occur). When the slots run out, what they
+     * hold goes into the dicts then, and the rest is counted there directly. */
+    CountSlot pslots[COUNT_SLOTS], kslots[COUNT_SLOTS];
+    int pused = 0, kused = 0, pfull = 0, kfull = 0;
+    PyObject *per_index = PyDict_New(), *kinds = PyDict_New();
     if (per_index == NULL || kinds == NULL) goto fail;
-    index_name = PyUnicode_InternFromString("index");
-    if (index_name == NULL) goto fail;
-    /* Consecutive alerts mostly share their pattern and their kind's objects: a run is
-     * counted, then added once. */
     for (Py_ssize_t k = 0; k <= count; k++) {
         PyObject *a = k < count ? PyList_GET_ITEM(alerts, k) : NULL;
         PyObject *pattern = a ? PyTuple_GET_ITEM(a, F_PATTERN) : NULL;
-        if (pattern != last_pattern || a == NULL) {
-            if (last_index != NULL && run_index && bump(per_index, last_index, run_index) < 0)
-                goto fail;
-            Py_CLEAR(last_index);
-            run_index = 0;
-            last_pattern = pattern;
-            if (pattern != NULL) {
-                int truthy = PyObject_IsTrue(pattern);
-                if (truthy < 0) goto fail;
-                if (truthy && (last_index = PyObject_GetAttr(pattern, index_name)) == NULL)
-                    goto fail;
-            }
+        CountSlot *slot = a && !pfull ? count_slot(pslots, &pused, &pattern, 1) : NULL;
+        if (slot != NULL) {
+            slot->n++;
+        } else if (!pfull) {  /* the slots are full, or this is the end */
+            for (int i = 0; i < pused; i++)
+                if (count_pattern(per_index, pslots[i].key[0], pslots[i].n) < 0) goto fail;
+            pfull = 1;
         }
-        if (last_index != NULL) run_index++;
-        PyObject *key[4] = {NULL, NULL, NULL, NULL};
+        if (a != NULL && slot == NULL && count_pattern(per_index, pattern, 1) < 0) goto fail;
+        PyObject *kind[4] = {NULL, NULL, NULL, NULL};
         if (a != NULL) {
-            key[0] = PyTuple_GET_ITEM(a, A_ORIGIN);
-            key[1] = PyTuple_GET_ITEM(a, F_SOURCE);
-            key[2] = PyTuple_GET_ITEM(a, A_LEVEL);
-            key[3] = PyTuple_GET_ITEM(a, A_SEVERITY);
+            kind[0] = PyTuple_GET_ITEM(a, A_ORIGIN);
+            kind[1] = PyTuple_GET_ITEM(a, F_SOURCE);
+            kind[2] = PyTuple_GET_ITEM(a, A_LEVEL);
+            kind[3] = PyTuple_GET_ITEM(a, A_SEVERITY);
         }
-        if (a == NULL || key[0] != run_key[0] || key[1] != run_key[1] ||
-            key[2] != run_key[2] || key[3] != run_key[3]) {
-            if (run_tuple != NULL && bump(kinds, run_tuple, run_kind) < 0) goto fail;
-            Py_CLEAR(run_tuple);
-            run_kind = 0;
-            if (a != NULL && (run_tuple = PyTuple_Pack(4, key[0], key[1], key[2], key[3])) == NULL)
-                goto fail;
-            for (int f = 0; f < 4; f++) run_key[f] = key[f];
+        slot = a && !kfull ? count_slot(kslots, &kused, kind, 4) : NULL;
+        if (slot != NULL) {
+            slot->n++;
+        } else if (!kfull) {
+            for (int i = 0; i < kused; i++)
+                if (count_kind(kinds, kslots[i].key, kslots[i].n) < 0) goto fail;
+            kfull = 1;
         }
-        run_kind++;
+        if (a != NULL && slot == NULL && count_kind(kinds, kind, 1) < 0) goto fail;
     }
-    Py_DECREF(index_name);
     return Py_BuildValue("(NN)", per_index, kinds);
 fail:
     Py_XDECREF(per_index);
     Py_XDECREF(kinds);
-    Py_XDECREF(index_name);
-    Py_XDECREF(last_index);
-    Py_XDECREF(run_tuple);
     return NULL;
 }
 
