@@ -89,11 +89,13 @@ static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
         while (k < n && k - (end + 1) < 9 && is_digit(s[k])) k++;
         end = k;
     }
-    char sec[16];
-    Py_ssize_t sec_len = end - (p + 17);
-    memcpy(sec, q + 17, (size_t)sec_len);
-    sec[sec_len] = '\0';
-    if (sec_len > 2) sec[2] = '.';
+    /* The seconds as digits / 10 ** decimals: at most 11 digits, an integer a double holds
+     * exactly, divided by an exact power of ten, is the correctly rounded value of the
+     * decimal, which is what float() of it gives (strtod's own fast path). */
+    static const double POW10[10] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+    long long digits = two(q + 17);
+    int decimals = 0;
+    for (Py_ssize_t k = p + 20; k < end; k++, decimals++) digits = digits * 10 + (s[k] - '0');
     /* \s?(Z|z|UTC|[+-]\d{2}:?\d{2})? */
     Py_ssize_t z = end;
     if (z < n && is_space(s[z])) z++;
@@ -118,11 +120,7 @@ static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
                               two(q + 5), two(q + 8), &ok);
     int hh = two(q + 11), mm = two(q + 14);
     if (!ok || hh > 23 || mm > 59) return 2;
-    double ss = PyOS_string_to_double(sec, NULL, NULL);
-    if (ss == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 2;
-    }
+    double ss = (double)digits / POW10[decimals];
     if (ss >= 61) return 2;
     double base = (double)day * 86400.0 + (double)(hh * 3600) + (double)(mm * 60);
     double ts = base + ss;
@@ -690,11 +688,6 @@ static Py_ssize_t find_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
     return p ? p - s : -1;
 }
 
-static int cmp_ll(const void *x, const void *y) {
-    long long a = *(const long long *)x, b = *(const long long *)y;
-    return (a > b) - (a < b);
-}
-
 /* Interned strings: the line model's levels and parts; set up by the module's init. */
 static PyObject *LV_TRACE, *LV_DEBUG, *LV_INFO, *LV_WARN, *LV_ERROR, *LV_FATAL, *LV_NONE,
     *PART_LOG, *PART_SPEECH;
@@ -747,7 +740,12 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         if (line == NULL) return -1;
     }
     Py_ssize_t npats = PyList_GET_SIZE(ps->confirm);
-    if (n > 1) qsort(idxs, (size_t)n, sizeof(long long), cmp_ll);
+    for (int i = 1; i < n; i++) {  /* a handful at most: insertion sort */
+        long long v = idxs[i];
+        int k = i;
+        for (; k > 0 && idxs[k - 1] > v; k--) idxs[k] = idxs[k - 1];
+        idxs[k] = v;
+    }
     PyObject *matched = PyList_New(0);
     if (matched == NULL) goto fail;
     for (int i = 0; i < n; i++) {
@@ -798,6 +796,34 @@ fail:
     Py_XDECREF(matched);
     Py_XDECREF(line);
     return -1;
+}
+
+/* Orders a collector's candidates by offset (the order of the patterns at one offset does
+ * not matter: a line's are sorted when it is flushed). One database reports its matches by
+ * end offset, and what is added after them (the candidates of ANSI lines' text) is a second
+ * run, short and mostly in order itself: it is sorted on its own and merged, not the whole
+ * block's candidates sorted again. */
+static int sort_by_offset(Collector *col) {
+    Cand *items = col->items;
+    Py_ssize_t len = col->len, k = 1;
+    while (k < len && items[k - 1].off <= items[k].off) k++;
+    if (k >= len) return 0;
+    Py_ssize_t tail = len - k;
+    qsort(items + k, (size_t)tail, sizeof(Cand), cmp_cand);
+    Cand *second = PyMem_Malloc((size_t)tail * sizeof(Cand));
+    if (second == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(second, items + k, (size_t)tail * sizeof(Cand));
+    /* merged from the back: the free slots are at the end */
+    Py_ssize_t a = k - 1, b = tail - 1, w = len - 1;
+    while (b >= 0) {
+        if (a >= 0 && items[a].off > second[b].off) items[w--] = items[a--];
+        else items[w--] = second[b--];
+    }
+    PyMem_Free(second);
+    return 0;
 }
 
 /* Engine.scan_block's pass 1 (candidates → confirmed lines); NotImplemented for a buffer
@@ -878,9 +904,7 @@ static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssiz
     Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
     Py_ssize_t count;
     if (col != NULL) {  /* sorted here, as the engine sorts a list before it calls */
-        Py_ssize_t k = 1;  /* (one database reports in order: then there is nothing to do) */
-        while (k < col->len && cmp_cand(&col->items[k - 1], &col->items[k]) <= 0) k++;
-        if (k < col->len) qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
+        if (sort_by_offset(col) < 0) goto fail;
         count = col->len;
     } else {
         count = PyList_GET_SIZE(cands);

@@ -287,6 +287,19 @@ def test_the_collector_holds_what_the_python_handler_would() -> None:
         assert len(col) == len(want) and col.pairs() == want
         assert sp.confirm_lines(data, lo, len(data), col, 7, {}, confirm, trusted) == \
             sp.confirm_lines(data, lo, len(data), want, 7, {}, confirm, trusted)
+    rnd = random.Random(14)
+    for _ in range(200):  # the matches in order, then a second run (ANSI lines' candidates)
+        col = sp.Collector()
+        col.reset(-1)
+        matcher.collect(data, 0, len(data), col)
+        tail = [(rnd.randint(0, len(data) - 1), rnd.randrange(len(confirm)))
+                for _ in range(rnd.choice([1, 2, 5, 40]))]
+        if rnd.random() < 0.5:
+            tail.sort()
+        col.extend(tail)
+        want = sorted([*matcher.candidates(data, 0, len(data)), *tail])
+        assert sp.confirm_lines(data, 0, len(data), col, 0, {}, confirm, trusted) == \
+            sp.confirm_lines(data, 0, len(data), want, 0, {}, confirm, trusted)
     crowded = sp.Collector()
     crowded.extend([(0, i) for i in range(65)])
     many = (confirm * 2)[:65]
