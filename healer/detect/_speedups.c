@@ -661,9 +661,10 @@ static PyTypeObject CollectorType = {
 #define MAX_IDXS 64
 
 /* Newlines in s[a:b]: byte counters a block at a time, which the compiler vectorizes (three
- * times memchr's speed on log lines). */
-__attribute__((optimize("O3")))
-static Py_ssize_t count_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
+ * times memchr's speed on log lines). It reads every byte of a scanned file: on x86-64 a copy
+ * compiled for AVX2 (32 bytes a step instead of 16) runs where the CPU has it. */
+static inline __attribute__((always_inline)) Py_ssize_t count_nl_body(
+        const char *s, Py_ssize_t a, Py_ssize_t b) {
     Py_ssize_t n = 0, i = a;
     while (i + 32 <= b) {
         Py_ssize_t rounds = (b - i) / 32;
@@ -676,6 +677,27 @@ static Py_ssize_t count_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
     }
     for (; i < b; i++) n += s[i] == '\n';
     return n;
+}
+
+__attribute__((optimize("O3")))
+static Py_ssize_t count_nl_plain(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    return count_nl_body(s, a, b);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3"), target("avx2")))
+static Py_ssize_t count_nl_avx2(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    return count_nl_body(s, a, b);
+}
+#endif
+
+static Py_ssize_t (*count_nl)(const char *, Py_ssize_t, Py_ssize_t) = count_nl_plain;
+
+static void init_count_nl(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) count_nl = count_nl_avx2;
+#endif
 }
 
 static Py_ssize_t rfind_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
@@ -2456,6 +2478,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
             return NULL;
     }
     init_view_next();
+    init_count_nl();
     init_level_lead();
     init_json_plain();
     if (PyType_Ready(&CollectorType) < 0) return NULL;
