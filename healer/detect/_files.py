@@ -59,11 +59,12 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
     order: how ``healer scan`` formats its output on every core. ``idle`` is called in this
     process once its own scan is done, while the workers finish theirs.
 
-    With ``emit`` too, each region's rendered result is passed to ``emit`` in the process that
-    rendered it, one region after the other in file order (a worker waits for its turn), and
-    what ``emit`` returns comes back instead: a worker writes its own output to a shared file
-    descriptor rather than sending it here first. Output buffered in this process must be
-    flushed before the call (a worker writes below it).
+    With ``emit`` too, each region is rendered ``EMIT_SLICE`` hits at a time and each slice's
+    result is passed to ``emit`` in the process that rendered it, in file order (a worker
+    waits for its turn), and what ``emit`` returns comes back instead, one item a slice: a
+    worker writes its own output to a shared file descriptor rather than sending it here
+    first. Output buffered in this process must be flushed before the call (a worker writes
+    below it).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -112,10 +113,11 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
                                      start_of=start_of)
 
             if render is not None and emit_now is not None:
-                # Output that goes out at once is made a slice of hits at a time, each slice's
-                # hits dropped as it goes: the alerts, texts and JSON of a slice reuse the
-                # memory of the one before instead of taking fresh pages for a whole region
-                # (the kernel's zeroing of them costs more than the rendering).
+                # Output to emit is made a slice of hits at a time, each slice's hits dropped
+                # as it goes: the alerts and texts of a slice (and its JSON, where it goes out
+                # at once) reuse the memory of the one before instead of taking fresh pages
+                # for a whole region (the kernel's zeroing of them costs more than the
+                # rendering). A worker passes _same: it keeps the slices for its turn.
                 done = []
                 while hits:
                     part = hits[:EMIT_SLICE]
@@ -221,25 +223,26 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                  progress: Progress | None, finish: Finish,
                  idle: Callable[[], None] | None = None,
                  emit: Callable[[Any], Any] | None = None) -> list[Any]:
-    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``
-    (passed through ``emit`` in file order when given).
+    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``, or
+    with ``emit`` the emitted results of its slices (``finish(hits, base, emit)``), in file
+    order.
 
     A worker sends its newline count as soon as it has scanned, gets back the line number its
     region starts at, and then finishes (e.g. formats) its alerts in parallel with the others.
     The first worker's region starts where this process's ends, so it is told its line as soon
     as this process has scanned; with that one worker, this process then finishes its own
     alerts at once instead of waiting for the worker's count first. With ``emit``, a worker
-    that has finished waits for its turn (a byte from this process, sent once every region
-    before it is emitted), emits, and sends back what ``emit`` returned.
+    that has rendered its slices waits for its turn (a byte from this process, sent once every
+    region before it is emitted), emits them, and sends back what ``emit`` returned for each.
     """
     out = emit or _same
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
 
-    def here(hits: list[RawHit]) -> list[Any]:
-        """Region 0's results: emitted as they are made (``emit``: nothing is before them)."""
+    def here(hits: list[RawHit], base: int = 0) -> list[Any]:
+        """A region's results, rendered here in its turn: emitted as they are made."""
         if emit is None or not hits:
-            return [out(finish(hits, 0))]
-        return list(finish(hits, 0, emit))
+            return [out(finish(hits, base))]
+        return list(finish(hits, base, emit))
 
     def report(k: int, done: int) -> None:
         struct.pack_into("q", shared, 8 * k, done)
@@ -281,8 +284,11 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                         f"{w.base + 1} on): the output is incomplete; run again, or with "
                         f"--workers 1")
                 _, w_hits = scan_region(engine, fd, *regions[w.k])
-                got = (out(finish(w_hits, w.base)),)
-            results.append(got[0])
+                results += here(w_hits, w.base)
+            elif w.emits:  # what emit returned for each of its slices
+                results += got[0]
+            else:
+                results.append(got[0])
         if progress is not None:
             progress(size, size)
         return results
@@ -323,12 +329,14 @@ class _Worker:
                 count, hits = scan_region(engine, fd, *region, lambda d: report(k, d))
                 os.write(up_w, struct.pack("q", count))
                 base = struct.unpack("q", _read_exact(down_r, 8))[0]
-                result = finish(hits, base)
-                if emit is not None:
+                if emit is None:
+                    result = finish(hits, base)
+                else:
+                    parts = finish(hits, base, _same)  # rendered a slice at a time
                     if _read_exact(down_r, 1) != _TURN:
                         raise SystemExit(70)  # the caller is gone: emit nothing
                     os.write(up_w, _EMITTING)  # from here on, a failure is not redone
-                    result = emit(result)
+                    result = [emit(part) for part in parts]
                 with os.fdopen(up_w, "wb") as out:
                     out.write(marshal.dumps(result))
                 code = 0
