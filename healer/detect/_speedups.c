@@ -1336,7 +1336,19 @@ typedef struct {
     int item_object;                    /* the last top-level "item" value is an object */
     Py_ssize_t item_type_at, item_type_len;  /* that object's last "type" string (-1: none) */
     int item_type_bad;
+    /* The last top-level "subtype": 0 none, 1 a plain string (at sub_at), 2 a string with
+     * escapes, 3 a number, true, false or null, 4 an object or array. */
+    int sub_kind;
+    Py_ssize_t sub_at, sub_len;
+    int is_error;                       /* the last top-level "is_error" is true */
+    int message_object;                 /* the last top-level "message" is an object */
+    int content_list;                   /* ... whose last "content" is an array */
+    int content_error;                  /* ... holding a tool_result part with is_error true */
+    int part_tool_result, part_is_error;  /* the content part being read */
 } Json;
+
+/* What j_object and j_value are reading, for the keys transcript_event looks at. */
+enum { R_ANY, R_TOP, R_ITEM, R_MESSAGE, R_CONTENT, R_PART };
 
 static void j_ws(Json *j) {
     while (j->p < j->n && (j->s[j->p] == ' ' || j->s[j->p] == '\t' || j->s[j->p] == '\n' ||
@@ -1407,6 +1419,7 @@ static int j_value(Json *j, int depth, int role);
 static int j_object(Json *j, int depth, int role) {
     j->p++;  /* { */
     j_ws(j);
+    if (role == R_PART) j->part_tool_result = j->part_is_error = 0;
     if (j->p < j->n && j->s[j->p] == '}') {
         j->p++;
         return 1;
@@ -1423,19 +1436,56 @@ static int j_object(Json *j, int depth, int role) {
         j_ws(j);
         if (j->p >= j->n) return 0;
         const unsigned char *k = j->s + kat;
+        unsigned char first = j->s[j->p];
         int is_type = klen == 4 && memcmp(k, "type", 4) == 0;
-        int child = 0;
-        if (role == 1 && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
-        if (role == 1 && klen == 4 && memcmp(k, "item", 4) == 0) {
-            j->item_object = j->s[j->p] == '{';
+        int is_error_key = klen == 8 && memcmp(k, "is_error", 8) == 0;
+        int child = R_ANY;
+        if (role == R_TOP && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
+        if (role == R_TOP && klen == 4 && memcmp(k, "item", 4) == 0) {
+            j->item_object = first == '{';
             j->item_type_at = -1;
             j->item_type_bad = 0;
-            child = j->item_object ? 2 : 0;
+            child = j->item_object ? R_ITEM : R_ANY;
         }
-        if (is_type && role) {
-            Py_ssize_t *at = role == 1 ? &j->type_at : &j->item_type_at;
-            Py_ssize_t *len = role == 1 ? &j->type_len : &j->item_type_len;
-            int *bad = role == 1 ? &j->type_bad : &j->item_type_bad;
+        if (role == R_TOP && klen == 7 && memcmp(k, "message", 7) == 0) {
+            j->message_object = first == '{';
+            j->content_list = j->content_error = 0;
+            child = j->message_object ? R_MESSAGE : R_ANY;
+        }
+        if (role == R_MESSAGE && klen == 7 && memcmp(k, "content", 7) == 0) {
+            j->content_list = first == '[';
+            j->content_error = 0;
+            child = j->content_list ? R_CONTENT : R_ANY;
+        }
+        if ((role == R_TOP || role == R_PART) && is_error_key) {
+            int yes = starts_cs(j->s, j->n, j->p, "true");
+            if (role == R_TOP) j->is_error = yes;
+            else j->part_is_error = yes;
+        }
+        if (role == R_TOP && klen == 7 && memcmp(k, "subtype", 7) == 0) {
+            if (first == '"') {
+                int plain;
+                if (!j_string(j, &j->sub_at, &j->sub_len, &plain)) return 0;
+                j->sub_kind = plain ? 1 : 2;
+            } else {
+                j->sub_kind = first == '{' || first == '[' ? 4 : 3;
+                if (!j_value(j, depth + 1, R_ANY)) return 0;
+            }
+        } else if (is_type && role == R_PART) {
+            if (first == '"') {
+                Py_ssize_t at, len;
+                int plain;
+                if (!j_string(j, &at, &len, &plain)) return 0;
+                if (!plain) return 0;  /* it might spell tool_result: Python reads it */
+                j->part_tool_result = len == 11 && memcmp(j->s + at, "tool_result", 11) == 0;
+            } else {
+                j->part_tool_result = 0;
+                if (!j_value(j, depth + 1, R_ANY)) return 0;
+            }
+        } else if (is_type && (role == R_TOP || role == R_ITEM)) {
+            Py_ssize_t *at = role == R_TOP ? &j->type_at : &j->item_type_at;
+            Py_ssize_t *len = role == R_TOP ? &j->type_len : &j->item_type_len;
+            int *bad = role == R_TOP ? &j->type_bad : &j->item_type_bad;
             if (j->s[j->p] == '"') {
                 int plain;
                 if (!j_string(j, at, len, &plain)) return 0;
@@ -1452,6 +1502,8 @@ static int j_object(Json *j, int depth, int role) {
         if (j->p >= j->n) return 0;
         if (j->s[j->p] == '}') {
             j->p++;
+            if (role == R_PART && j->part_tool_result && j->part_is_error)
+                j->content_error = 1;
             return 1;
         }
         if (j->s[j->p] != ',') return 0;
@@ -1472,8 +1524,8 @@ static int j_value(Json *j, int depth, int role) {
             j->p++;
             return 1;
         }
-        for (;;) {
-            if (!j_value(j, depth + 1, 0)) return 0;
+        for (;;) {  /* (a content array's objects are its parts) */
+            if (!j_value(j, depth + 1, role == R_CONTENT ? R_PART : R_ANY)) return 0;
             j_ws(j);
             if (j->p >= j->n) return 0;
             if (s[j->p] == ']') {
@@ -1526,13 +1578,45 @@ static int span_is(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, const 
 static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **level,
                             PyObject **part) {
     Json j = {s, n, 0, 0, -1, 0, 0, 0, -1, 0, 0};
+    j.sub_kind = 0;
+    j.sub_at = j.sub_len = 0;
+    j.is_error = j.message_object = j.content_list = j.content_error = 0;
+    j.part_tool_result = j.part_is_error = 0;
     j_ws(&j);
-    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, 1)) return 0;
+    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, R_TOP)) return 0;
     j_ws(&j);
     if (j.p != n || j.type_bad || j.type_at < 0) return 0;
     if (span_is(s, j.type_at, j.type_len, "assistant")) {
         *level = LV_INFO;
         *part = PART_SPEECH;
+        return 1;
+    }
+    /* _claude_event's user, result, system and error events */
+    if (span_is(s, j.type_at, j.type_len, "user")) {
+        int failed = j.message_object && j.content_list && j.content_error;
+        *level = failed ? LV_ERROR : LV_INFO;
+        *part = failed ? PART_LOG : PART_SPEECH;
+        return 1;
+    }
+    if (span_is(s, j.type_at, j.type_len, "error")) {
+        *level = LV_ERROR;
+        *part = PART_LOG;
+        return 1;
+    }
+    int result = span_is(s, j.type_at, j.type_len, "result");
+    if (result || span_is(s, j.type_at, j.type_len, "system")) {
+        /* str(subtype): a string with escapes is Python's to read, and so, for "error" in
+         * it, is an object or array; a number, true, false or null never says error */
+        if (j.sub_kind == 2 || (!result && j.sub_kind == 4)) return 0;
+        const unsigned char *sub = s + j.sub_at;
+        int says = 0;
+        if (j.sub_kind == 1 && result)
+            says = j.sub_len >= 5 && memcmp(sub, "error", 5) == 0;
+        else if (j.sub_kind == 1)
+            says = memmem(sub, (size_t)j.sub_len, "error", 5) != NULL;
+        int failed = says || (result && j.is_error);
+        *level = failed ? LV_ERROR : LV_INFO;
+        *part = PART_LOG;
         return 1;
     }
     if (!(span_is(s, j.type_at, j.type_len, "item.started") ||

@@ -353,6 +353,66 @@ def test_the_native_transcript_events_are_view_document(seed: int) -> None:
     assert events > 100  # (most documents here are broken or of other kinds)
 
 
+_PARTS = [{"type": "tool_result", "is_error": True}, {"type": "tool_result", "is_error": False},
+          {"type": "tool_result", "is_error": 1}, {"type": "tool_result"}, {"type": "text"},
+          {"is_error": True}, {"type": ["tool_result"], "is_error": True}, "tool_result",
+          [{"type": "tool_result", "is_error": True}], {"x": {"type": "tool_result",
+                                                              "is_error": True}}]
+_SUBTYPES = ["success", "error_max_turns", "error", "api_error", "init", "", 5, None, True,
+             ["error"], {"e": "error"}, "Error"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@needs_native
+def test_the_native_claude_events_are_view_document(seed: int) -> None:
+    """Claude Code user, result, system and error events read in C: a tool_result part with
+    is_error true (and only such a part, directly in the last message's last content list)
+    makes a user event an error; a result's is_error and subtype, a system event's subtype
+    (str() of it: an array may say error) — repeated keys, escaped strings and broken bytes
+    included, as json + lines._structured read them."""
+    rnd = random.Random(seed)
+    decided: dict[tuple[str, str, str], int] = {}  # (level, source, part) → lines
+    for _ in range(6000):
+        doc: dict[str, object] = {}
+        for _ in range(rnd.randint(1, 5)):
+            key = rnd.choice(["type", "type", "message", "message", "subtype", "is_error",
+                              "content", "text"])
+            if key == "type":
+                doc[key] = rnd.choice(["user", "result", "system", "error", "assistant", 5])
+            elif key == "message":
+                doc[key] = rnd.choice([
+                    {"role": "user", "content": rnd.sample(_PARTS, rnd.randint(0, 3))},
+                    {"content": "a prompt"}, {"content": rnd.sample(_PARTS, 1),
+                                              "content ": []}, "text", None])
+            elif key == "subtype":
+                doc[key] = rnd.choice(_SUBTYPES)
+            elif key == "is_error":
+                doc[key] = rnd.choice([True, False, 1, "true", None])
+            else:
+                doc[key] = rnd.choice(_PARTS)
+        text = json.dumps(doc, ensure_ascii=rnd.random() < 0.5,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")])).encode()
+        if rnd.random() < 0.2:  # a key again (the last one counts), or one spelled with escapes
+            text = text.replace(b"{", rnd.choice([
+                b'{"message": {"content": [{"type": "tool_result", "is_error": true}]}, ',
+                b'{"subtype": "error_x", ', b'{"subtype": "\\u0065rror", ',
+                b'{"is_error": true, ', b'{"typ\\u0065": "user", ',
+                b'{"message": {"cont\\u0065nt": []}, ']), 1)
+        for _ in range(rnd.choice([0, 0, 0, 1])):
+            pos = rnd.randint(0, len(text))
+            text = text[:pos] + rnd.choice(_JSON_SNIPS) + text[pos + rnd.choice([0, 1]):]
+        if rnd.random() < 0.3:
+            text = rnd.choice([b"[pod/a/b] ", b"2024-05-01T10:00:00Z "]) + text
+        _assert_native_view(text)
+        got = _native.speedups.view_line(text)
+        if got is not None:
+            decided[got[1:]] = decided.get(got[1:], 0) + 1
+    # Most are decided in C (the rest: escapes, broken JSON), both ways for each kind.
+    assert sum(decided.values()) > 1500
+    assert min(decided.get((level, "", part), 0) for level, part in [
+        ("error", "log"), ("info", "log"), ("info", "speech")]) > 100
+
+
 @needs_native
 def test_ansi_lines_are_the_regex_s() -> None:
     """ansi_lines in C: the lines holding ESC and their text as _match.ANSI strips it — every
