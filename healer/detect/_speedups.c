@@ -1572,9 +1572,9 @@ static int span_is(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, const 
     return at >= 0 && (size_t)len == strlen(word) && memcmp(s + at, word, (size_t)len) == 0;
 }
 
-/* lines._structured's (level, part) for the commonest transcript events — a Claude Code
- * assistant message, a Codex item event — of the JSON document s[0:n]; 0 when Python must
- * read it. */
+/* lines._structured's (level, part) for the commonest transcript events — Claude Code's
+ * assistant, user, result, system and error events, a Codex item event — of the JSON
+ * document s[0:n]; 0 when Python must read it. */
 static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **level,
                             PyObject **part) {
     Json j = {s, n, 0, 0, -1, 0, 0, 0, -1, 0, 0};
