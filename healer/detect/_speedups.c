@@ -735,7 +735,9 @@ static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
 static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
                       long long *idxs, int n) {
     PyObject *line = NULL;
-    if (PyDict_GET_SIZE(ps->cleaned)) {
+    /* cleaned holds the text of the block's lines that hold ESC (ansi_lines), by their
+     * start: a line without ESC is not looked up (no int object made per line). */
+    if (PyDict_GET_SIZE(ps->cleaned) && memchr(ps->data + ls, 0x1b, (size_t)(le - ls))) {
         PyObject *key = PyLong_FromSsize_t(ls);
         if (key == NULL) return -1;
         line = PyDict_GetItemWithError(ps->cleaned, key);
@@ -1109,16 +1111,26 @@ static PyObject *level_number(long v) {
 }
 
 /* lines._KUBECTL.match: the prefix's length, 0 when none; the two names' spans. */
+/* The bytes a kubectl prefix's pod name stops at ('/', ']' or a space: 1), and its
+ * container name (']' or a space: 2); both bits for ']' and spaces. */
+static unsigned char POD_STOP[256];
+
+static void init_pod_stop(void) {
+    for (int c = 0; c < 256; c++) POD_STOP[c] = is_ws((unsigned char)c) ? 3 : 0;
+    POD_STOP['/'] = 1;
+    POD_STOP[']'] = 3;
+}
+
 static Py_ssize_t kubectl_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a1,
                                  Py_ssize_t *n1, Py_ssize_t *a2, Py_ssize_t *n2) {
-    if (!starts_cs(s, n, 0, "[pod/")) return 0;
+    if (n < 5 || memcmp(s, "[pod/", 5) != 0) return 0;
     Py_ssize_t p = 5;
-    while (p < n && s[p] != '/' && s[p] != ']' && !is_ws(s[p])) p++;
+    while (p < n && !(POD_STOP[s[p]] & 1)) p++;
     if (p - 5 < 1 || p - 5 > 253 || p >= n || s[p] != '/') return 0;
     *a1 = 5;
     *n1 = p - 5;
     Py_ssize_t q = ++p;
-    while (q < n && s[q] != ']' && !is_ws(s[q])) q++;
+    while (q < n && !(POD_STOP[s[q]] & 2)) q++;
     if (q - p < 1 || q - p > 63 || q + 1 >= n || s[q] != ']' || s[q + 1] != ' ') return 0;
     *a2 = p;
     *n2 = q - p;
@@ -2521,7 +2533,8 @@ static PyMethodDef methods[] = {
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
      "(newlines, found): Engine.scan_block's pass 1 (candidates: a sorted list of "
-     "(offset, index) pairs, or a Collector)."},
+     "(offset, index) pairs, or a Collector; cleaned: the text of each line holding ESC, "
+     "by its start)."},
     {"view_line", view_line, METH_VARARGS,
      "view_line(line, document=None) -> (body, level, source, part) | None: "
      "lines.view_fields, JSON documents read by document(body, source) (None: ask "
@@ -2562,6 +2575,7 @@ PyMODINIT_FUNC PyInit__speedups(void) {
             return NULL;
     }
     init_view_next();
+    init_pod_stop();
     init_count_nl();
     init_level_lead();
     init_json_plain();
