@@ -168,6 +168,29 @@ class TestEnginesAgree:
         assert hs.scan_bytes(buf) == Engine(cat, engine="re").scan_bytes(buf)
 
 
+def test_resolved_pattern_sets_are_remembered_only_without_suppressions() -> None:
+    """Several patterns on one line, no suppression to try: the verdict is remembered by the
+    patterns and their order (the first of equal rank wins a code); with suppressions to
+    try, each line is judged on its own."""
+    import itertools
+
+    engine = Engine(Catalog.load(), engine="re")
+    n = len(engine.catalog.patterns)
+    rnd = random.Random(4)
+    sets = [list(pair) for pair in itertools.permutations(range(n), 2)]
+    sets += [rnd.sample(range(n), rnd.randint(3, 6)) for _ in range(300)]
+    for _ in range(2):  # the second time from memory
+        for matched in sets:
+            assert engine._resolve(b"x", matched, []) == engine._resolve_line(b"x", matched, [])
+    assert len(engine._resolved) == len({tuple(m) for m in sets})
+    refused = b"connection refused; no errors: 0"  # a line a word suppression silences
+    everyone = list(range(len(engine.catalog.suppressions)))
+    for matched in sets[:50]:
+        assert engine._resolve(refused, matched, everyone) == engine._resolve_line(
+            refused, matched, everyone)
+    assert len(engine._resolved) == len({tuple(m) for m in sets})
+
+
 class TestPreflightWindow:
     def lines(self, *rows: tuple[float | None, str]) -> bytes:
         return b"".join(((f"{iso(t)} " if t is not None else "") + text + "\n").encode()
