@@ -33,6 +33,7 @@ from healer.detect.lines import SourceStarts, Unknown
 from healer.errors import UnavailableError, UsageError
 
 PARALLEL_MIN_BYTES = 32 << 20
+EMIT_SLICE = 4096  # hits rendered and emitted at a time where the output goes out at once
 # The calling process also merges the results and prints: its region is this much smaller.
 CALLER_DISCOUNT = 0.03
 _TAIL_READ = 1 << 20  # how far before a region the borrowed-timestamp heads are looked for
@@ -58,11 +59,12 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
     order: how ``healer scan`` formats its output on every core. ``idle`` is called in this
     process once its own scan is done, while the workers finish theirs.
 
-    With ``emit`` too, each region's rendered result is passed to ``emit`` in the process that
-    rendered it, one region after the other in file order (a worker waits for its turn), and
-    what ``emit`` returns comes back instead: a worker writes its own output to a shared file
-    descriptor rather than sending it here first. Output buffered in this process must be
-    flushed before the call (a worker writes below it).
+    With ``emit`` too, each region is rendered ``EMIT_SLICE`` hits at a time and each slice's
+    result is passed to ``emit`` in the process that rendered it, in file order (a worker
+    waits for its turn), and what ``emit`` returns comes back instead, one item a slice: a
+    worker writes its own output to a shared file descriptor rather than sending it here
+    first. Output buffered in this process must be flushed before the call (a worker writes
+    below it).
     """
     try:
         fd = os.open(path, os.O_RDONLY)
@@ -98,17 +100,35 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
 
         sources = FileSources(fd, seen_at)
 
-        def finish(hits: list[RawHit], base: int) -> Any:
+        def finish(hits: list[RawHit], base: int,
+                   emit_now: Callable[[Any], Any] | None = None) -> Any:
             # Per-source pre-flight windows only cost something in a log whose hits name one.
             # (map and itemgetter: no Python frame per hit.)
             start_of = sources.start_of if sources.prefixed or any(map(_ORIGIN, hits)) \
                 else None
-            alerts = engine.alerts(hits, base=base, source=source, start=start, seen_at=seen_at,
-                                   labels=labels, not_before=not_before, start_of=start_of)
-            if render is not None:
-                return render(alerts)
-            return [(a.pattern.index, a.line_no, a.line, a.ts, a.level,  # type: ignore
-                     a.origin) for a in alerts]
+
+            def alerts_of(part: list[RawHit]) -> list[Alert]:
+                return engine.alerts(part, base=base, source=source, start=start,
+                                     seen_at=seen_at, labels=labels, not_before=not_before,
+                                     start_of=start_of)
+
+            if render is not None and emit_now is not None:
+                # Output to emit is made a slice of hits at a time, each slice's hits dropped
+                # as it goes: the alerts and texts of a slice (and its JSON, where it goes out
+                # at once) reuse the memory of the one before instead of taking fresh pages
+                # for a whole region (the kernel's zeroing of them costs more than the
+                # rendering). A worker passes _same: it keeps the slices for its turn.
+                done = []
+                while hits:
+                    part = hits[:EMIT_SLICE]
+                    del hits[:EMIT_SLICE]
+                    done.append(emit_now(render(alerts_of(part))))
+                return done
+            alerts = alerts_of(hits)
+            result = render(alerts) if render is not None else [
+                (a.pattern.index, a.line_no, a.line, a.ts, a.level,  # type: ignore
+                 a.origin) for a in alerts]
+            return result if emit_now is None else [emit_now(result)]
 
         # The scan makes tuples and strings by the hundred thousand and no reference cycle:
         # the cyclic collector would only walk them again and again. It is paused for a
@@ -194,26 +214,35 @@ def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
     return [(a, b) for a, b in itertools.pairwise(cuts) if b > a] or [(0, size)]
 
 
-Finish = Callable[[list[RawHit], int], Any]
+# finish(hits, base) → the region's result; finish(hits, base, emit) → the results of its
+# slices, each emitted as soon as made (the hits list is consumed).
+Finish = Callable[..., Any]
 
 
 def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[int, int]],
                  progress: Progress | None, finish: Finish,
                  idle: Callable[[], None] | None = None,
                  emit: Callable[[Any], Any] | None = None) -> list[Any]:
-    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``
-    (passed through ``emit`` in file order when given).
+    """Region 0 here, the others in forked workers; each result is ``finish(hits, base)``, or
+    with ``emit`` the emitted results of its slices (``finish(hits, base, emit)``), in file
+    order.
 
     A worker sends its newline count as soon as it has scanned, gets back the line number its
     region starts at, and then finishes (e.g. formats) its alerts in parallel with the others.
     The first worker's region starts where this process's ends, so it is told its line as soon
     as this process has scanned; with that one worker, this process then finishes its own
     alerts at once instead of waiting for the worker's count first. With ``emit``, a worker
-    that has finished waits for its turn (a byte from this process, sent once every region
-    before it is emitted), emits, and sends back what ``emit`` returned.
+    that has rendered its slices waits for its turn (a byte from this process, sent once every
+    region before it is emitted), emits them, and sends back what ``emit`` returned for each.
     """
     out = emit or _same
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
+
+    def here(hits: list[RawHit], base: int = 0) -> list[Any]:
+        """A region's results, rendered here in its turn: emitted as they are made."""
+        if emit is None or not hits:
+            return [out(finish(hits, base))]
+        return list(finish(hits, base, emit))
 
     def report(k: int, done: int) -> None:
         struct.pack_into("q", shared, 8 * k, done)
@@ -230,7 +259,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
         if workers:
             workers[0].base = base
             workers[0].send_base()
-        results = [out(finish(hits, 0))] if len(workers) == 1 else []
+        results = here(hits) if len(workers) == 1 else []
         for w in workers:
             w.base = base
             count = w.scanned()
@@ -239,7 +268,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                 w.result = (finish(w_hits, base),)
             base += count
         if not results:
-            results = [out(finish(hits, 0))]
+            results = here(hits)
         if idle is not None:
             idle()  # while the workers finish theirs
         for w in workers:
@@ -255,8 +284,11 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
                         f"{w.base + 1} on): the output is incomplete; run again, or with "
                         f"--workers 1")
                 _, w_hits = scan_region(engine, fd, *regions[w.k])
-                got = (out(finish(w_hits, w.base)),)
-            results.append(got[0])
+                results += here(w_hits, w.base)
+            elif w.emits:  # what emit returned for each of its slices
+                results += got[0]
+            else:
+                results.append(got[0])
         if progress is not None:
             progress(size, size)
         return results
@@ -297,12 +329,14 @@ class _Worker:
                 count, hits = scan_region(engine, fd, *region, lambda d: report(k, d))
                 os.write(up_w, struct.pack("q", count))
                 base = struct.unpack("q", _read_exact(down_r, 8))[0]
-                result = finish(hits, base)
-                if emit is not None:
+                if emit is None:
+                    result = finish(hits, base)
+                else:
+                    parts = finish(hits, base, _same)  # rendered a slice at a time
                     if _read_exact(down_r, 1) != _TURN:
                         raise SystemExit(70)  # the caller is gone: emit nothing
                     os.write(up_w, _EMITTING)  # from here on, a failure is not redone
-                    result = emit(result)
+                    result = [emit(part) for part in parts]
                 with os.fdopen(up_w, "wb") as out:
                     out.write(marshal.dumps(result))
                 code = 0

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VERSION = 4  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 5  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
 
 
@@ -26,6 +26,6 @@ def _load() -> Any:
 
 
 # The module (parse_iso, Collector, confirm_lines, view_line, judge_lines, build_hits,
-# filter_hits, make_alerts, json_lines: see _speedups.c) or None. An Engine takes it when it
-# is made; json_lines looks each time.
+# filter_hits, make_alerts, line_texts, json_lines, alert_counts: see _speedups.c) or None. An
+# Engine takes it when it is made; json_lines and the scan's tally look each time.
 speedups = _load()

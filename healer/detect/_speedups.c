@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 4
+#define NATIVE_VERSION 5
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -89,11 +89,13 @@ static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
         while (k < n && k - (end + 1) < 9 && is_digit(s[k])) k++;
         end = k;
     }
-    char sec[16];
-    Py_ssize_t sec_len = end - (p + 17);
-    memcpy(sec, q + 17, (size_t)sec_len);
-    sec[sec_len] = '\0';
-    if (sec_len > 2) sec[2] = '.';
+    /* The seconds as digits / 10 ** decimals: at most 11 digits, an integer a double holds
+     * exactly, divided by an exact power of ten, is the correctly rounded value of the
+     * decimal, which is what float() of it gives (strtod's own fast path). */
+    static const double POW10[10] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9};
+    long long digits = two(q + 17);
+    int decimals = 0;
+    for (Py_ssize_t k = p + 20; k < end; k++, decimals++) digits = digits * 10 + (s[k] - '0');
     /* \s?(Z|z|UTC|[+-]\d{2}:?\d{2})? */
     Py_ssize_t z = end;
     if (z < n && is_space(s[z])) z++;
@@ -118,11 +120,7 @@ static int iso_time(const unsigned char *s, Py_ssize_t len, double *out) {
                               two(q + 5), two(q + 8), &ok);
     int hh = two(q + 11), mm = two(q + 14);
     if (!ok || hh > 23 || mm > 59) return 2;
-    double ss = PyOS_string_to_double(sec, NULL, NULL);
-    if (ss == -1.0 && PyErr_Occurred()) {
-        PyErr_Clear();
-        return 2;
-    }
+    double ss = (double)digits / POW10[decimals];
     if (ss >= 61) return 2;
     double base = (double)day * 86400.0 + (double)(hh * 3600) + (double)(mm * 60);
     double ts = base + ss;
@@ -220,9 +218,49 @@ static void put_u(char *w, Py_UCS4 c) {
     w[5] = HEX[c & 15];
 }
 
+/* Whether an ASCII byte goes into JSON as it is (printable, not a quote or backslash). */
+static unsigned char JSON_PLAIN[128];
+
+static void init_json_plain(void) {
+    for (int c = ' '; c <= '~'; c++) JSON_PLAIN[c] = c != '"' && c != '\\';
+}
+
 /* json.encoder.encode_basestring_ascii(text), quotes included. */
 static int out_quoted(Out *o, PyObject *text) {
     Py_ssize_t n = PyUnicode_GET_LENGTH(text);
+    if (PyUnicode_IS_ASCII(text)) {  /* most log lines: runs of plain bytes, copied whole */
+        const unsigned char *t = PyUnicode_1BYTE_DATA(text);
+        if (out_reserve(o, n * 6 + 2) < 0) return -1;
+        char *w = o->buf + o->len;
+        *w++ = '"';
+        Py_ssize_t i = 0;
+        while (i < n) {
+            Py_ssize_t j = i;
+            while (j < n && JSON_PLAIN[t[j]]) j++;
+            memcpy(w, t + i, (size_t)(j - i));
+            w += j - i;
+            if (j == n) break;
+            unsigned char c = t[j];
+            *w++ = '\\';
+            switch (c) {
+                case '\\': *w++ = '\\'; break;
+                case '"': *w++ = '"'; break;
+                case '\b': *w++ = 'b'; break;
+                case '\f': *w++ = 'f'; break;
+                case '\n': *w++ = 'n'; break;
+                case '\r': *w++ = 'r'; break;
+                case '\t': *w++ = 't'; break;
+                default:
+                    w--;
+                    put_u(w, c);
+                    w += 6;
+            }
+            i = j + 1;
+        }
+        *w++ = '"';
+        o->len = w - o->buf;
+        return 0;
+    }
     if (out_reserve(o, n * 12 + 2) < 0) return -1;
     int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
@@ -623,9 +661,10 @@ static PyTypeObject CollectorType = {
 #define MAX_IDXS 64
 
 /* Newlines in s[a:b]: byte counters a block at a time, which the compiler vectorizes (three
- * times memchr's speed on log lines). */
-__attribute__((optimize("O3")))
-static Py_ssize_t count_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
+ * times memchr's speed on log lines). It reads every byte of a scanned file: on x86-64 a copy
+ * compiled for AVX2 (32 bytes a step instead of 16) runs where the CPU has it. */
+static inline __attribute__((always_inline)) Py_ssize_t count_nl_body(
+        const char *s, Py_ssize_t a, Py_ssize_t b) {
     Py_ssize_t n = 0, i = a;
     while (i + 32 <= b) {
         Py_ssize_t rounds = (b - i) / 32;
@@ -640,6 +679,27 @@ static Py_ssize_t count_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
     return n;
 }
 
+__attribute__((optimize("O3")))
+static Py_ssize_t count_nl_plain(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    return count_nl_body(s, a, b);
+}
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("O3"), target("avx2")))
+static Py_ssize_t count_nl_avx2(const char *s, Py_ssize_t a, Py_ssize_t b) {
+    return count_nl_body(s, a, b);
+}
+#endif
+
+static Py_ssize_t (*count_nl)(const char *, Py_ssize_t, Py_ssize_t) = count_nl_plain;
+
+static void init_count_nl(void) {
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2")) count_nl = count_nl_avx2;
+#endif
+}
+
 static Py_ssize_t rfind_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
     const char *p = memrchr(s + a, '\n', (size_t)(b > a ? b - a : 0));
     return p ? p - s : -1;
@@ -648,11 +708,6 @@ static Py_ssize_t rfind_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
 static Py_ssize_t find_nl(const char *s, Py_ssize_t a, Py_ssize_t b) {
     const char *p = memchr(s + a, '\n', (size_t)(b > a ? b - a : 0));
     return p ? p - s : -1;
-}
-
-static int cmp_ll(const void *x, const void *y) {
-    long long a = *(const long long *)x, b = *(const long long *)y;
-    return (a > b) - (a < b);
 }
 
 /* Interned strings: the line model's levels and parts; set up by the module's init. */
@@ -680,7 +735,9 @@ static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
 static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
                       long long *idxs, int n) {
     PyObject *line = NULL;
-    if (PyDict_GET_SIZE(ps->cleaned)) {
+    /* cleaned holds the text of the block's lines that hold ESC (ansi_lines), by their
+     * start: a line without ESC is not looked up (no int object made per line). */
+    if (PyDict_GET_SIZE(ps->cleaned) && memchr(ps->data + ls, 0x1b, (size_t)(le - ls))) {
         PyObject *key = PyLong_FromSsize_t(ls);
         if (key == NULL) return -1;
         line = PyDict_GetItemWithError(ps->cleaned, key);
@@ -707,7 +764,12 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         if (line == NULL) return -1;
     }
     Py_ssize_t npats = PyList_GET_SIZE(ps->confirm);
-    if (n > 1) qsort(idxs, (size_t)n, sizeof(long long), cmp_ll);
+    for (int i = 1; i < n; i++) {  /* a handful at most: insertion sort */
+        long long v = idxs[i];
+        int k = i;
+        for (; k > 0 && idxs[k - 1] > v; k--) idxs[k] = idxs[k - 1];
+        idxs[k] = v;
+    }
     PyObject *matched = PyList_New(0);
     if (matched == NULL) goto fail;
     for (int i = 0; i < n; i++) {
@@ -736,9 +798,17 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         }
     }
     if (PyList_GET_SIZE(matched)) {
-        PyObject *row = Py_BuildValue("(nnOO)", line_idx, ls, line, matched);
-        if (row == NULL || PyList_Append(ps->found, row) < 0) {
-            Py_XDECREF(row);
+        PyObject *row = PyTuple_New(4);
+        if (row == NULL) goto fail;
+        PyObject *li = PyLong_FromSsize_t(line_idx), *start = PyLong_FromSsize_t(ls);
+        PyTuple_SET_ITEM(row, 0, li);
+        PyTuple_SET_ITEM(row, 1, start);
+        Py_INCREF(line);
+        PyTuple_SET_ITEM(row, 2, line);
+        Py_INCREF(matched);
+        PyTuple_SET_ITEM(row, 3, matched);
+        if (li == NULL || start == NULL || PyList_Append(ps->found, row) < 0) {
+            Py_DECREF(row);
             goto fail;
         }
         Py_DECREF(row);
@@ -750,6 +820,34 @@ fail:
     Py_XDECREF(matched);
     Py_XDECREF(line);
     return -1;
+}
+
+/* Orders a collector's candidates by offset (the order of the patterns at one offset does
+ * not matter: a line's are sorted when it is flushed). One database reports its matches by
+ * end offset, and what is added after them (the candidates of ANSI lines' text) is a second
+ * run, short and mostly in order itself: it is sorted on its own and merged, not the whole
+ * block's candidates sorted again. */
+static int sort_by_offset(Collector *col) {
+    Cand *items = col->items;
+    Py_ssize_t len = col->len, k = 1;
+    while (k < len && items[k - 1].off <= items[k].off) k++;
+    if (k >= len) return 0;
+    Py_ssize_t tail = len - k;
+    qsort(items + k, (size_t)tail, sizeof(Cand), cmp_cand);
+    Cand *second = PyMem_Malloc((size_t)tail * sizeof(Cand));
+    if (second == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    memcpy(second, items + k, (size_t)tail * sizeof(Cand));
+    /* merged from the back: the free slots are at the end */
+    Py_ssize_t a = k - 1, b = tail - 1, w = len - 1;
+    while (b >= 0) {
+        if (a >= 0 && items[a].off > second[b].off) items[w--] = items[a--];
+        else items[w--] = second[b--];
+    }
+    PyMem_Free(second);
+    return 0;
 }
 
 /* Engine.scan_block's pass 1 (candidates → confirmed lines); NotImplemented for a buffer
@@ -830,7 +928,7 @@ static PyObject *confirm_pass(Pass *psp, PyObject *cands, Py_ssize_t lo, Py_ssiz
     Py_ssize_t line_idx = first, counted = lo, ls = -1, le = -1;
     Py_ssize_t count;
     if (col != NULL) {  /* sorted here, as the engine sorts a list before it calls */
-        qsort(col->items, (size_t)col->len, sizeof(Cand), cmp_cand);
+        if (sort_by_offset(col) < 0) goto fail;
         count = col->len;
     } else {
         count = PyList_GET_SIZE(cands);
@@ -897,21 +995,68 @@ static int word_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p, const cha
     return 1;
 }
 
+/* What needs_view looks for at a byte: 1 for '{' and ESC (found on their own), else the
+ * lower-case byte that must follow it ('|' then ' ', 'i' then 'n' …); 0 for the rest. */
+static unsigned char VIEW_NEXT[256];
+
+static void init_view_next(void) {
+    VIEW_NEXT['{'] = VIEW_NEXT[0x1b] = 1;
+    VIEW_NEXT['|'] = ' ';
+    VIEW_NEXT['i'] = VIEW_NEXT['I'] = 'n';
+    VIEW_NEXT['d'] = VIEW_NEXT['D'] = 'e';
+    VIEW_NEXT['t'] = VIEW_NEXT['T'] = 'r';
+    VIEW_NEXT['n'] = VIEW_NEXT['N'] = 'o';
+}
+
+#if defined(__GNUC__) || defined(__clang__)
+typedef unsigned char v16 __attribute__((vector_size(16)));
+
+/* Whether s[0:16] or s[1:17] may hold a place needs_view stops at: the pairs of VIEW_NEXT
+ * ("in", "de", "tr", "no" in any case, "| ") and '{' or ESC, tested 16 bytes at a time (a
+ * log line's letters are a quarter i, d, t or n: the pairs are five times rarer). */
+static int view_pairs16(const unsigned char *s) {
+    v16 a, b;
+    memcpy(&a, s, 16);
+    memcpy(&b, s + 1, 16);
+    v16 la = a | 0x20, lb = b | 0x20;  /* letters in lower case (other bytes: may hit more) */
+    v16 hit = (a == '{') | (a == 0x1b) | ((a == '|') & (b == ' ')) |
+              ((la == 'i') & (lb == 'n')) | ((la == 'd') & (lb == 'e')) |
+              ((la == 't') & (lb == 'r')) | ((la == 'n') & (lb == 'o'));
+    unsigned long long w[2];
+    memcpy(w, &hit, 16);
+    return (w[0] | w[1]) != 0;
+}
+#endif
+
 /* healer.detect.lines.needs_view: a prefix, JSON, escape codes or a low level word (ASCII
  * caseless: info, debug, trace, notice) in the first 160 bytes. */
 static int needs_view(const unsigned char *s, Py_ssize_t len) {
     Py_ssize_t n = len < 160 ? len : 160;
     if (len >= 5 && memcmp(s, "[pod/", 5) == 0) return 1;
     if (len >= 1 && s[0] == '<') return 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        switch (lower(s[i])) {
-            case '{': case 0x1b: return 1;
-            case '|': if (i + 1 < n && s[i + 1] == ' ') return 1; break;
-            case 'i': if (word_at(s, n, i, "nfo")) return 1; break;
-            case 'd': if (word_at(s, n, i, "ebug")) return 1; break;
-            case 't': if (word_at(s, n, i, "race")) return 1; break;
-            case 'n': if (word_at(s, n, i, "otice")) return 1; break;
-            default: break;
+    Py_ssize_t i = 0;
+    while (i < n) {
+#if defined(__GNUC__) || defined(__clang__)
+        /* Skip 16 bytes where no pair starts (s[i + 16] is read only inside the line). */
+        if (i + 17 <= n && !view_pairs16(s + i)) {
+            i += 16;
+            continue;
+        }
+#endif
+        Py_ssize_t stop = i + 16 < n ? i + 16 : n;
+        for (; i < stop; i++) {
+            unsigned char next = VIEW_NEXT[s[i]];
+            if (next == 0) continue;
+            if (next == 1) return 1;
+            if (i + 1 >= n || lower(s[i + 1]) != next) continue;
+            switch (next) {
+                case ' ': return 1;
+                case 'n': if (word_at(s, n, i, "nfo")) return 1; break;
+                case 'e': if (word_at(s, n, i, "ebug")) return 1; break;
+                case 'r': if (word_at(s, n, i, "race")) return 1; break;
+                case 'o': if (word_at(s, n, i, "otice")) return 1; break;
+                default: break;
+            }
         }
     }
     return 0;
@@ -966,16 +1111,26 @@ static PyObject *level_number(long v) {
 }
 
 /* lines._KUBECTL.match: the prefix's length, 0 when none; the two names' spans. */
+/* The bytes a kubectl prefix's pod name stops at ('/', ']' or a space: 1), and its
+ * container name (']' or a space: 2); both bits for ']' and spaces. */
+static unsigned char POD_STOP[256];
+
+static void init_pod_stop(void) {
+    for (int c = 0; c < 256; c++) POD_STOP[c] = is_ws((unsigned char)c) ? 3 : 0;
+    POD_STOP['/'] = 1;
+    POD_STOP[']'] = 3;
+}
+
 static Py_ssize_t kubectl_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_t *a1,
                                  Py_ssize_t *n1, Py_ssize_t *a2, Py_ssize_t *n2) {
-    if (!starts_cs(s, n, 0, "[pod/")) return 0;
+    if (n < 5 || memcmp(s, "[pod/", 5) != 0) return 0;
     Py_ssize_t p = 5;
-    while (p < n && s[p] != '/' && s[p] != ']' && !is_ws(s[p])) p++;
+    while (p < n && !(POD_STOP[s[p]] & 1)) p++;
     if (p - 5 < 1 || p - 5 > 253 || p >= n || s[p] != '/') return 0;
     *a1 = 5;
     *n1 = p - 5;
     Py_ssize_t q = ++p;
-    while (q < n && s[q] != ']' && !is_ws(s[q])) q++;
+    while (q < n && !(POD_STOP[s[q]] & 2)) q++;
     if (q - p < 1 || q - p > 63 || q + 1 >= n || s[q] != ']' || s[q + 1] != ' ') return 0;
     *a2 = p;
     *n2 = q - p;
@@ -1026,8 +1181,11 @@ static Py_ssize_t compose_prefix(const unsigned char *s, Py_ssize_t n, Py_ssize_
 static PyObject *json_level(const unsigned char *s, Py_ssize_t n) {
     static const char *keys[] = {"level\"", "severity\"", "lvl\"", "levelname\"", "log.level\"",
                                  "loglevel\"", NULL};
-    for (Py_ssize_t p = 0; p < n; p++) {
-        if (s[p] != '"') continue;
+    const unsigned char *end = s + n, *at = s;
+    while ((at = memchr(at, '"', (size_t)(end - at))) != NULL) {
+        Py_ssize_t p = at - s;
+        at++;
+        if (at == end || (*at != 'l' && *at != 's')) continue;  /* what every key starts with */
         for (int k = 0; keys[k]; k++) {
             if (!starts_cs(s, n, p + 1, keys[k])) continue;
             Py_ssize_t q = p + 1 + (Py_ssize_t)strlen(keys[k]);
@@ -1121,6 +1279,15 @@ static PyObject *any_level_at(const unsigned char *s, Py_ssize_t n, Py_ssize_t p
     return NULL;
 }
 
+/* The bytes after which any_level_at may match (is_ws, and the brackets and separators of
+ * its alternatives). */
+static unsigned char LEVEL_LEAD[256];
+
+static void init_level_lead(void) {
+    for (int c = 0; c < 256; c++) LEVEL_LEAD[c] = is_ws((unsigned char)c);
+    for (const char *c = "[<(:|-"; *c; c++) LEVEL_LEAD[(unsigned char)*c] = 1;
+}
+
 /* lines._level_of(body[:96]). */
 static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
     if (n > 96) n = 96;
@@ -1142,6 +1309,9 @@ static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
                                                                                : LV_FATAL;
     }
     for (Py_ssize_t p = 0; p < n; p++) {
+        /* Past the start, every alternative of any_level_at begins at a space or one of
+         * "[<(:|-": the other bytes are passed over here. */
+        if (p && !LEVEL_LEAD[s[p]]) continue;
         PyObject *found = any_level_at(s, n, p);
         if (found != NULL) return found;
     }
@@ -1150,13 +1320,15 @@ static PyObject *text_level(const unsigned char *s, Py_ssize_t n) {
 
 /* Whether the JSON body may be a transcript event (lines._TRANSCRIPT: "type" or "msg": {). */
 static int transcript_marker(const unsigned char *s, Py_ssize_t n) {
-    for (Py_ssize_t p = 0; p < n; p++) {
-        if (s[p] != '"') continue;
-        if (starts_cs(s, n, p, "\"type\"")) return 1;
-        if (starts_cs(s, n, p, "\"msg\":")) {
-            Py_ssize_t q = p + 6;
-            if (q < n && s[q] == ' ') q++;
-            if (q < n && s[q] == '{') return 1;
+    const unsigned char *end = s + n, *q = s;
+    while ((q = memchr(q, '"', (size_t)(end - q))) != NULL) {
+        Py_ssize_t p = q - s;
+        q++;
+        if (q < end && *q == 't' && starts_cs(s, n, p, "\"type\"")) return 1;
+        if (q < end && *q == 'm' && starts_cs(s, n, p, "\"msg\":")) {
+            Py_ssize_t r = p + 6;
+            if (r < n && s[r] == ' ') r++;
+            if (r < n && s[r] == '{') return 1;
         }
     }
     return 0;
@@ -1176,7 +1348,19 @@ typedef struct {
     int item_object;                    /* the last top-level "item" value is an object */
     Py_ssize_t item_type_at, item_type_len;  /* that object's last "type" string (-1: none) */
     int item_type_bad;
+    /* The last top-level "subtype": 0 none, 1 a plain string (at sub_at), 2 a string with
+     * escapes, 3 a number, true, false or null, 4 an object or array. */
+    int sub_kind;
+    Py_ssize_t sub_at, sub_len;
+    int is_error;                       /* the last top-level "is_error" is true */
+    int message_object;                 /* the last top-level "message" is an object */
+    int content_list;                   /* ... whose last "content" is an array */
+    int content_error;                  /* ... holding a tool_result part with is_error true */
+    int part_tool_result, part_is_error;  /* the content part being read */
 } Json;
+
+/* What j_object and j_value are reading, for the keys transcript_event looks at. */
+enum { R_ANY, R_TOP, R_ITEM, R_MESSAGE, R_CONTENT, R_PART };
 
 static void j_ws(Json *j) {
     while (j->p < j->n && (j->s[j->p] == ' ' || j->s[j->p] == '\t' || j->s[j->p] == '\n' ||
@@ -1247,6 +1431,7 @@ static int j_value(Json *j, int depth, int role);
 static int j_object(Json *j, int depth, int role) {
     j->p++;  /* { */
     j_ws(j);
+    if (role == R_PART) j->part_tool_result = j->part_is_error = 0;
     if (j->p < j->n && j->s[j->p] == '}') {
         j->p++;
         return 1;
@@ -1263,19 +1448,56 @@ static int j_object(Json *j, int depth, int role) {
         j_ws(j);
         if (j->p >= j->n) return 0;
         const unsigned char *k = j->s + kat;
+        unsigned char first = j->s[j->p];
         int is_type = klen == 4 && memcmp(k, "type", 4) == 0;
-        int child = 0;
-        if (role == 1 && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
-        if (role == 1 && klen == 4 && memcmp(k, "item", 4) == 0) {
-            j->item_object = j->s[j->p] == '{';
+        int is_error_key = klen == 8 && memcmp(k, "is_error", 8) == 0;
+        int child = R_ANY;
+        if (role == R_TOP && klen == 3 && memcmp(k, "msg", 3) == 0) j->has_msg = 1;
+        if (role == R_TOP && klen == 4 && memcmp(k, "item", 4) == 0) {
+            j->item_object = first == '{';
             j->item_type_at = -1;
             j->item_type_bad = 0;
-            child = j->item_object ? 2 : 0;
+            child = j->item_object ? R_ITEM : R_ANY;
         }
-        if (is_type && role) {
-            Py_ssize_t *at = role == 1 ? &j->type_at : &j->item_type_at;
-            Py_ssize_t *len = role == 1 ? &j->type_len : &j->item_type_len;
-            int *bad = role == 1 ? &j->type_bad : &j->item_type_bad;
+        if (role == R_TOP && klen == 7 && memcmp(k, "message", 7) == 0) {
+            j->message_object = first == '{';
+            j->content_list = j->content_error = 0;
+            child = j->message_object ? R_MESSAGE : R_ANY;
+        }
+        if (role == R_MESSAGE && klen == 7 && memcmp(k, "content", 7) == 0) {
+            j->content_list = first == '[';
+            j->content_error = 0;
+            child = j->content_list ? R_CONTENT : R_ANY;
+        }
+        if ((role == R_TOP || role == R_PART) && is_error_key) {
+            int yes = starts_cs(j->s, j->n, j->p, "true");
+            if (role == R_TOP) j->is_error = yes;
+            else j->part_is_error = yes;
+        }
+        if (role == R_TOP && klen == 7 && memcmp(k, "subtype", 7) == 0) {
+            if (first == '"') {
+                int plain;
+                if (!j_string(j, &j->sub_at, &j->sub_len, &plain)) return 0;
+                j->sub_kind = plain ? 1 : 2;
+            } else {
+                j->sub_kind = first == '{' || first == '[' ? 4 : 3;
+                if (!j_value(j, depth + 1, R_ANY)) return 0;
+            }
+        } else if (is_type && role == R_PART) {
+            if (first == '"') {
+                Py_ssize_t at, len;
+                int plain;
+                if (!j_string(j, &at, &len, &plain)) return 0;
+                if (!plain) return 0;  /* it might spell tool_result: Python reads it */
+                j->part_tool_result = len == 11 && memcmp(j->s + at, "tool_result", 11) == 0;
+            } else {
+                j->part_tool_result = 0;
+                if (!j_value(j, depth + 1, R_ANY)) return 0;
+            }
+        } else if (is_type && (role == R_TOP || role == R_ITEM)) {
+            Py_ssize_t *at = role == R_TOP ? &j->type_at : &j->item_type_at;
+            Py_ssize_t *len = role == R_TOP ? &j->type_len : &j->item_type_len;
+            int *bad = role == R_TOP ? &j->type_bad : &j->item_type_bad;
             if (j->s[j->p] == '"') {
                 int plain;
                 if (!j_string(j, at, len, &plain)) return 0;
@@ -1292,6 +1514,8 @@ static int j_object(Json *j, int depth, int role) {
         if (j->p >= j->n) return 0;
         if (j->s[j->p] == '}') {
             j->p++;
+            if (role == R_PART && j->part_tool_result && j->part_is_error)
+                j->content_error = 1;
             return 1;
         }
         if (j->s[j->p] != ',') return 0;
@@ -1312,8 +1536,8 @@ static int j_value(Json *j, int depth, int role) {
             j->p++;
             return 1;
         }
-        for (;;) {
-            if (!j_value(j, depth + 1, 0)) return 0;
+        for (;;) {  /* (a content array's objects are its parts) */
+            if (!j_value(j, depth + 1, role == R_CONTENT ? R_PART : R_ANY)) return 0;
             j_ws(j);
             if (j->p >= j->n) return 0;
             if (s[j->p] == ']') {
@@ -1360,19 +1584,51 @@ static int span_is(const unsigned char *s, Py_ssize_t at, Py_ssize_t len, const 
     return at >= 0 && (size_t)len == strlen(word) && memcmp(s + at, word, (size_t)len) == 0;
 }
 
-/* lines._structured's (level, part) for the commonest transcript events — a Claude Code
- * assistant message, a Codex item event — of the JSON document s[0:n]; 0 when Python must
- * read it. */
+/* lines._structured's (level, part) for the commonest transcript events — Claude Code's
+ * assistant, user, result, system and error events, a Codex item event — of the JSON
+ * document s[0:n]; 0 when Python must read it. */
 static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **level,
                             PyObject **part) {
     Json j = {s, n, 0, 0, -1, 0, 0, 0, -1, 0, 0};
+    j.sub_kind = 0;
+    j.sub_at = j.sub_len = 0;
+    j.is_error = j.message_object = j.content_list = j.content_error = 0;
+    j.part_tool_result = j.part_is_error = 0;
     j_ws(&j);
-    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, 1)) return 0;
+    if (j.p >= n || s[j.p] != '{' || !j_object(&j, 0, R_TOP)) return 0;
     j_ws(&j);
     if (j.p != n || j.type_bad || j.type_at < 0) return 0;
     if (span_is(s, j.type_at, j.type_len, "assistant")) {
         *level = LV_INFO;
         *part = PART_SPEECH;
+        return 1;
+    }
+    /* _claude_event's user, result, system and error events */
+    if (span_is(s, j.type_at, j.type_len, "user")) {
+        int failed = j.message_object && j.content_list && j.content_error;
+        *level = failed ? LV_ERROR : LV_INFO;
+        *part = failed ? PART_LOG : PART_SPEECH;
+        return 1;
+    }
+    if (span_is(s, j.type_at, j.type_len, "error")) {
+        *level = LV_ERROR;
+        *part = PART_LOG;
+        return 1;
+    }
+    int result = span_is(s, j.type_at, j.type_len, "result");
+    if (result || span_is(s, j.type_at, j.type_len, "system")) {
+        /* str(subtype): a string with escapes is Python's to read, and so, for "error" in
+         * it, is an object or array; a number, true, false or null never says error */
+        if (j.sub_kind == 2 || (!result && j.sub_kind == 4)) return 0;
+        const unsigned char *sub = s + j.sub_at;
+        int says = 0;
+        if (j.sub_kind == 1 && result)
+            says = j.sub_len >= 5 && memcmp(sub, "error", 5) == 0;
+        else if (j.sub_kind == 1)
+            says = memmem(sub, (size_t)j.sub_len, "error", 5) != NULL;
+        int failed = says || (result && j.is_error);
+        *level = failed ? LV_ERROR : LV_INFO;
+        *part = PART_LOG;
         return 1;
     }
     if (!(span_is(s, j.type_at, j.type_len, "item.started") ||
@@ -1999,6 +2255,183 @@ fail:
     return NULL;
 }
 
+/* How many bytes s starts with that are printable ASCII or tabs: eight at a time while none
+ * is below ' ' or above '~' (bit tricks on a 64-bit word: no byte carries into the next). */
+static Py_ssize_t plain_ascii(const unsigned char *s, Py_ssize_t n) {
+    const unsigned long long ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+    Py_ssize_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        unsigned long long x, low7;
+        memcpy(&x, s + i, 8);
+        low7 = x & ~highs;
+        /* high bit set: >= 0x80; low7 + 1 reaches 0x80: 0x7f; low7 + 0x60 stays below 0x80:
+         * under 0x20 */
+        if ((x | (low7 + ones) | ~(low7 + 0x60 * ones)) & highs) break;
+    }
+    while (i < n && ((s[i] >= 0x20 && s[i] < 0x7f) || s[i] == '\t')) i++;
+    return i;
+}
+
+/* line_texts(raws, most, text_of) -> texts: Engine._texts. A line of printable ASCII (tabs
+ * allowed) is its own text, cut to `most` characters with an ellipsis; any other line is
+ * text_of(raw) (Engine._text: decoding, controls). Each text is made on its own: the
+ * lines are not joined, decoded and split again, three copies of every alert line in fresh
+ * memory, which costs more than the decoding. */
+static PyObject *line_texts(PyObject *self, PyObject *args) {
+    PyObject *raws, *text_of;
+    Py_ssize_t most;
+    if (!PyArg_ParseTuple(args, "O!nO:line_texts", &PyList_Type, &raws, &most, &text_of))
+        return NULL;
+    if (most < 1) {
+        PyErr_SetString(PyExc_ValueError, "line_texts: most must be positive");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(raws);
+    PyObject *out = PyList_New(count);
+    if (out == NULL) return NULL;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *raw = PyList_GET_ITEM(raws, k), *text = NULL;
+        const unsigned char *s = NULL;
+        Py_ssize_t n = 0, i = 0;
+        int plain = PyBytes_Check(raw) || PyByteArray_Check(raw);
+        if (plain && line_data(raw, &s, &n) < 0) goto fail;
+        i = plain_ascii(s, n);
+        if (!plain || i < n) {
+            text = PyObject_CallOneArg(text_of, raw);
+        } else if (n <= most) {
+            text = PyUnicode_New(n, 127);
+            if (text != NULL) memcpy(PyUnicode_DATA(text), s, (size_t)n);
+        } else {  /* cut: most - 1 characters and U+2026 */
+            text = PyUnicode_New(most, 0x2026);
+            if (text != NULL) {
+                Py_UCS2 *w = PyUnicode_2BYTE_DATA(text);
+                for (Py_ssize_t j = 0; j < most - 1; j++) w[j] = s[j];
+                w[most - 1] = 0x2026;
+            }
+        }
+        if (text == NULL) goto fail;
+        PyList_SET_ITEM(out, k, text);
+    }
+    return out;
+fail:
+    Py_DECREF(out);
+    return NULL;
+}
+
+/* alert_counts(alerts) -> (per_index, kinds) | NotImplemented: what the scan's summary counts
+ * of its alerts, in one pass without a Python frame per alert. per_index: pattern.index ->
+ * alerts, for the alerts with a pattern; kinds: (origin, source, level, severity) -> alerts
+ * (services.ServiceTally). Both dicts in the order the keys first occur. NotImplemented for
+ * anything but Alert-shaped tuples. */
+enum { A_SEVERITY = 3, A_LEVEL = 10, A_ORIGIN = 11 };
+
+static int bump(PyObject *dict, PyObject *key, Py_ssize_t n) {
+    PyObject *had = PyDict_GetItemWithError(dict, key);
+    if (had == NULL && PyErr_Occurred()) return -1;
+    Py_ssize_t now = n;
+    if (had != NULL) {
+        Py_ssize_t before = PyLong_AsSsize_t(had);
+        if (before == -1 && PyErr_Occurred()) return -1;
+        now += before;
+    }
+    PyObject *v = PyLong_FromSsize_t(now);
+    if (v == NULL) return -1;
+    int bad = PyDict_SetItem(dict, key, v);
+    Py_DECREF(v);
+    return bad;
+}
+
+/* A key (pattern, or origin, source, level and severity) seen by alert_counts: its objects
+ * and how many alerts had exactly these objects. */
+#define COUNT_SLOTS 64
+typedef struct {
+    PyObject *key[4];
+    Py_ssize_t n;
+} CountSlot;
+
+/* The slot holding key (compared by identity), a new one, or NULL when all are taken. */
+static CountSlot *count_slot(CountSlot *slots, int *used, PyObject *const *key, int width) {
+    for (int i = 0; i < *used; i++) {
+        int same = 1;
+        for (int f = 0; f < width; f++) same &= slots[i].key[f] == key[f];
+        if (same) return &slots[i];
+    }
+    if (*used == COUNT_SLOTS) return NULL;
+    CountSlot *slot = &slots[(*used)++];
+    for (int f = 0; f < width; f++) slot->key[f] = key[f];
+    slot->n = 0;
+    return slot;
+}
+
+/* Adds a pattern's alerts to per_index under pattern.index (none for a falsy pattern). */
+static int count_pattern(PyObject *per_index, PyObject *pattern, Py_ssize_t n) {
+    int truthy = PyObject_IsTrue(pattern);
+    if (truthy <= 0) return truthy;
+    PyObject *index = PyObject_GetAttrString(pattern, "index");
+    int bad = index == NULL || bump(per_index, index, n) < 0;
+    Py_XDECREF(index);
+    return bad ? -1 : 0;
+}
+
+/* Adds a kind's alerts to kinds under (origin, source, level, severity). */
+static int count_kind(PyObject *kinds, PyObject *const *kind, Py_ssize_t n) {
+    PyObject *key = PyTuple_Pack(4, kind[0], kind[1], kind[2], kind[3]);
+    int bad = key == NULL || bump(kinds, key, n) < 0;
+    Py_XDECREF(key);
+    return bad ? -1 : 0;
+}
+
+static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
+    if (!PyList_Check(alerts)) Py_RETURN_NOTIMPLEMENTED;
+    Py_ssize_t count = PyList_GET_SIZE(alerts);
+    for (Py_ssize_t k = 0; k < count; k++) {
+        PyObject *a = PyList_GET_ITEM(alerts, k);
+        if (!PyTuple_Check(a) || PyTuple_GET_SIZE(a) != F_N) Py_RETURN_NOTIMPLEMENTED;
+    }
+    /* Alerts share a few dozen patterns and kinds, as the same objects: they are counted by
+     * identity in slots, which go into the dicts by value at the end, in the order they were
+     * first seen (the order their values first occur). When the slots run out, what they
+     * hold goes into the dicts then, and the rest is counted there directly. */
+    CountSlot pslots[COUNT_SLOTS], kslots[COUNT_SLOTS];
+    int pused = 0, kused = 0, pfull = 0, kfull = 0;
+    PyObject *per_index = PyDict_New(), *kinds = PyDict_New();
+    if (per_index == NULL || kinds == NULL) goto fail;
+    for (Py_ssize_t k = 0; k <= count; k++) {
+        PyObject *a = k < count ? PyList_GET_ITEM(alerts, k) : NULL;
+        PyObject *pattern = a ? PyTuple_GET_ITEM(a, F_PATTERN) : NULL;
+        CountSlot *slot = a && !pfull ? count_slot(pslots, &pused, &pattern, 1) : NULL;
+        if (slot != NULL) {
+            slot->n++;
+        } else if (!pfull) {  /* the slots are full, or this is the end */
+            for (int i = 0; i < pused; i++)
+                if (count_pattern(per_index, pslots[i].key[0], pslots[i].n) < 0) goto fail;
+            pfull = 1;
+        }
+        if (a != NULL && slot == NULL && count_pattern(per_index, pattern, 1) < 0) goto fail;
+        PyObject *kind[4] = {NULL, NULL, NULL, NULL};
+        if (a != NULL) {
+            kind[0] = PyTuple_GET_ITEM(a, A_ORIGIN);
+            kind[1] = PyTuple_GET_ITEM(a, F_SOURCE);
+            kind[2] = PyTuple_GET_ITEM(a, A_LEVEL);
+            kind[3] = PyTuple_GET_ITEM(a, A_SEVERITY);
+        }
+        slot = a && !kfull ? count_slot(kslots, &kused, kind, 4) : NULL;
+        if (slot != NULL) {
+            slot->n++;
+        } else if (!kfull) {
+            for (int i = 0; i < kused; i++)
+                if (count_kind(kinds, kslots[i].key, kslots[i].n) < 0) goto fail;
+            kfull = 1;
+        }
+        if (a != NULL && slot == NULL && count_kind(kinds, kind, 1) < 0) goto fail;
+    }
+    return Py_BuildValue("(NN)", per_index, kinds);
+fail:
+    Py_XDECREF(per_index);
+    Py_XDECREF(kinds);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------------------------------- */
 /* ANSI escapes (healer.detect._match.ANSI)                                                   */
 
@@ -2100,7 +2533,8 @@ static PyMethodDef methods[] = {
     {"confirm_lines", confirm_lines, METH_VARARGS,
      "confirm_lines(buf, lo, hi, candidates, first, cleaned, confirm, trusted) -> "
      "(newlines, found): Engine.scan_block's pass 1 (candidates: a sorted list of "
-     "(offset, index) pairs, or a Collector)."},
+     "(offset, index) pairs, or a Collector; cleaned: the text of each line holding ESC, "
+     "by its start)."},
     {"view_line", view_line, METH_VARARGS,
      "view_line(line, document=None) -> (body, level, source, part) | None: "
      "lines.view_fields, JSON documents read by document(body, source) (None: ask "
@@ -2118,6 +2552,10 @@ static PyMethodDef methods[] = {
      "ansi_lines(buf, lo, hi) -> [(start, end, text)]: _match.ansi_lines."},
     {"make_alerts", make_alerts, METH_VARARGS,
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
+    {"line_texts", line_texts, METH_VARARGS,
+     "line_texts(raws, most, text_of) -> texts: Engine._texts."},
+    {"alert_counts", alert_counts, METH_O,
+     "alert_counts(alerts) -> (per_index, kinds) | NotImplemented: the summary's counts."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2136,6 +2574,11 @@ PyMODINIT_FUNC PyInit__speedups(void) {
                                            names[k].text)) == NULL)
             return NULL;
     }
+    init_view_next();
+    init_pod_stop();
+    init_count_nl();
+    init_level_lead();
+    init_json_plain();
     if (PyType_Ready(&CollectorType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0) {

@@ -130,6 +130,7 @@ class Engine:
         # The C versions of the fast path's loops (healer.detect._native), or None.
         self._speedups = _native.speedups if fast else None
         self._alert_fields = [(p.code, p.id, p.priority, p.severity, p) for p in pats]
+        self._resolved: dict[tuple[int, ...], tuple[int, ...]] = {}  # _resolve without sup_ks
 
     # -- public scanning API -------------------------------------------------------------------
 
@@ -428,6 +429,20 @@ class Engine:
 
     def _resolve(self, line: Any, matched: list[int], sup_ks: list[int]) -> tuple[int, ...]:
         """Generic patterns, suppressions and one pattern per code (the most severe)."""
+        if sup_ks:
+            return self._resolve_line(line, matched, sup_ks)
+        # Without suppressions to try, the verdict depends on the patterns alone: a log's
+        # lines that match several patterns match the same few sets of them, over and over.
+        key = tuple(matched)
+        best = self._resolved.get(key)
+        if best is None:
+            if len(self._resolved) >= 4096:
+                self._resolved.clear()
+            best = self._resolved[key] = self._resolve_line(line, matched, sup_ks)
+        return best
+
+    def _resolve_line(self, line: Any, matched: list[int], sup_ks: list[int]
+                      ) -> tuple[int, ...]:
         pats = self._patterns
         specific = [i for i in matched if not self._generic[i]]
         if specific:
@@ -559,6 +574,8 @@ class Engine:
         to the decoded lines joined."""
         if not raws:
             return []
+        if self._speedups is not None:  # line by line in C, no joined or decoded copies
+            return self._speedups.line_texts(raws, self.max_line_chars, self._text)
         joined = b"\n".join(raws)
         text = joined.decode("utf-8", "replace")
         parts = text.split("\n")

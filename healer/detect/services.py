@@ -67,6 +67,12 @@ class ServiceTally:
         seen = kinds.get
         for kind in map(_KIND, alerts):
             kinds[kind] = seen(kind, 0) + 1
+        self.add_kinds(kinds, alerts)
+
+    def add_kinds(self, kinds: dict[tuple[str, str, str, str], int],
+                  alerts: list[Any]) -> None:
+        """``add(alerts)``, their count per (origin, source, level, severity) given (counted
+        natively by the scan: ``_speedups.alert_counts``)."""
         rows = self.rows
         hungry: set[str] = set()
         for (origin, source, level, severity), n in kinds.items():

@@ -168,6 +168,29 @@ class TestEnginesAgree:
         assert hs.scan_bytes(buf) == Engine(cat, engine="re").scan_bytes(buf)
 
 
+def test_resolved_pattern_sets_are_remembered_only_without_suppressions() -> None:
+    """Several patterns on one line, no suppression to try: the verdict is remembered by the
+    patterns and their order (the first of equal rank wins a code); with suppressions to
+    try, each line is judged on its own."""
+    import itertools
+
+    engine = Engine(Catalog.load(), engine="re")
+    n = len(engine.catalog.patterns)
+    rnd = random.Random(4)
+    sets = [list(pair) for pair in itertools.permutations(range(n), 2)]
+    sets += [rnd.sample(range(n), rnd.randint(3, 6)) for _ in range(300)]
+    for _ in range(2):  # the second time from memory
+        for matched in sets:
+            assert engine._resolve(b"x", matched, []) == engine._resolve_line(b"x", matched, [])
+    assert len(engine._resolved) == len({tuple(m) for m in sets})
+    refused = b"connection refused; no errors: 0"  # a line a word suppression silences
+    everyone = list(range(len(engine.catalog.suppressions)))
+    for matched in sets[:50]:
+        assert engine._resolve(refused, matched, everyone) == engine._resolve_line(
+            refused, matched, everyone)
+    assert len(engine._resolved) == len({tuple(m) for m in sets})
+
+
 class TestPreflightWindow:
     def lines(self, *rows: tuple[float | None, str]) -> bytes:
         return b"".join(((f"{iso(t)} " if t is not None else "") + text + "\n").encode()
@@ -305,6 +328,29 @@ class TestBuffers:
         assert emit_case.printed() == want
         assert len(parts) == workers and sum(n for n, _ in parts) == len(want)
         assert [here for _, here in parts] == [True] + [False] * (workers - 1)
+
+    @pytest.mark.parametrize("workers", [1, 2])
+    def test_emit_here_a_slice_of_hits_at_a_time(self, engine: Engine, emit_case: EmitCase,
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 workers: int) -> None:
+        """Each region is rendered a slice of hits at a time (its memory reused, slice after
+        slice), this process's emitted as they are made, a worker's in its turn: the same
+        lines in the same order, one result a slice."""
+        monkeypatch.setattr(_files, "EMIT_SLICE", 7)
+        calls: list[tuple[int, bool]] = []
+
+        def emit(line_nos: list[int]) -> int:
+            emit_case.write(line_nos)
+            calls.append((len(line_nos), emit_case.in_worker()))
+            return len(line_nos)
+
+        parts = engine.render_file(emit_case.log, _line_nos, workers=workers, emit=emit)
+        want = emit_case.want(engine)
+        assert emit_case.printed() == want and sum(parts) == len(want)
+        here = [n for n, _ in calls]  # (a worker's calls are noted in its own process)
+        assert len(here) > 2 and parts[:len(here)] == here
+        in_worker = parts[len(here):]
+        assert len(in_worker) > 1 if workers > 1 else not in_worker
 
     def test_parallel_emit_redoes_a_failed_worker_in_order(
             self, engine: Engine, emit_case: EmitCase, tmp_path: Path) -> None:

@@ -287,6 +287,19 @@ def test_the_collector_holds_what_the_python_handler_would() -> None:
         assert len(col) == len(want) and col.pairs() == want
         assert sp.confirm_lines(data, lo, len(data), col, 7, {}, confirm, trusted) == \
             sp.confirm_lines(data, lo, len(data), want, 7, {}, confirm, trusted)
+    rnd = random.Random(14)
+    for _ in range(200):  # the matches in order, then a second run (ANSI lines' candidates)
+        col = sp.Collector()
+        col.reset(-1)
+        matcher.collect(data, 0, len(data), col)
+        tail = [(rnd.randint(0, len(data) - 1), rnd.randrange(len(confirm)))
+                for _ in range(rnd.choice([1, 2, 5, 40]))]
+        if rnd.random() < 0.5:
+            tail.sort()
+        col.extend(tail)
+        want = sorted([*matcher.candidates(data, 0, len(data)), *tail])
+        assert sp.confirm_lines(data, 0, len(data), col, 0, {}, confirm, trusted) == \
+            sp.confirm_lines(data, 0, len(data), want, 0, {}, confirm, trusted)
     crowded = sp.Collector()
     crowded.extend([(0, i) for i in range(65)])
     many = (confirm * 2)[:65]
@@ -338,6 +351,66 @@ def test_the_native_transcript_events_are_view_document(seed: int) -> None:
         got = _native.speedups.view_line(text)
         events += got is not None and b'"type"' in text
     assert events > 100  # (most documents here are broken or of other kinds)
+
+
+_PARTS = [{"type": "tool_result", "is_error": True}, {"type": "tool_result", "is_error": False},
+          {"type": "tool_result", "is_error": 1}, {"type": "tool_result"}, {"type": "text"},
+          {"is_error": True}, {"type": ["tool_result"], "is_error": True}, "tool_result",
+          [{"type": "tool_result", "is_error": True}], {"x": {"type": "tool_result",
+                                                              "is_error": True}}]
+_SUBTYPES = ["success", "error_max_turns", "error", "api_error", "init", "", 5, None, True,
+             ["error"], {"e": "error"}, "Error"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+@needs_native
+def test_the_native_claude_events_are_view_document(seed: int) -> None:
+    """Claude Code user, result, system and error events read in C: a tool_result part with
+    is_error true (and only such a part, directly in the last message's last content list)
+    makes a user event an error; a result's is_error and subtype, a system event's subtype
+    (str() of it: an array may say error) — repeated keys, escaped strings and broken bytes
+    included, as json + lines._structured read them."""
+    rnd = random.Random(seed)
+    decided: dict[tuple[str, str, str], int] = {}  # (level, source, part) → lines
+    for _ in range(6000):
+        doc: dict[str, object] = {}
+        for _ in range(rnd.randint(1, 5)):
+            key = rnd.choice(["type", "type", "message", "message", "subtype", "is_error",
+                              "content", "text"])
+            if key == "type":
+                doc[key] = rnd.choice(["user", "result", "system", "error", "assistant", 5])
+            elif key == "message":
+                doc[key] = rnd.choice([
+                    {"role": "user", "content": rnd.sample(_PARTS, rnd.randint(0, 3))},
+                    {"content": "a prompt"}, {"content": rnd.sample(_PARTS, 1),
+                                              "content ": []}, "text", None])
+            elif key == "subtype":
+                doc[key] = rnd.choice(_SUBTYPES)
+            elif key == "is_error":
+                doc[key] = rnd.choice([True, False, 1, "true", None])
+            else:
+                doc[key] = rnd.choice(_PARTS)
+        text = json.dumps(doc, ensure_ascii=rnd.random() < 0.5,
+                          separators=rnd.choice([(",", ":"), (", ", ": ")])).encode()
+        if rnd.random() < 0.2:  # a key again (the last one counts), or one spelled with escapes
+            text = text.replace(b"{", rnd.choice([
+                b'{"message": {"content": [{"type": "tool_result", "is_error": true}]}, ',
+                b'{"subtype": "error_x", ', b'{"subtype": "\\u0065rror", ',
+                b'{"is_error": true, ', b'{"typ\\u0065": "user", ',
+                b'{"message": {"cont\\u0065nt": []}, ']), 1)
+        for _ in range(rnd.choice([0, 0, 0, 1])):
+            pos = rnd.randint(0, len(text))
+            text = text[:pos] + rnd.choice(_JSON_SNIPS) + text[pos + rnd.choice([0, 1]):]
+        if rnd.random() < 0.3:
+            text = rnd.choice([b"[pod/a/b] ", b"2024-05-01T10:00:00Z "]) + text
+        _assert_native_view(text)
+        got = _native.speedups.view_line(text)
+        if got is not None:
+            decided[got[1:]] = decided.get(got[1:], 0) + 1
+    # Most are decided in C (the rest: escapes, broken JSON), both ways for each kind.
+    assert sum(decided.values()) > 1500
+    assert min(decided.get((level, "", part), 0) for level, part in [
+        ("error", "log"), ("info", "log"), ("info", "speech")]) > 100
 
 
 @needs_native
@@ -402,3 +475,103 @@ def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
     assert n_all == n_cut and len(found_cut) < len(found_all)
     judge = [lines.view_fields, lines.SPEECH, lines.RANK, engine._min_rank, lines.view_document]
     assert sp.judge_lines(found_cut, *judge) == sp.judge_lines(found_all, *judge)
+
+
+@needs_native
+def test_native_line_texts_are_the_joined_decoding() -> None:
+    """line_texts (each line on its own in C) gives what _texts' joined decoding gives: ASCII
+    lines as they are, cut at max_line_chars with an ellipsis; tabs kept; CR, controls, DEL,
+    invalid and valid UTF-8, bytearrays handed to _text."""
+    rnd = random.Random(11)
+    alphabet = [b"a", b"Z", b" ", b"~", b"\t", b'"', b"\\", b"\r", b"\x01", b"\x7f", b"\xc3\xa9",
+                b"\xe2\x80\xa6", b"\xff", b"\xf0\x9f\x98\x80", b"\xed\xa0\x80"]
+    native = Engine(Catalog.load(), max_line_chars=20)
+    joined = Engine(Catalog.load(), max_line_chars=20)
+    joined._speedups = None  # the pure-Python original: join, decode, split
+    for _ in range(2000):
+        raws: list[bytes | bytearray] = []
+        for _ in range(rnd.randint(1, 6)):
+            ascii_only = rnd.random() < 0.6
+            pool = alphabet[:5] if ascii_only else alphabet
+            raw = b"".join(rnd.choice(pool) for _ in range(rnd.randint(0, 30)))
+            raws.append(bytearray(raw) if rnd.random() < 0.1 else raw)
+        assert native._texts(raws) == joined._texts(raws), raws
+
+
+@needs_native
+def test_native_alert_counts_are_the_python_tally() -> None:
+    """The scan's summary counts (per pattern, per service kind) from alert_counts are what
+    the Python loops count, in the same order: runs of one pattern and one kind, equal
+    values in different objects, alerts without a pattern; anything but a list of alerts
+    is left to Python."""
+    from healer.commands import _scan_run
+
+    rnd = random.Random(12)
+    patterns = list(Catalog.load().patterns)[:6]
+    levels = ["", "error", "warn", "".join(["err", "or"])]  # the last: equal, not identical
+    alerts = []
+    for _ in range(5000):
+        p = rnd.choice(patterns)
+        origin = rnd.choice(["", "pod/a/b", "".join(["pod/", "c/d"]), "api"])
+        a = Alert(p.code, p.id, p.priority, p.severity, rnd.choice(["x.log", "y.log"]), 1,
+                  "line", None, MappingProxyType({}), p if rnd.random() < 0.95 else None,
+                  rnd.choice(levels), origin)
+        alerts.extend([a] * rnd.choice([1, 1, 3]))
+    sp = _native.speedups
+    # A few kinds (counted in slots), then more kinds than slots (a new origin object per
+    # alert): the slots' counts first, the rest counted directly.
+    for some in (alerts[:50], alerts):
+        counts, kinds = sp.alert_counts(some)
+        want_kinds: dict[tuple[str, str, str, str], int] = {}
+        want_counts: dict[int, int] = {}
+        for a in some:
+            key = (a.origin, a.source, a.level, a.severity)
+            want_kinds[key] = want_kinds.get(key, 0) + 1
+            if a.pattern is not None:
+                want_counts[a.pattern.index] = want_counts.get(a.pattern.index, 0) + 1
+        assert list(kinds.items()) == list(want_kinds.items())
+        assert list(counts.items()) == list(want_counts.items())
+    assert sp.alert_counts([]) == ({}, {})
+    assert sp.alert_counts(tuple(alerts)) is NotImplemented
+    assert sp.alert_counts([*alerts, ("not", "an", "alert")]) is NotImplemented
+    native = _scan_run._tally(alerts)
+    try:
+        _native.speedups = None
+        python = _scan_run._tally(alerts)
+    finally:
+        _native.speedups = sp
+    assert native == python
+
+
+@needs_native
+def test_needs_view_in_c_at_every_offset() -> None:
+    """needs_view in C skips 16 bytes at a time where no trigger pair starts: lines of the
+    trigger letters and their neighbours in both cases (pairs that almost make a word, '|'
+    without its space, '[' and ';' that look like '{' and ESC once lower-cased), every
+    length around the 16-byte steps and the 160-byte head."""
+    rnd = random.Random(13)
+    alphabet = list(b"iInNdDeEtTrRoOfFgbuUcac|{[;\x1b .x")
+    words = ["info", "INFO", "Notice", "dEbUg", "trace", "| ", "{", "\x1b", "inf", "notic",
+             "debu", "trac", "[", ";", "|x", "in", "de", "tr", "no"]
+    found = []
+    for k in range(20_000):
+        n = rnd.choice([rnd.randint(0, 40), rnd.randint(140, 180), rnd.randint(0, 400)])
+        line = bytearray(rnd.choice(alphabet) if rnd.random() < 0.2 else 0x78 for _ in range(n))
+        if rnd.random() < 0.7:  # one word at any offset, the filler left and right of it
+            at = rnd.randint(0, n)
+            line[at:at] = rnd.choice(words).encode()
+        found.append((k, 0, bytes(line), [0]))
+    viewed: list[bytes] = []
+
+    def view(line: bytes) -> tuple[bytes, str, str, str]:
+        viewed.append(bytes(line))
+        return (line, "", "", lines.LOG)
+
+    sp = _native.speedups
+    judged, _ = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    for f, row in zip(found, judged, strict=True):
+        if not lines.needs_view(f[2]):
+            assert row[4:] == (f[2], "", ""), f[2]
+    assert viewed == [f[2] for f in found
+                      if lines.needs_view(f[2]) and sp.view_line(f[2]) is None]
+    assert sum(map(lines.needs_view, (f[2] for f in found))) > 1000  # both kinds, plenty
