@@ -86,7 +86,7 @@ WATCHERS = ("inotify", "watchdog")  # inotify read directly (Linux), or watchdog
 BATCH_MAX = 64  # files the checker takes from the queue at once
 APPLY_MAX = 512  # checked results the applier takes at once (one delivery batch)
 READY_MAX = 2048  # checked results waiting for the applier before the checker waits too
-MOVING_MAX = 64  # applied batches waiting for the disk before the applier waits too
+MOVING_MAX = 4096  # applied results waiting for the disk before the applier waits too
 PRUNE_EVERY_S = 60.0
 
 SeedSubscriber = Callable[[seeds.Seed], None]
@@ -150,6 +150,7 @@ class ResultsBus(Ledger):
         self._checked_all = threading.Event()  # the checker stopped: the applier ends when idle
         # Applied batches waiting for the disk, then their move (None: nothing to wait for).
         self._moving: list[tuple[Applied | None, list[Ready]]] = []
+        self._moving_n = 0  # results in self._moving
         self._applied_all = threading.Event()  # the applier stopped: the mover ends when idle
         self._worker: threading.Thread | None = None
         self._applier: threading.Thread | None = None
@@ -379,9 +380,10 @@ class ResultsBus(Ledger):
             if not ok:
                 self._done_with(batch)
                 return
-            while len(self._moving) >= MOVING_MAX and not self._stop.is_set():
+            while self._moving_n >= MOVING_MAX and not self._stop.is_set():
                 self._ready_cond.wait(0.1)
             self._moving.append((applied, batch))
+            self._moving_n += len(batch)
             self._ready_cond.notify_all()
 
     def _move_loop(self) -> None:
@@ -393,7 +395,7 @@ class ResultsBus(Ledger):
                     if self._applied_all.is_set():
                         return
                     self._ready_cond.wait(1.0)
-                moving, self._moving = self._moving, []
+                moving, self._moving, self._moving_n = self._moving, [], 0
                 self._ready_cond.notify_all()  # room for the applier
             files = [r for _, batch in moving for r in batch]
             try:
