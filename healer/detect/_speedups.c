@@ -218,6 +218,27 @@ static void put_u(char *w, Py_UCS4 c) {
     w[5] = HEX[c & 15];
 }
 
+/* c (below 0x10000) escaped as json writes it: "\\n" and the like, else "\\u00XX"; where the
+ * escape ends. */
+static char *put_escaped(char *w, Py_UCS4 c) {
+    char e;
+    switch (c) {
+        case '\\': e = '\\'; break;
+        case '"': e = '"'; break;
+        case '\b': e = 'b'; break;
+        case '\f': e = 'f'; break;
+        case '\n': e = 'n'; break;
+        case '\r': e = 'r'; break;
+        case '\t': e = 't'; break;
+        default:
+            put_u(w, c);
+            return w + 6;
+    }
+    w[0] = '\\';
+    w[1] = e;
+    return w + 2;
+}
+
 /* Whether an ASCII byte goes into JSON as it is (printable, not a quote or backslash). */
 static unsigned char JSON_PLAIN[128];
 
@@ -240,21 +261,7 @@ static int out_quoted(Out *o, PyObject *text) {
             memcpy(w, t + i, (size_t)(j - i));
             w += j - i;
             if (j == n) break;
-            unsigned char c = t[j];
-            *w++ = '\\';
-            switch (c) {
-                case '\\': *w++ = '\\'; break;
-                case '"': *w++ = '"'; break;
-                case '\b': *w++ = 'b'; break;
-                case '\f': *w++ = 'f'; break;
-                case '\n': *w++ = 'n'; break;
-                case '\r': *w++ = 'r'; break;
-                case '\t': *w++ = 't'; break;
-                default:
-                    w--;
-                    put_u(w, c);
-                    w += 6;
-            }
+            w = put_escaped(w, t[j]);
             i = j + 1;
         }
         *w++ = '"';
@@ -272,26 +279,13 @@ static int out_quoted(Out *o, PyObject *text) {
             *w++ = (char)c;
             continue;
         }
-        *w++ = '\\';
-        switch (c) {
-            case '\\': *w++ = '\\'; break;
-            case '"': *w++ = '"'; break;
-            case '\b': *w++ = 'b'; break;
-            case '\f': *w++ = 'f'; break;
-            case '\n': *w++ = 'n'; break;
-            case '\r': *w++ = 'r'; break;
-            case '\t': *w++ = 't'; break;
-            default:
-                w--;
-                if (c >= 0x10000) {
-                    Py_UCS4 v = c - 0x10000;
-                    put_u(w, 0xd800 | ((v >> 10) & 0x3ff));
-                    w += 6;
-                    c = 0xdc00 | (v & 0x3ff);
-                }
-                put_u(w, c);
-                w += 6;
+        if (c >= 0x10000) {  /* a UTF-16 surrogate pair, as json writes it */
+            Py_UCS4 v = c - 0x10000;
+            put_u(w, 0xd800 | ((v >> 10) & 0x3ff));
+            w += 6;
+            c = 0xdc00 | (v & 0x3ff);
         }
+        w = put_escaped(w, c);
     }
     *w++ = '"';
     o->len = w - o->buf;
