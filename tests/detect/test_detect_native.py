@@ -14,6 +14,7 @@ import sys
 import sysconfig
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 import pytest
 
@@ -124,6 +125,19 @@ def test_json_lines_are_to_json() -> None:
         json.loads(line)
 
 
+
+def _judge(found: list[Any]) -> tuple[Any, Any, list[bytes]]:
+    """The native judge_lines over ``found``, and the lines it handed to Python's view."""
+    viewed: list[bytes] = []
+
+    def view(line: bytes) -> tuple[bytes, str, str, str]:
+        viewed.append(bytes(line))
+        return (line, "", "", lines.LOG)
+
+    judged, bodies = _native.speedups.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
+    return judged, bodies, viewed
+
+
 @needs_native
 def test_the_native_judge_views_the_lines_needs_view_names() -> None:
     """needs_view in C: prefixes, JSON, escapes, '| ', the low level words in any case, at
@@ -139,14 +153,8 @@ def test_the_native_judge_views_the_lines_needs_view_names() -> None:
         if rnd.random() < 0.5:
             line = line[:rnd.randint(0, len(line))] or b"x"
         found.append((k, 0, line if rnd.random() < 0.5 else bytearray(line), [0]))
-    viewed: list[bytes] = []
-
-    def view(line: bytes) -> tuple[bytes, str, str, str]:
-        viewed.append(bytes(line))
-        return (line, "", "", lines.LOG)
-
+    judged, bodies, viewed = _judge(found)
     sp = _native.speedups
-    judged, bodies = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
     # The native line model views what it can; the rest goes to view_fields (here: `view`).
     assert viewed == [bytes(f[2]) for f in found
                       if lines.needs_view(f[2]) and sp.view_line(f[2]) is None]
@@ -561,14 +569,8 @@ def test_needs_view_in_c_at_every_offset() -> None:
             at = rnd.randint(0, n)
             line[at:at] = rnd.choice(words).encode()
         found.append((k, 0, bytes(line), [0]))
-    viewed: list[bytes] = []
-
-    def view(line: bytes) -> tuple[bytes, str, str, str]:
-        viewed.append(bytes(line))
-        return (line, "", "", lines.LOG)
-
+    judged, _, viewed = _judge(found)
     sp = _native.speedups
-    judged, _ = sp.judge_lines(found, view, lines.SPEECH, lines.RANK, [0])
     for f, row in zip(found, judged, strict=True):
         if not lines.needs_view(f[2]):
             assert row[4:] == (f[2], "", ""), f[2]
