@@ -10,7 +10,6 @@ two ever run, and every kind gets its turn.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from healer.demo.ports import free_port
 from healer.testing.loop import LoopProcess, healer_env
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -42,12 +42,6 @@ with open(result, "w") as fh:
                "target": os.environ["HEALER_TARGET"], "run_id": os.environ["HEALER_RUN_ID"],
                "status": "failed", "summary": "the test agent only counts"}, fh)
 """
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def runs(probe: Path) -> list[dict[str, object]]:

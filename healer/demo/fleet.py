@@ -47,17 +47,12 @@ from typing import Any
 import httpx
 
 from healer.config import Settings, load_settings
+from healer.demo.ports import free_port
 
 __all__ = ["LocalFleet", "LocalNode", "Tarpit", "free_port", "nats_server_binary", "sshd_binary"]
 
 MARKER = "HEALER_TEST_FLEET"
 LOOP_NODE = "ops"
-
-
-def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
-    with socket.socket(socket.AF_INET, kind) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def nats_server_binary() -> str | None:

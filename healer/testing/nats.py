@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,11 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+from healer.demo.ports import free_port
 
 
 def nats_server_binary() -> str:

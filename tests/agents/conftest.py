@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from healer.config import load_settings
+from healer.demo.ports import free_port
 
 # Claude Code retries failed model calls up to 10 times with backoff; tests of a broken model
 # want the failure now. Anything that is not the scripted model must fail fast, not leave the
@@ -29,12 +30,6 @@ CLAUDE_TEST_ENV = {
     "HTTP_PROXY": "http://127.0.0.1:9",
     "NO_PROXY": "127.0.0.1,localhost",
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_port(port: int, timeout: float = 10.0) -> None:

@@ -22,6 +22,7 @@ import httpx
 import pytest
 
 from healer.core.audit import Audit
+from healer.demo.ports import free_port
 from healer.testing.loop import LoopProcess, healer_env
 from healer.testing.notify_receivers import SlackApi
 from healer.testing.wait import wait_for
@@ -42,14 +43,6 @@ with open(sys.argv[1], "w") as fh:
                "target": os.environ["HEALER_TARGET"], "run_id": os.environ["HEALER_RUN_ID"],
                "status": "failed", "summary": "the test agent cannot fix anything"}, fh)
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def git_repo(repo: Path) -> Path:

@@ -20,6 +20,7 @@ import pytest
 from healer.config import load_settings
 from healer.core import incidents as inc
 from healer.core.store import open_store
+from healer.demo.ports import free_port
 from healer.testing.loop import LoopProcess, healer_env
 from healer.testing.notify_receivers import PagerDutyEvents, SignedWebhook, SlackApi, SmtpInbox
 from healer.testing.wait import wait_for
@@ -37,14 +38,6 @@ with open(sys.argv[1], "w") as fh:
                "target": os.environ["HEALER_TARGET"], "run_id": os.environ["HEALER_RUN_ID"],
                "status": "failed", "summary": "the test agent cannot fix anything"}, fh)
 """
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_one_escalation_of_each_kind_reaches_every_target(tmp_path: Path) -> None:
