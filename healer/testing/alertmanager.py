@@ -20,7 +20,6 @@ Prometheus or Loki's ruler would.
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,6 +30,8 @@ from typing import Any
 
 import httpx
 import yaml
+
+from healer.demo.ports import free_port
 
 CANDIDATES = ("/usr/bin/prometheus-alertmanager", "prometheus-alertmanager", "alertmanager")
 
@@ -43,12 +44,6 @@ def alertmanager_binary() -> str | None:
         if found:
             return found
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _iso(t: datetime) -> str:
@@ -89,7 +84,7 @@ class Alertmanager:
         folder = Path(self._tmp.name)
         (folder / "alertmanager.yml").write_text(yaml.safe_dump(self.config()))
         (folder / "data").mkdir()
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self._log = open(folder / "alertmanager.log", "wb")  # noqa: SIM115 - the child owns it
         self.proc = subprocess.Popen(

@@ -22,6 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from healer.demo.ports import free_port
+
 Handler = Callable[[str, dict[str, str], bytes], tuple[int, Any]]
 
 
@@ -217,11 +219,7 @@ class SmtpInbox:
                   and getattr(data, "password", b"") == password.encode())
             return AuthResult(success=ok)
 
-        import socket
-
-        with socket.socket() as probe:  # aiosmtpd needs the port before it listens
-            probe.bind(("127.0.0.1", 0))
-            self.port = int(probe.getsockname()[1])
+        self.port = free_port()  # aiosmtpd needs the port before it listens
         self._controller = Controller(_Handler(), hostname="127.0.0.1", port=self.port,
                                       tls_context=ctx, require_starttls=True,
                                       authenticator=auth, auth_required=True,
