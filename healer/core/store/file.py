@@ -54,7 +54,6 @@ class FileStore(Store):
         self._made: dict[tuple[str, ...], str] = {}
         self._paths: dict[tuple[str, str], str] = {}
         self._shared: set[str] = set()  # sets' .member files known to be plain files
-        self._folders: dict[tuple[str, str], str] = {}
 
     # Paths are plain strings, memoised: name checks and pathlib joins cost more than the
     # small reads and writes they lead to.
@@ -82,15 +81,9 @@ class FileStore(Store):
 
     def _folder(self, area: str, name: str, what: str) -> str:
         """``<root>/<area>/<name>`` (``records`` and a kind, ``sets`` and a set), the name
-        checked once; nothing is created."""
-        path = self._folders.get((area, name))
-        if path is None:
-            safe_name(name, what)
-            path = os.path.join(self.root, area, name)
-            if len(self._folders) > 10_000:
-                self._folders.clear()
-            self._folders[(area, name)] = path
-        return path
+        checked; nothing is created."""
+        return self._made.get((area, name)) or os.path.join(self.root, area,
+                                                           safe_name(name, what))
 
     def _lock(self, kind: str, key: str) -> FileLock:
         return FileLock(os.path.join(self._dir("locks", kind), f"{key}.lock"),
