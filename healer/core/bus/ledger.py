@@ -162,13 +162,11 @@ class Ledger:
     def _begin_batch(self, results: list[AgentResult]) -> tuple[list[bool], Applied]:
         """Apply and deliver ``results``; (which were new, what is left to make durable)."""
         docs = {r.id: _record(r) for r in results}
-        if len(results) == 1:  # its own id marks it, as ``_begin_one``'s: no journal needed
-            mark = results[0].id
-            self.store.add_member(self.pending_set, mark)
-        else:
-            key = _batch_key()
-            mark = BATCH_MARK + key
-            self.store.add_member(self.pending_set, mark)
+        key = _batch_key()
+        lone = len(results) == 1  # its own id marks it, as ``_begin_one``'s: no journal
+        mark = results[0].id if lone else BATCH_MARK + key
+        self.store.add_member(self.pending_set, mark)
+        if not lone:
             # What a crash of this process during delivery needs to deliver the batch again
             # (a power loss is the business of ``settle``'s journal record). Create-only: the
             # key is new (time, pid, random), so no lock and no read are needed.
