@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import random
 import socket
 from pathlib import Path
@@ -28,6 +29,7 @@ def free_port(host: str = "127.0.0.1", kind: int = socket.SOCK_STREAM) -> int:
         return int(s.getsockname()[1])
 
 
+@functools.cache
 def _ephemeral_low() -> int:
     try:
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
