@@ -45,10 +45,10 @@ if sys.stdin.readline().strip() == "finish":
 class Bus:
     """A ResultsBus on a file store in ``root``, and what its subscriber got."""
 
-    def __init__(self, root: Path, **kw: float):
+    def __init__(self, root: Path, store: FileStore | None = None, **kw: float):
         self.results = root / "results"
         self.results.mkdir(exist_ok=True)
-        self.store = FileStore(root / "state")
+        self.store = store or FileStore(root / "state")
         self.got: list[AgentResult] = []
         self._lock = threading.Lock()
         self.bus = ResultsBus(self.results, self.store, **kw)
@@ -222,12 +222,9 @@ class SlowDisk:
     def __init__(self, root: Path, buses: list[Bus]):
         self.disk = threading.Event()
         self.synced: list[int] = []
-        self.results = root / "results"
-        self.results.mkdir()
         self.store = FileStore(root / "state", commit=GroupCommit(fsync=self._fsync))
-        self.b = Bus(root, rescan_s=60.0)
-        self.b.bus = ResultsBus(self.results, self.store, rescan_s=60.0)
-        self.b.bus.subscribe(self.b._on)
+        self.b = Bus(root, self.store, rescan_s=60.0)
+        self.results = self.b.results
         buses.append(self.b)
         self.b.bus.start()
 
