@@ -35,6 +35,19 @@ def test_exported_members() -> None:
     assert sorted(dir(healer)) == sorted(EXPECTED)
 
 
+def test_healer_agents_exports_every_name_it_lists() -> None:
+    """healer.agents imports its names at first use: each one in its ``__all__`` resolves
+    (to the object its module defines), and it lists nothing it cannot give."""
+    import importlib
+
+    import healer.agents as agents
+
+    assert set(agents.__all__) == set(agents._WHERE)
+    for name in agents.__all__:
+        module = importlib.import_module(agents._WHERE[name])
+        assert getattr(agents, name) is getattr(module, name), name
+
+
 def test_import_healer_is_cheap() -> None:
     """`import healer` loads no implementation module (they load on first use)."""
     out = subprocess.run([sys.executable, "-c", "import sys, healer; print(sorted("

@@ -13,40 +13,18 @@ from healer.core.lazy import exports
 
 # Each name is imported from its module at first use: importing one submodule (say the
 # sandbox, for `healer status`) must not import every executor, jinja2 and the bus.
-_WHERE = {
-    "Alert": "healer.agents.context",
-    "ChannelStatus": "healer.agents.context",
-    "ErrorReport": "healer.agents.context",
-    "LivingContext": "healer.agents.context",
-    "Peer": "healer.agents.context",
-    "RunInfo": "healer.agents.context",
-    "Session": "healer.agents.context",
-    "context_from_vars": "healer.agents.context",
-    "KNOWN_TOOLS": "healer.agents.definitions",
-    "AgentDefinition": "healer.agents.definitions",
-    "get_definition": "healer.agents.definitions",
-    "load_definitions": "healer.agents.definitions",
-    "parse_definition": "healer.agents.definitions",
-    "CommandExecutor": "healer.agents.executors",
-    "Executor": "healer.agents.executors",
-    "PlaybookExecutor": "healer.agents.executors",
-    "explain_auto": "healer.agents.executors",
-    "select_executor": "healer.agents.executors",
-    "PlaybookContext": "healer.agents.playbooks",
-    "get_playbook": "healer.agents.playbooks",
-    "playbook": "healer.agents.playbooks",
-    "registered": "healer.agents.playbooks",
-    "PromptError": "healer.agents.prompts",
-    "fence": "healer.agents.prompts",
-    "render": "healer.agents.prompts",
-    "render_string": "healer.agents.prompts",
-    "render_task": "healer.agents.prompts",
-    "AgentRunner": "healer.agents.runtime",
-    "RunHandle": "healer.agents.runtime",
-    "dispatcher": "healer.agents.runtime",
-    "AgentTask": "healer.agents.task",
-    "RunOutcome": "healer.agents.task",
-}
+_WHERE = {name: module for module, names in {
+    "healer.agents.context": ("Alert", "ChannelStatus", "ErrorReport", "LivingContext", "Peer",
+                              "RunInfo", "Session", "context_from_vars"),
+    "healer.agents.definitions": ("KNOWN_TOOLS", "AgentDefinition", "get_definition",
+                                  "load_definitions", "parse_definition"),
+    "healer.agents.executors": ("CommandExecutor", "Executor", "PlaybookExecutor",
+                                "explain_auto", "select_executor"),
+    "healer.agents.playbooks": ("PlaybookContext", "get_playbook", "playbook", "registered"),
+    "healer.agents.prompts": ("PromptError", "fence", "render", "render_string", "render_task"),
+    "healer.agents.runtime": ("AgentRunner", "RunHandle", "dispatcher"),
+    "healer.agents.task": ("AgentTask", "RunOutcome"),
+}.items() for name in names}
 
 
 if TYPE_CHECKING:
