@@ -86,8 +86,8 @@ Subscriber = Callable[[AgentResult], None]
 @dataclass(frozen=True)
 class Applied:
     """A batch applied and delivered, to be made durable (``Ledger.settle``): its pending
-    mark, and the ledger records it created, for one journal record (none for a lone
-    result, whose record is flushed itself)."""
+    mark, and the ledger records it created, for one journal record (none from
+    ``apply_result``, whose one record is flushed itself)."""
 
     mark: str
     records: dict[str, dict[str, Any]]
