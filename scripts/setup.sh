@@ -49,6 +49,12 @@ fi
 # bubblewrap: the sandbox every agent with tools runs in (healer.agents.sandbox). Without it
 # no such agent starts (unless agents.sandbox: off), in every mode: default, demo and test.
 command -v bwrap >/dev/null || pkgs+=(bubblewrap)
+# The system's Hyperscan (a runtime library, loaded when a scan starts): the native module
+# scans with it directly, no Python call per match; where it is missing the hyperscan
+# package's own scans, slower. Debian builds it for x86-64 only.
+if [ "$(uname -m)" = x86_64 ] && ! ldconfig -p 2>/dev/null | grep -q 'libhs\.so\.5 '; then
+  pkgs+=(libhyperscan5)
+fi
 if [ "$want_demo" = 1 ]; then
   command -v sshd >/dev/null || [ -x /usr/sbin/sshd ] || pkgs+=(openssh-server)
   command -v ssh >/dev/null || pkgs+=(openssh-client)

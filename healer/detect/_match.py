@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from healer.detect import _cache
+from healer.detect import _cache, _native
 from healer.detect.catalog import Pattern, Suppression
 
 # CSI (colours, cursor), OSC (titles, hyperlinks) and two-byte escapes; never a newline, so
@@ -211,26 +211,32 @@ class ReMatcher:
 
 
 class HyperscanMatcher:
-    """Candidate lines by Hyperscan; ``leftover`` are the patterns it could not take."""
+    """Candidate lines by Hyperscan; ``leftover`` are the patterns it could not take.
+
+    The database is compiled and scanned by the system's libhs through the native module
+    where both are there (``_native.libhs``: matches go straight into a C ``Collector``),
+    else by the ``hyperscan`` package's binding (a Python call per match)."""
 
     def __init__(self, patterns: Sequence[Pattern]):
         import hyperscan as hs
 
         self._hs = hs
+        sp = _native.libhs()
+        self._backend: _Backend = _Libhs(sp) if sp is not None else _Binding(hs)
         self.patterns: list[Pattern] = []
         self.leftover: list[Pattern] = []
         self.prefiltered: list[str] = []
         exact = list(patterns)
         base = [hs.HS_FLAG_MULTILINE | (0 if p.case_sensitive else hs.HS_FLAG_CASELESS)
                 for p in exact]
-        self._db: Any = _compile(hs, exact, base)
+        self._db: _Database | None = _compile(self._backend, exact, base)
         if self._db is not None:
             self.patterns = exact
         else:
             # Something did not compile: find out pattern by pattern (slow path, rare).
             flags: list[int] = []
             for p, flag in zip(exact, base, strict=True):
-                found = _hs_flag_for(hs, line_anchored(p.regex).encode("utf-8"), flag)
+                found = self._flag_for(line_anchored(p.regex).encode("utf-8"), flag)
                 if found is None:
                     self.leftover.append(p)
                     continue
@@ -238,7 +244,65 @@ class HyperscanMatcher:
                     self.prefiltered.append(p.id)
                 self.patterns.append(p)
                 flags.append(found)
-            self._db = _compile(hs, self.patterns, flags)
+            self._db = _compile(self._backend, self.patterns, flags)
+
+    @property
+    def backend(self) -> str:
+        """``libhs`` or ``binding``: which Hyperscan scans."""
+        return self._backend.name
+
+    def _flag_for(self, expr: bytes, base: int) -> int | None:
+        """The flags that compile ``expr`` (exact, else prefilter), or None."""
+        for flag in (base, base | self._hs.HS_FLAG_PREFILTER):
+            try:
+                self._backend.compile([expr], [0], [flag])
+            except _CompileError:
+                continue
+            return flag
+        return None
+
+    def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+        if self._db is None or hi <= lo:
+            return []
+        return self._db.pairs(buf, lo, hi)
+
+    def collect(self, buf: Any, lo: int, hi: int, handler: Any) -> None:
+        """Scan ``buf[lo:hi]`` into ``handler``, a native collector (``_speedups.Collector``,
+        shifted by ``lo - 1``) that keeps ``candidates``' pairs."""
+        if self._db is None or hi <= lo:
+            return
+        self._db.collect(buf, lo, hi, handler)
+
+
+class _CompileError(Exception):
+    pass
+
+
+class _Database(Protocol):
+    def pairs(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]: ...
+
+    def collect(self, buf: Any, lo: int, hi: int, collector: Any) -> None: ...
+
+    def dump(self) -> bytes: ...
+
+
+class _Backend(Protocol):
+    name: str
+    version: str
+
+    def compile(self, exprs: list[bytes], ids: list[int], flags: list[int]) -> _Database: ...
+
+    def load(self, blob: bytes) -> _Database | None: ...
+
+
+def _view(buf: Any, lo: int, hi: int) -> Any:
+    return buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
+
+
+class _BindingDatabase:
+    def __init__(self, hs: Any, db: Any):
+        self._hs = hs
+        self._db = db
         self._local = threading.local()
 
     def _scratch(self) -> Any:
@@ -248,9 +312,7 @@ class HyperscanMatcher:
             scratch = self._local.scratch = self._hs.Scratch(self._db)
         return scratch
 
-    def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
-        if self._db is None or hi <= lo:
-            return []
+    def pairs(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
         out: list[tuple[int, int]] = []
         add = out.append
         shift = lo - 1  # Hyperscan reports exclusive end offsets within the view
@@ -258,52 +320,101 @@ class HyperscanMatcher:
         def on_match(idx: int, _from: int, to: int, _flags: int, _ctx: object) -> None:
             add((to + shift, idx))
 
-        view = buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
-        self._db.scan(view, match_event_handler=on_match, scratch=self._scratch())
+        self._db.scan(_view(buf, lo, hi), match_event_handler=on_match,
+                      scratch=self._scratch())
         return out
 
-    def collect(self, buf: Any, lo: int, hi: int, handler: Any) -> None:
-        """Scan ``buf[lo:hi]`` with ``handler`` as the match handler: a native collector
-        (``_speedups.Collector``, shifted by ``lo - 1``) that keeps ``candidates``' pairs."""
-        if self._db is None or hi <= lo:
-            return
-        view = buf if lo == 0 and hi == len(buf) else memoryview(buf)[lo:hi]
-        self._db.scan(view, match_event_handler=handler, scratch=self._scratch())
+    def collect(self, buf: Any, lo: int, hi: int, collector: Any) -> None:
+        self._db.scan(_view(buf, lo, hi), match_event_handler=collector,
+                      scratch=self._scratch())
+
+    def dump(self) -> bytes:
+        return bytes(self._hs.dumpb(self._db))
 
 
-def _compile(hs: Any, patterns: Sequence[Pattern], flags: Sequence[int]) -> Any:
+class _Binding:
+    """The ``hyperscan`` package: its bundled Hyperscan, a Python call per match."""
+
+    name = "binding"
+
+    def __init__(self, hs: Any):
+        self._hs = hs
+        self.version = str(getattr(hs, "__version__", "?"))
+
+    def compile(self, exprs: list[bytes], ids: list[int], flags: list[int]) -> _Database:
+        db = self._hs.Database(mode=self._hs.HS_MODE_BLOCK)
+        try:
+            db.compile(expressions=exprs, ids=ids, elements=len(exprs), flags=flags)
+        except self._hs.error as exc:
+            raise _CompileError(str(exc)) from None
+        return _BindingDatabase(self._hs, db)
+
+    def load(self, blob: bytes) -> _Database | None:
+        try:
+            return _BindingDatabase(self._hs, self._hs.loadb(blob, self._hs.HS_MODE_BLOCK))
+        except self._hs.error:
+            return None  # built for another CPU or another Hyperscan
+
+
+class _LibhsDatabase:
+    def __init__(self, sp: Any, db: Any):
+        self._sp = sp
+        self._db = db
+
+    def pairs(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
+        collector = self._sp.Collector()
+        collector.reset(lo - 1)
+        self._db.scan(buf, lo, hi, collector)
+        return list(collector.pairs())
+
+    def collect(self, buf: Any, lo: int, hi: int, collector: Any) -> None:
+        self._db.scan(buf, lo, hi, collector)
+
+    def dump(self) -> bytes:
+        return bytes(self._db.dump())
+
+
+class _Libhs:
+    """The system's libhs through the native module: matches collected in C."""
+
+    name = "libhs"
+
+    def __init__(self, sp: Any):
+        self._sp = sp
+        self.version = f"libhs {sp.libhs_version()}"
+
+    def compile(self, exprs: list[bytes], ids: list[int], flags: list[int]) -> _Database:
+        try:
+            return _LibhsDatabase(self._sp, self._sp.libhs_compile(exprs, flags, ids))
+        except ValueError as exc:
+            raise _CompileError(str(exc)) from None
+
+    def load(self, blob: bytes) -> _Database | None:
+        try:
+            return _LibhsDatabase(self._sp, self._sp.libhs_load(blob))
+        except ValueError:
+            return None  # another libhs: compile again
+
+
+def _compile(backend: _Backend, patterns: Sequence[Pattern], flags: Sequence[int]
+             ) -> _Database | None:
     """A block-mode database, from the content-addressed cache when it was built before."""
     if not patterns:
         return None
     exprs = [line_anchored(p.regex).encode("utf-8") for p in patterns]
     ids = [p.index for p in patterns]
-    name = _cache.key(getattr(hs, "__version__", "?"),
-                      repr((exprs, ids, list(flags))).encode())
+    name = _cache.key(backend.version, repr((exprs, ids, list(flags))).encode())
     blob = _cache.get("hs", name)
     if blob is not None:
-        try:
-            return hs.loadb(blob, hs.HS_MODE_BLOCK)
-        except hs.error:
-            pass  # built for another CPU or another Hyperscan: rebuild below
-    db = hs.Database(mode=hs.HS_MODE_BLOCK)
+        db = backend.load(blob)
+        if db is not None:
+            return db
     try:
-        db.compile(expressions=exprs, ids=ids, elements=len(patterns), flags=list(flags))
-    except hs.error:
+        db = backend.compile(exprs, ids, list(flags))
+    except _CompileError:
         return None
-    _cache.put("hs", name, hs.dumpb(db))
+    _cache.put("hs", name, db.dump())
     return db
-
-
-def _hs_flag_for(hs: Any, expr: bytes, base: int) -> int | None:
-    """The flags that compile ``expr`` in Hyperscan (exact, else prefilter), or None."""
-    for flag in (base, base | hs.HS_FLAG_PREFILTER):
-        try:
-            db = hs.Database(mode=hs.HS_MODE_BLOCK)
-            db.compile(expressions=[expr], ids=[0], elements=1, flags=[flag])
-        except hs.error:
-            continue
-        return flag
-    return None
 
 
 class Suppressor:

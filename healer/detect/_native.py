@@ -11,8 +11,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VERSION = 5  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 6  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
+# Whether Hyperscan runs through the system's libhs (``libhs()``); "0" keeps the binding's.
+LIBHS_ENV = "HEALER_DETECT_LIBHS"
 
 
 def _load() -> Any:
@@ -29,3 +31,14 @@ def _load() -> Any:
 # filter_hits, make_alerts, line_texts, json_lines, alert_counts: see _speedups.c) or None. An
 # Engine takes it when it is made; json_lines and the scan's tally look each time.
 speedups = _load()
+
+
+def libhs() -> Any:
+    """The native module when it can compile and scan with the system's libhs (``libhs.so.5``:
+    Debian's ``libhyperscan5``), else None: Hyperscan then runs through the ``hyperscan``
+    package's binding. Asked each time a matcher is built, so ``LIBHS_ENV`` can switch it."""
+    if speedups is None or not hasattr(speedups, "libhs_version"):
+        return None
+    if os.environ.get(LIBHS_ENV, "").strip().lower() in ("0", "no", "off", "false"):
+        return None
+    return speedups if speedups.libhs_version() is not None else None

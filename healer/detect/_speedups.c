@@ -24,11 +24,13 @@
 #define _GNU_SOURCE  /* memrchr */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <dlfcn.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 5
+#define NATIVE_VERSION 6
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -521,14 +523,13 @@ typedef struct {
     long long shift;
 } Collector;
 
-static int collector_push(Collector *c, long long off, long long idx) {
+/* -1 when out of memory, with no Python error set: it runs without the GIL too (libhs's
+ * match handler, below). */
+static int collector_add(Collector *c, long long off, long long idx) {
     if (c->len == c->cap) {
         Py_ssize_t cap = c->cap ? c->cap * 2 : 4096;
-        Cand *grown = PyMem_Realloc(c->items, (size_t)cap * sizeof(Cand));
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        Cand *grown = PyMem_RawRealloc(c->items, (size_t)cap * sizeof(Cand));
+        if (grown == NULL) return -1;
         c->items = grown;
         c->cap = cap;
     }
@@ -536,6 +537,12 @@ static int collector_push(Collector *c, long long off, long long idx) {
     c->items[c->len].idx = idx;
     c->len++;
     return 0;
+}
+
+static int collector_push(Collector *c, long long off, long long idx) {
+    if (collector_add(c, off, idx) == 0) return 0;
+    PyErr_NoMemory();
+    return -1;
 }
 
 /* (id, from, to, flags, context): Hyperscan's end offsets are exclusive and within the view;
@@ -564,7 +571,7 @@ static PyObject *collector_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 }
 
 static void collector_dealloc(PyObject *self) {
-    PyMem_Free(((Collector *)self)->items);
+    PyMem_RawFree(((Collector *)self)->items);
     Py_TYPE(self)->tp_free(self);
 }
 
@@ -646,6 +653,280 @@ static PyTypeObject CollectorType = {
     .tp_call = collector_call,
     .tp_methods = collector_methods,
     .tp_as_sequence = &collector_seq,
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Hyperscan through the system's libhs                                                      */
+
+/* HsDatabase: a block-mode Hyperscan database compiled and scanned by the system's libhs
+ * (libhs.so.5, found with dlopen when first asked: no build-time dependency), whose matches go
+ * straight into a Collector. The Python binding calls a Python object per match, which costs
+ * more than the scan itself on a log full of failures; and the distribution's libhs, compiled
+ * for the portable target, scans ~15 % faster than the binding's bundled one here. Only the
+ * library's stable C ABI is used: the declarations below are hs.h's. */
+typedef int hs_error_t;
+typedef struct hs_database hs_database_t;
+typedef struct hs_scratch hs_scratch_t;
+typedef struct {
+    char *message;
+    int expression;
+} hs_compile_error_t;
+typedef struct {
+    unsigned int tune;
+    unsigned long long cpu_features, reserved1, reserved2;
+} hs_platform_info_t;
+typedef int (*hs_match_t)(unsigned int, unsigned long long, unsigned long long, unsigned int,
+                          void *);
+
+#define HS_SUCCESS 0
+#define HS_MODE_BLOCK 1
+
+static struct {
+    int tried;
+    const char *version;
+    hs_error_t (*compile_multi)(const char *const *, const unsigned int *, const unsigned int *,
+                                unsigned int, unsigned int, const hs_platform_info_t *,
+                                hs_database_t **, hs_compile_error_t **);
+    hs_error_t (*free_compile_error)(hs_compile_error_t *);
+    hs_error_t (*free_database)(hs_database_t *);
+    hs_error_t (*alloc_scratch)(const hs_database_t *, hs_scratch_t **);
+    hs_error_t (*free_scratch)(hs_scratch_t *);
+    hs_error_t (*scan)(const hs_database_t *, const char *, unsigned int, unsigned int,
+                       hs_scratch_t *, hs_match_t, void *);
+    hs_error_t (*serialize)(const hs_database_t *, char **, size_t *);
+    hs_error_t (*deserialize)(const char *, size_t, hs_database_t **);
+} HS;
+
+/* 1 when libhs is loaded (once per process), else 0. */
+static int libhs_load(void) {
+    if (HS.tried) return HS.version != NULL;
+    HS.tried = 1;
+    void *lib = dlopen("libhs.so.5", RTLD_NOW | RTLD_LOCAL);
+    if (lib == NULL) return 0;
+    const char *(*version)(void) = (const char *(*)(void))dlsym(lib, "hs_version");
+    *(void **)&HS.compile_multi = dlsym(lib, "hs_compile_multi");
+    *(void **)&HS.free_compile_error = dlsym(lib, "hs_free_compile_error");
+    *(void **)&HS.free_database = dlsym(lib, "hs_free_database");
+    *(void **)&HS.alloc_scratch = dlsym(lib, "hs_alloc_scratch");
+    *(void **)&HS.free_scratch = dlsym(lib, "hs_free_scratch");
+    *(void **)&HS.scan = dlsym(lib, "hs_scan");
+    *(void **)&HS.serialize = dlsym(lib, "hs_serialize_database");
+    *(void **)&HS.deserialize = dlsym(lib, "hs_deserialize_database");
+    if (version == NULL || HS.compile_multi == NULL || HS.free_compile_error == NULL ||
+        HS.free_database == NULL || HS.alloc_scratch == NULL || HS.free_scratch == NULL ||
+        HS.scan == NULL || HS.serialize == NULL || HS.deserialize == NULL) {
+        dlclose(lib);
+        return 0;
+    }
+    HS.version = version();
+    return 1;
+}
+
+/* libhs_version() -> the loaded libhs's version, or None where there is none. */
+static PyObject *libhs_version(PyObject *self, PyObject *unused) {
+    if (!libhs_load()) Py_RETURN_NONE;
+    return PyUnicode_FromString(HS.version);
+}
+
+typedef struct {
+    PyObject_HEAD
+    hs_database_t *db;
+    hs_scratch_t *scratch;  /* NULL while a scan uses it: that scan's own is made */
+} HsDatabase;
+
+static PyTypeObject HsDatabaseType;
+
+static PyObject *hsdb_wrap(hs_database_t *db) {
+    HsDatabase *d = PyObject_New(HsDatabase, &HsDatabaseType);
+    if (d == NULL) {
+        HS.free_database(db);
+        return NULL;
+    }
+    d->db = db;
+    d->scratch = NULL;
+    if (HS.alloc_scratch(db, &d->scratch) != HS_SUCCESS) {
+        Py_DECREF(d);
+        return PyErr_NoMemory();
+    }
+    return (PyObject *)d;
+}
+
+static void hsdb_dealloc(PyObject *self) {
+    HsDatabase *d = (HsDatabase *)self;
+    if (d->scratch != NULL) HS.free_scratch(d->scratch);
+    if (d->db != NULL) HS.free_database(d->db);
+    PyObject_Free(self);
+}
+
+static int uint_list(PyObject *list, Py_ssize_t n, unsigned int *out, const char *what) {
+    if (!PyList_Check(list) || PyList_GET_SIZE(list) != n) {
+        PyErr_Format(PyExc_ValueError, "libhs_compile: %s must be a list as long as the "
+                     "expressions", what);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned long v = PyLong_AsUnsignedLong(PyList_GET_ITEM(list, i));
+        if (v == (unsigned long)-1 && PyErr_Occurred()) return -1;
+        if (v > UINT_MAX) {
+            PyErr_Format(PyExc_ValueError, "libhs_compile: %s out of range", what);
+            return -1;
+        }
+        out[i] = (unsigned int)v;
+    }
+    return 0;
+}
+
+/* libhs_compile(expressions, flags, ids) -> HsDatabase, for the portable target (the same
+ * database on every x86-64 CPU: it can be cached and moved, and it scanned these logs faster
+ * than the AVX2 and AVX-512 ones on the machines measured). ValueError(message, index) when
+ * an expression does not compile (index -1: not one expression's fault). */
+static PyObject *libhs_compile(PyObject *self, PyObject *args) {
+    PyObject *exprs, *flags, *ids;
+    if (!PyArg_ParseTuple(args, "O!OO:libhs_compile", &PyList_Type, &exprs, &flags, &ids))
+        return NULL;
+    if (!libhs_load()) {
+        PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
+        return NULL;
+    }
+    Py_ssize_t n = PyList_GET_SIZE(exprs);
+    if (n == 0 || n > UINT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "libhs_compile: no expressions");
+        return NULL;
+    }
+    const char **texts = PyMem_Malloc((size_t)n * sizeof(char *));
+    unsigned int *fl = PyMem_Malloc((size_t)n * sizeof(unsigned int));
+    unsigned int *id = PyMem_Malloc((size_t)n * sizeof(unsigned int));
+    PyObject *out = NULL;
+    if (texts == NULL || fl == NULL || id == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *e = PyList_GET_ITEM(exprs, i);
+        if (!PyBytes_Check(e) || memchr(PyBytes_AS_STRING(e), 0, PyBytes_GET_SIZE(e))) {
+            PyErr_SetString(PyExc_ValueError, "libhs_compile: expressions are bytes without NUL");
+            goto done;
+        }
+        texts[i] = PyBytes_AS_STRING(e);
+    }
+    if (uint_list(flags, n, fl, "flags") < 0 || uint_list(ids, n, id, "ids") < 0) goto done;
+    hs_platform_info_t portable = {0, 0, 0, 0};
+    hs_database_t *db = NULL;
+    hs_compile_error_t *err = NULL;
+    hs_error_t rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = HS.compile_multi(texts, fl, id, (unsigned int)n, HS_MODE_BLOCK, &portable, &db, &err);
+    Py_END_ALLOW_THREADS
+    if (rc != HS_SUCCESS) {
+        if (err != NULL) {
+            PyObject *e = Py_BuildValue("(si)", err->message, err->expression);
+            if (e != NULL) PyErr_SetObject(PyExc_ValueError, e);
+            Py_XDECREF(e);
+            HS.free_compile_error(err);
+        } else {
+            PyErr_Format(PyExc_ValueError, "libhs_compile: error %d", rc);
+        }
+        goto done;
+    }
+    out = hsdb_wrap(db);
+done:
+    PyMem_Free(texts);
+    PyMem_Free(fl);
+    PyMem_Free(id);
+    return out;
+}
+
+/* libhs_load(blob) -> HsDatabase from HsDatabase.dump(); ValueError when libhs refuses it
+ * (another version or platform: compile it again). */
+static PyObject *libhs_load_db(PyObject *self, PyObject *arg) {
+    if (!PyBytes_Check(arg)) {
+        PyErr_SetString(PyExc_TypeError, "libhs_load: a bytes blob");
+        return NULL;
+    }
+    if (!libhs_load()) {
+        PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
+        return NULL;
+    }
+    hs_database_t *db = NULL;
+    hs_error_t rc = HS.deserialize(PyBytes_AS_STRING(arg), (size_t)PyBytes_GET_SIZE(arg), &db);
+    if (rc != HS_SUCCESS) {
+        PyErr_Format(PyExc_ValueError, "libhs_load: not a database for this libhs (error %d)",
+                     rc);
+        return NULL;
+    }
+    return hsdb_wrap(db);
+}
+
+static PyObject *hsdb_dump(PyObject *self, PyObject *unused) {
+    char *bytes = NULL;
+    size_t len = 0;
+    if (HS.serialize(((HsDatabase *)self)->db, &bytes, &len) != HS_SUCCESS)
+        return PyErr_NoMemory();
+    PyObject *out = PyBytes_FromStringAndSize(bytes, (Py_ssize_t)len);
+    free(bytes);  /* libhs's default allocator */
+    return out;
+}
+
+static int hsdb_on_match(unsigned int id, unsigned long long from, unsigned long long to,
+                         unsigned int flags, void *ctx) {
+    Collector *c = ctx;
+    return collector_add(c, (long long)to + c->shift, (long long)id) < 0;  /* 1 stops it */
+}
+
+/* scan(buf, lo, hi, collector): every match in buf[lo:hi] into collector, at its end offset
+ * plus the collector's shift (as Hyperscan reports it to a Collector through the binding). */
+static PyObject *hsdb_scan(PyObject *self, PyObject *args) {
+    HsDatabase *d = (HsDatabase *)self;
+    PyObject *buf, *col;
+    Py_ssize_t lo, hi;
+    if (!PyArg_ParseTuple(args, "OnnO!:scan", &buf, &lo, &hi, &CollectorType, &col))
+        return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (lo < 0 || hi < lo || hi > view.len || hi - lo > (Py_ssize_t)UINT_MAX) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "scan: bad bounds");
+        return NULL;
+    }
+    hs_scratch_t *scratch = d->scratch;
+    d->scratch = NULL;  /* this scan's (the GIL is let go below: another may start) */
+    if (scratch == NULL && HS.alloc_scratch(d->db, &scratch) != HS_SUCCESS) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    hs_error_t rc;
+    Py_INCREF(col);  /* (the Collector is the caller's, one scan at a time) */
+    Py_BEGIN_ALLOW_THREADS
+    rc = HS.scan(d->db, (const char *)view.buf + lo, (unsigned int)(hi - lo), 0, scratch,
+                 hsdb_on_match, col);
+    Py_END_ALLOW_THREADS
+    Py_DECREF(col);
+    PyBuffer_Release(&view);
+    if (d->scratch == NULL)
+        d->scratch = scratch;
+    else
+        HS.free_scratch(scratch);
+    if (rc == HS_SUCCESS) Py_RETURN_NONE;
+    if (rc == -3) return PyErr_NoMemory();  /* HS_SCAN_TERMINATED: the collector could not grow */
+    PyErr_Format(PyExc_RuntimeError, "libhs scan failed (error %d)", rc);
+    return NULL;
+}
+
+static PyMethodDef hsdb_methods[] = {
+    {"scan", hsdb_scan, METH_VARARGS,
+     "scan(buf, lo, hi, collector): the matches in buf[lo:hi], into collector."},
+    {"dump", hsdb_dump, METH_NOARGS, "dump() -> bytes for libhs_load (a cache)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject HsDatabaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "healer.detect._speedups.HsDatabase",
+    .tp_basicsize = sizeof(HsDatabase),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A block-mode Hyperscan database of the system's libhs (libhs_compile).",
+    .tp_dealloc = hsdb_dealloc,
+    .tp_methods = hsdb_methods,
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2548,6 +2829,11 @@ static PyMethodDef methods[] = {
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
     {"line_texts", line_texts, METH_VARARGS,
      "line_texts(raws, most, text_of) -> texts: Engine._texts."},
+    {"libhs_version", libhs_version, METH_NOARGS,
+     "libhs_version() -> the system libhs's version, or None when it is not there."},
+    {"libhs_compile", libhs_compile, METH_VARARGS,
+     "libhs_compile(expressions, flags, ids) -> HsDatabase (block mode, portable target)."},
+    {"libhs_load", libhs_load_db, METH_O, "libhs_load(blob) -> HsDatabase from dump()."},
     {"alert_counts", alert_counts, METH_O,
      "alert_counts(alerts) -> (per_index, kinds) | NotImplemented: the summary's counts."},
     {NULL, NULL, 0, NULL},
@@ -2573,9 +2859,10 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     init_count_nl();
     init_level_lead();
     init_json_plain();
-    if (PyType_Ready(&CollectorType) < 0) return NULL;
+    if (PyType_Ready(&CollectorType) < 0 || PyType_Ready(&HsDatabaseType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0) {
+    if (m != NULL && (PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0 ||
+                      PyModule_AddObjectRef(m, "HsDatabase", (PyObject *)&HsDatabaseType) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

@@ -318,6 +318,74 @@ def test_the_collector_holds_what_the_python_handler_would() -> None:
         sp.confirm_lines(data, 0, len(data), (), 0, {}, confirm, trusted)
 
 
+needs_libhs = pytest.mark.skipif(_native.libhs() is None,
+                                 reason="no libhs here (Debian: apt-get install libhyperscan5)")
+
+
+@needs_libhs
+def test_libhs_compiles_scans_into_a_collector_and_round_trips() -> None:
+    """The system libhs through the native module: matches go into a Collector at their end
+    offset plus its shift, from any buffer and within bounds; a dumped database loads again and
+    scans the same; what libhs refuses is a ValueError that says why (and which expression)."""
+    sp = _native.speedups
+    db = sp.libhs_compile([b"fatal error", b"time(d )?out", b"^ok$"], [1 | 4, 1 | 4, 4],
+                          [7, 8, 9])
+    data = b"ok\nFATAL ERROR: timed out\nnot ok\nok"
+    col = sp.Collector()
+    col.reset(-1)
+    db.scan(data, 0, len(data), col)
+    assert col.pairs() == [(1, 9), (13, 7), (24, 8), (34, 9)]
+    col.reset(2)  # a view from offset 3: its offsets shifted back into the buffer
+    db.scan(bytearray(data), 3, 25, col)
+    assert col.pairs() == [(13, 7), (24, 8)]
+    again = sp.libhs_load(db.dump())
+    col.reset(-1)
+    again.scan(memoryview(data), 0, len(data), col)
+    assert col.pairs() == [(1, 9), (13, 7), (24, 8), (34, 9)]
+    with pytest.raises(ValueError) as bad:
+        sp.libhs_compile([b"fine", b"broken(", b"x"], [0, 0, 0], [0, 1, 2])
+    assert bad.value.args[1] == 1 and "parenthesis" in bad.value.args[0]
+    for exprs, flags, ids in (([], [], []), ([b"a\0b"], [0], [0]), (["text"], [0], [0]),
+                              ([b"a"], [0, 0], [0]), ([b"a"], [-1], [0])):
+        with pytest.raises((ValueError, OverflowError)):
+            sp.libhs_compile(exprs, flags, ids)
+    with pytest.raises(ValueError, match="not a database"):
+        sp.libhs_load(b"not a database")
+    for lo, hi in ((-1, 3), (3, 2), (0, len(data) + 1)):
+        with pytest.raises(ValueError, match="bad bounds"):
+            db.scan(data, lo, hi, col)
+    with pytest.raises(TypeError):
+        db.scan(data, 0, 3, [])
+
+
+@needs_libhs
+def test_libhs_and_the_binding_find_the_same_alerts(tmp_path: Path) -> None:
+    """The engine on libhs (the default where it is installed) and on the hyperscan package's
+    binding (HEALER_DETECT_LIBHS=0): the same alerts, byte for byte, on the realistic corpus and
+    on a log of the patterns' edge cases, with the suppressions' and line flags' scans too."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from realistic_corpus import generate
+
+    log = tmp_path / "mixed.log"
+    log.write_text("".join(line + "\n" for line, _ in generate(6000, seed=3)) +
+                   "Error: 429 Too Many Requests\n\x1b[31mfatal error\x1b[0m: boom\n"
+                   "0 rate limits hit\npanicked at x\n" * 20, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HEALER_CACHE_DIR": str(tmp_path / "c")}
+    outs = {}
+    for mode in ("1", "0"):
+        code = ("import sys; from healer.detect import engine, catalog;"
+                "e = engine.Engine(catalog.Catalog.load());"
+                "print(e.matchers[0].backend, file=sys.stderr);"
+                f"alerts = e.scan_file({str(log)!r});"
+                "sys.stdout.write(''.join(a.to_json() + chr(10) for a in alerts))")
+        proc = subprocess.run([sys.executable, "-c", code],
+                              env={**env, "HEALER_DETECT_LIBHS": mode}, capture_output=True,
+                              text=True, timeout=120, check=True)
+        outs[proc.stderr.strip()] = proc.stdout
+    assert set(outs) == {"libhs", "binding"}
+    assert outs["libhs"] == outs["binding"] and outs["libhs"].count("\n") > 300
+
+
 _EVENT_TYPES = ["assistant", "assistant", "item.completed", "item.started", "item.updated",
                 "user", "result", "error", "x", 5, None]
 _ITEM_TYPES = ["agent_message", "reasoning", "todo_list", "file_change", "command_execution",
