@@ -429,6 +429,7 @@ class Suppressor:
         self.suppressions = list(suppressions)
         self.search = lazy_searches([s.compiled for s in self.suppressions])
         self.codes = [frozenset(s.codes) for s in self.suppressions]
+        self._sp = _native.speedups
         everyone = list(range(len(self.suppressions)))
         self._always = everyone
         self._db: Any = None
@@ -449,6 +450,12 @@ class Suppressor:
         if self._db is None or not lines:
             return [self._always] * len(lines)
         joined = b"\n".join(lines)
+        sp = self._sp
+        if sp is not None:  # the matches kept and grouped by line in C
+            found = sp.Collector()
+            found.reset(-1)
+            self._db.collect(joined, 0, len(joined), found)
+            return sp.line_sets(found, joined, len(lines), self._always)
         hits = self._db.candidates(joined, 0, len(joined))
         out = [self._always] * len(lines)
         if not hits:  # the common case: no line's offsets needed

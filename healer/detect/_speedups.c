@@ -30,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 6
+#define NATIVE_VERSION 7
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -2760,6 +2760,182 @@ static PyObject *strip_escapes(const unsigned char *s, Py_ssize_t n) {
     return out;
 }
 
+/* ---------------------------------------------------------------------------------------- */
+/* Matches over lines joined by newlines                                                      */
+
+/* The line of each of col's matches in joined (lines joined by newlines; col's offsets are
+ * inside their line, as a Collector shifted by -1 keeps them): sorted first, then walked
+ * once, counting the newlines between one match and the next. fn(line, idx, ctx) per match;
+ * -1 from it stops the walk. */
+static int walk_lines(Collector *col, PyObject *joined, Py_ssize_t nlines,
+                      int (*fn)(Py_ssize_t, long long, void *), void *ctx) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(joined, &view, PyBUF_SIMPLE) < 0) return -1;
+    int rc = sort_by_offset(col);
+    Py_ssize_t line = 0, at = 0;
+    for (Py_ssize_t i = 0; rc == 0 && i < col->len; i++) {
+        Py_ssize_t off = (Py_ssize_t)col->items[i].off;
+        if (off < at || off >= view.len) {
+            PyErr_SetString(PyExc_ValueError, "a match outside the joined lines");
+            rc = -1;
+            break;
+        }
+        line += count_nl(view.buf, at, off);
+        at = off;
+        if (line >= nlines) {
+            PyErr_SetString(PyExc_ValueError, "a match past the last line");
+            rc = -1;
+            break;
+        }
+        rc = fn(line, col->items[i].idx, ctx);
+    }
+    PyBuffer_Release(&view);
+    return rc;
+}
+
+typedef struct {
+    PyObject *out, *always;
+    Py_ssize_t line;  /* the line whose set is being gathered, or -1 */
+    PyObject *set;
+} SetsWalk;
+
+static int sets_flush(SetsWalk *w) {
+    if (w->set == NULL) return 0;
+    PyObject *list = PySequence_List(w->set);
+    Py_CLEAR(w->set);
+    if (list == NULL || PyList_Sort(list) < 0) {
+        Py_XDECREF(list);
+        return -1;
+    }
+    PyList_SetItem(w->out, w->line, list);  /* steals list, drops the shared always */
+    return 0;
+}
+
+static int sets_add(Py_ssize_t line, long long idx, void *ctx) {
+    SetsWalk *w = ctx;
+    if (line != w->line) {
+        if (sets_flush(w) < 0) return -1;
+        w->line = line;
+        w->set = PySet_New(w->always);
+        if (w->set == NULL) return -1;
+    }
+    PyObject *k = PyLong_FromLongLong(idx);
+    int rc = k != NULL ? PySet_Add(w->set, k) : -1;
+    Py_XDECREF(k);
+    return rc;
+}
+
+/* line_sets(collector, joined, nlines, always) -> a list of nlines: always (the same object)
+ * for a line without matches, else sorted(its matches' indexes ∪ always).
+ * _match.Suppressor.candidates. */
+static PyObject *line_sets(PyObject *self, PyObject *args) {
+    PyObject *col, *joined, *always;
+    Py_ssize_t nlines;
+    if (!PyArg_ParseTuple(args, "O!OnO!:line_sets", &CollectorType, &col, &joined, &nlines,
+                          &PyList_Type, &always))
+        return NULL;
+    if (nlines < 0) {
+        PyErr_SetString(PyExc_ValueError, "line_sets: nlines < 0");
+        return NULL;
+    }
+    SetsWalk w = {PyList_New(nlines), always, -1, NULL};
+    if (w.out == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < nlines; i++) {
+        Py_INCREF(always);
+        PyList_SET_ITEM(w.out, i, always);
+    }
+    if (walk_lines((Collector *)col, joined, nlines, sets_add, &w) < 0 || sets_flush(&w) < 0) {
+        Py_XDECREF(w.set);
+        Py_DECREF(w.out);
+        return NULL;
+    }
+    return w.out;
+}
+
+typedef struct {
+    Collector *dest;
+    Py_ssize_t *starts;
+    long long plus;
+} StartsWalk;
+
+static int starts_add(Py_ssize_t line, long long idx, void *ctx) {
+    StartsWalk *w = ctx;
+    return collector_push(w->dest, w->starts[line], idx + w->plus);
+}
+
+/* lines_at(collector, joined, starts, plus, dest): each of collector's matches into dest as
+ * (starts[its line], index + plus). Engine._clean_candidates: the candidates of ANSI lines'
+ * cleaned text, at their line's start in the block. */
+static PyObject *lines_at(PyObject *self, PyObject *args) {
+    PyObject *col, *joined, *starts, *dest;
+    long long plus;
+    if (!PyArg_ParseTuple(args, "O!OO!LO!:lines_at", &CollectorType, &col, &joined,
+                          &PyList_Type, &starts, &plus, &CollectorType, &dest))
+        return NULL;
+    Py_ssize_t n = PyList_GET_SIZE(starts);
+    StartsWalk w = {(Collector *)dest, PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1)),
+                    plus};
+    if (w.starts == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; i++) {
+        w.starts[i] = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+        if (w.starts[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(w.starts);
+            return NULL;
+        }
+    }
+    int rc = walk_lines((Collector *)col, joined, n, starts_add, &w);
+    PyMem_Free(w.starts);
+    if (rc < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* tail_heads(buf, lo, hi, n, head) -> the heads (first head bytes, then without ANSI escapes)
+ * of the last n lines of buf[lo:hi] (a final newline ends the last line, it starts none):
+ * engine._tail_heads before it adds the older heads. */
+static PyObject *tail_heads(PyObject *self, PyObject *args) {
+    PyObject *buf;
+    Py_ssize_t lo, hi, n, head;
+    if (!PyArg_ParseTuple(args, "Onnnn:tail_heads", &buf, &lo, &hi, &n, &head)) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *out = NULL;
+    if (lo < 0 || hi < lo || hi > view.len || n < 0 || head < 0) {
+        PyErr_SetString(PyExc_ValueError, "tail_heads: bad bounds");
+        goto done;
+    }
+    const char *s = view.buf;
+    Py_ssize_t end = hi > lo && s[hi - 1] == '\n' ? hi - 1 : hi;
+    Py_ssize_t first = end, at = end, k = 0;
+    while (k < n && at > lo) {
+        first = rfind_nl(s, lo, at) + 1;
+        if (first == 0) first = lo;
+        k++;
+        if (first == lo) break;
+        at = first - 1;
+    }
+    out = PyList_New(0);
+    if (out == NULL || k == 0) goto done;
+    for (Py_ssize_t p = first;;) {  /* the lines of buf[first:end], as split() gives them */
+        Py_ssize_t e = find_nl(s, p, end);
+        if (e < 0) e = end;
+        Py_ssize_t len = e - p < head ? e - p : head;
+        const unsigned char *h = (const unsigned char *)s + p;
+        PyObject *item = memchr(h, 0x1b, (size_t)len) ? strip_escapes(h, len)
+                                                      : PyBytes_FromStringAndSize((const char *)h, len);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(item);
+        if (e >= end) break;
+        p = e + 1;
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* _match.ansi_lines(buf, lo, hi): the lines of buf[lo:hi] holding ESC, as (start, end, text
  * without escapes). */
 static PyObject *ansi_lines(PyObject *self, PyObject *args) {
@@ -2829,6 +3005,14 @@ static PyMethodDef methods[] = {
      "make_alerts(rows, texts, alert_type, patterns, source, first, labels) -> alerts."},
     {"line_texts", line_texts, METH_VARARGS,
      "line_texts(raws, most, text_of) -> texts: Engine._texts."},
+    {"line_sets", line_sets, METH_VARARGS,
+     "line_sets(collector, joined, nlines, always) -> per line: always, or the sorted union "
+     "of its matches' indexes and always."},
+    {"lines_at", lines_at, METH_VARARGS,
+     "lines_at(collector, joined, starts, plus, dest): each match into dest as "
+     "(starts[its line], index + plus)."},
+    {"tail_heads", tail_heads, METH_VARARGS,
+     "tail_heads(buf, lo, hi, n, head) -> the heads of the last n lines of buf[lo:hi]."},
     {"libhs_version", libhs_version, METH_NOARGS,
      "libhs_version() -> the system libhs's version, or None when it is not there."},
     {"libhs_compile", libhs_compile, METH_VARARGS,

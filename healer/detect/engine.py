@@ -234,7 +234,7 @@ class Engine:
         ansi = sp.ansi_lines(buf, lo, hi)
         cleaned = {ls: text for ls, _, text in ansi}
         if ansi:  # (the fast path keeps the raw candidates of ANSI lines: pass 1 skips them)
-            cands.extend(self._clean_candidates([], ansi))
+            self._clean_candidates_native(sp, cands, ansi)
         # With the line model's ranks, a candidate line judge_lines would drop anyway (an
         # info line, the agent's speech) is dropped in pass 1, before it becomes objects.
         got = sp.confirm_lines(buf, lo, hi, cands, first, cleaned, self._confirm, self._trusted,
@@ -242,7 +242,22 @@ class Engine:
         if got is NotImplemented:  # a line with too many candidates for the C loop
             return self._pass1(buf, lo, hi, tail, first, cands.pairs(), cleaned)
         newlines, found = got
-        return newlines, self._pass2(buf, lo, found, tail), _tail_heads(buf, lo, hi, tail)
+        return newlines, self._pass2(buf, lo, found, tail), _tail_heads(buf, lo, hi, tail, sp)
+
+    def _clean_candidates_native(self, sp: Any, cands: Any,
+                                 ansi: list[tuple[int, int, bytes]]) -> None:
+        """``_clean_candidates`` into the block's collector: the cleaned texts' matches
+        mapped to their line's start in C."""
+        starts = [ls for ls, _, _ in ansi]
+        joined = b"\n".join([text for _, _, text in ansi])
+        found = sp.Collector()
+        for m in self.matchers:
+            found.reset(-1)
+            if isinstance(m, _match.HyperscanMatcher):
+                m.collect(joined, 0, len(joined), found)
+            else:
+                found.extend(m.candidates(joined, 0, len(joined)))
+            sp.lines_at(found, joined, starts, _CLEANED, cands)
 
     def _pass1(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int,
                cands: list[tuple[int, int]], cleaned: dict[int, bytes]
@@ -734,12 +749,17 @@ def _clean_head(head: Any) -> bytes:
     return _match.strip_ansi(head) if b"\x1b" in head else head
 
 
-def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes]) -> list[bytes]:
+def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes], sp: Any = None
+                ) -> list[bytes]:
     """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``),
-    each cut to HEAD_BYTES, then without ANSI codes.
+    each cut to HEAD_BYTES, then without ANSI codes; with the native module ``sp``, its
+    ``tail_heads`` finds them.
 
     This runs once per block: the lines' start are found first, then they are copied and
     split at once (not line by line)."""
+    if sp is not None:
+        heads = sp.tail_heads(buf, lo, hi, LOOKBACK_LINES, HEAD_BYTES)
+        return heads if len(heads) >= LOOKBACK_LINES else (tail + heads)[-LOOKBACK_LINES:]
     end = hi - 1 if hi > lo and buf[hi - 1] == 0x0A else hi
     rfind = buf.rfind
     first, at, n = end, end, 0

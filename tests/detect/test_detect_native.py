@@ -318,6 +318,81 @@ def test_the_collector_holds_what_the_python_handler_would() -> None:
         sp.confirm_lines(data, 0, len(data), (), 0, {}, confirm, trusted)
 
 
+def _ansi_log(rnd: random.Random, n: int) -> bytes:
+    """Lines of words, failures, escapes, empty lines and long lines."""
+    parts = [b"ok", b"fatal error", b"\x1b[31mERROR\x1b[0m timeout", b"", b"\x1b[1m",
+             b"connection refused " * 30, b"\x1b]0;title\x07x", b"\x1b", b"Unauthorized",
+             b"plain \xff\xfe bytes", b"\tpanicked at main.rs"]
+    return b"\n".join(b" ".join(rnd.choice(parts) for _ in range(rnd.randint(1, 3)))
+                      for _ in range(n))
+
+
+@needs_native
+def test_tail_heads_are_what_the_python_original_finds() -> None:
+    """The heads of a block's last lines (for borrowed timestamps): the same list from C as
+    from engine._tail_heads' Python loop, at every block edge: a final newline or none, an
+    empty block, a block start inside the buffer, fewer lines than asked, old heads kept."""
+    from healer.detect import engine
+
+    sp = _native.speedups
+    rnd = random.Random(38)
+    for _ in range(300):
+        data = _ansi_log(rnd, rnd.choice([0, 1, 3, 70, 200]))
+        if rnd.random() < 0.5:
+            data += b"\n"
+        buf = bytearray(data) if rnd.random() < 0.5 else data
+        lo = rnd.randint(0, len(data))
+        lo = data.find(b"\n", lo) + 1 if rnd.random() < 0.7 else lo
+        hi = rnd.randint(lo, len(data))
+        tail = [b"old %d" % k for k in range(rnd.choice([0, 5, 64]))]
+        want = engine._tail_heads(buf, lo, hi, tail)
+        assert engine._tail_heads(buf, lo, hi, tail, sp) == want
+    with pytest.raises(ValueError, match="bad bounds"):
+        sp.tail_heads(b"abc", 2, 1, 64, 160)
+
+
+@needs_native
+def test_matches_grouped_by_line_in_c_are_what_python_groups() -> None:
+    """Matches over lines joined by newlines, placed on their lines in C: the suppressions to
+    try on each line (Suppressor.candidates) and an ANSI line's candidates at its start
+    (Engine._clean_candidates), as the Python originals place them."""
+    from healer.detect import _match
+
+    sp = _native.speedups
+    catalog = Catalog.load()
+    rnd = random.Random(5)
+    python = _match.Suppressor(catalog.suppressions, use_hyperscan=True)
+    native = _match.Suppressor(catalog.suppressions, use_hyperscan=True)
+    python._sp = None
+    eng = Engine(catalog)
+    specific = placed = 0
+    for _ in range(60):
+        lines = [rnd.choice([b"ok", b"0 errors", b'"errors": []', b"failed: 0", b"timeout=30s",
+                             b"fatal error", b"", b"x" * 300, b"retrying (attempt 2 of 5)"])
+                 for _ in range(rnd.randint(1, 40))]
+        got = native.candidates(lines)
+        assert got == python.candidates(lines)
+        specific += sum(k is not native._always for k in got)
+        assert all(k is native._always for k, want in zip(got, python.candidates(lines),
+                                                         strict=True) if want is python._always)
+        data = _ansi_log(rnd, rnd.randint(1, 50))
+        ansi = sp.ansi_lines(data, 0, len(data))
+        cands = sp.Collector()
+        if ansi:
+            eng._clean_candidates_native(sp, cands, ansi)
+        assert sorted(cands.pairs()) == sorted(eng._clean_candidates([], ansi))
+        placed += len(cands)
+    assert specific > 100 and placed > 100  # (both sides really had matches to place)
+    col = sp.Collector()
+    col.extend([(5, 1)])
+    with pytest.raises(ValueError, match="outside"):
+        sp.line_sets(col, b"abc", 1, [])
+    col.reset(0)
+    col.extend([(2, 1)])
+    with pytest.raises(ValueError, match="past the last line"):
+        sp.lines_at(col, b"a\nb", [0], 0, sp.Collector())
+
+
 needs_libhs = pytest.mark.skipif(_native.libhs() is None,
                                  reason="no libhs here (Debian: apt-get install libhyperscan5)")
 
