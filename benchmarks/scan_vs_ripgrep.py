@@ -266,8 +266,12 @@ def main() -> int:
     env["PYTHONPATH"] = str(REPO)
     version = (subprocess.run(["rg", "--version"], capture_output=True, text=True, check=False)
                .stdout.splitlines()[0] if shutil.which("rg") else "rg not installed (skipped)")
+    libhs = _native.libhs()
+    hyperscan = (f"the system's libhs {libhs.libhs_version()}" if libhs is not None else
+                 "the hyperscan package's Hyperscan (no system libhs: apt-get install "
+                 "libhyperscan5)")
     print(f"{n_patterns} seed patterns; {os.cpu_count()} CPUs; "
-          f"{version}; healer with Hyperscan, 2 worker processes, "
+          f"{version}; healer with {hyperscan}, 2 worker processes, "
           + ("its native fast paths" if _native.speedups is not None else
              "NO native fast paths (python hatch_build.py builds them)"))
 

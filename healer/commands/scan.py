@@ -29,6 +29,7 @@ a scan worker died while writing its output (the output is incomplete).
 
 environment: HEALER_DETECT_ENGINE=re|hyperscan|auto picks the matcher;
 HEALER_DETECT_NATIVE=0 turns off the native fast paths (same alerts, slower);
+HEALER_DETECT_LIBHS=0 scans with the hyperscan package, not the system's libhs;
 HEALER_CACHE_DIR holds compiled catalogs.
 """
 
