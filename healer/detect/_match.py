@@ -165,7 +165,17 @@ class Matcher(Protocol):
     def candidates(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]: ...
 
 
+# Hyperscan's compile flags (hs_compile.h): the same numbers in libhs and in the binding.
+HS_FLAG_CASELESS = 1
+HS_FLAG_MULTILINE = 4
+HS_FLAG_PREFILTER = 128
+
+
 def hyperscan_available() -> bool:
+    """Whether Hyperscan can run here: the system's libhs through the native module (then the
+    ``hyperscan`` package is not even imported: ~3 ms of a scan's start), else the package."""
+    if _native.libhs() is not None:
+        return True
     try:
         import hyperscan  # noqa: F401
     except ImportError:
@@ -218,16 +228,18 @@ class HyperscanMatcher:
     else by the ``hyperscan`` package's binding (a Python call per match)."""
 
     def __init__(self, patterns: Sequence[Pattern]):
-        import hyperscan as hs
-
-        self._hs = hs
         sp = _native.libhs()
-        self._backend: _Backend = _Libhs(sp) if sp is not None else _Binding(hs)
+        if sp is not None:
+            self._backend: _Backend = _Libhs(sp)
+        else:
+            import hyperscan
+
+            self._backend = _Binding(hyperscan)
         self.patterns: list[Pattern] = []
         self.leftover: list[Pattern] = []
         self.prefiltered: list[str] = []
         exact = list(patterns)
-        base = [hs.HS_FLAG_MULTILINE | (0 if p.case_sensitive else hs.HS_FLAG_CASELESS)
+        base = [HS_FLAG_MULTILINE | (0 if p.case_sensitive else HS_FLAG_CASELESS)
                 for p in exact]
         self._db: _Database | None = _compile(self._backend, exact, base)
         if self._db is not None:
@@ -240,7 +252,7 @@ class HyperscanMatcher:
                 if found is None:
                     self.leftover.append(p)
                     continue
-                if found & hs.HS_FLAG_PREFILTER:
+                if found & HS_FLAG_PREFILTER:
                     self.prefiltered.append(p.id)
                 self.patterns.append(p)
                 flags.append(found)
@@ -253,7 +265,7 @@ class HyperscanMatcher:
 
     def _flag_for(self, expr: bytes, base: int) -> int | None:
         """The flags that compile ``expr`` (exact, else prefilter), or None."""
-        for flag in (base, base | self._hs.HS_FLAG_PREFILTER):
+        for flag in (base, base | HS_FLAG_PREFILTER):
             try:
                 self._backend.compile([expr], [0], [flag])
             except _CompileError:
