@@ -377,7 +377,7 @@ class _LibhsDatabase:
         collector = self._sp.Collector()
         collector.reset(lo - 1)
         self._db.scan(buf, lo, hi, collector)
-        return list(collector.pairs())
+        return collector.pairs()  # type: ignore[no-any-return]
 
     def collect(self, buf: Any, lo: int, hi: int, collector: Any) -> None:
         self._db.scan(buf, lo, hi, collector)
