@@ -1,7 +1,7 @@
 """healer scan vs ripgrep vs grep on big agent logs.
 
     .venv/bin/python benchmarks/scan_vs_ripgrep.py [--runs 5] [--rg-runs N] [--grep-runs 3]
-                                [--lines 7500000]
+                                [--lines 7500000 [--lines 400000 ...]]
                                 [--error-rate 0.001 --error-rate 0.01 --error-rate 0.05]
                                 [--no-mixed] [--smoke]
 
@@ -11,7 +11,9 @@ is a whole command, start-up, catalog and worker start included. ``--smoke``: 20
 logs (1 % and mixed) in a temporary folder, one run each, no target (rg is skipped when it is
 not installed).
 
-Generates ~1 GB agent logs into benchmarks/.data/ (reused when present) — by default with
+Generates ~1 GB agent logs into benchmarks/.data/ (reused when present; each ``--lines`` makes
+a set of that length, and every figure is judged for each: ``make bench`` runs 268 MB and
+54 MB logs, where start-up is half the time) — by default with
 0.1 %, 1 % and 5 % failure lines, each with 0.3 % harmless look-alikes, and one as long of
 the realistic mixed-format corpus (tests/detect/realistic_corpus.py) — then times, end to
 end as subprocesses on the same file with the same patterns (the embedded catalog's
@@ -169,7 +171,7 @@ def timed(argv: list[str], env: dict[str, str], cwd: Path, *, capture: bool = Fa
     return elapsed, cpu, proc.stdout or b""
 
 
-def time_tools(log: Path, what: str, args: argparse.Namespace, env: dict[str, str],
+def time_tools(log: Path, lines: int, what: str, args: argparse.Namespace, env: dict[str, str],
                catalog: Path, patterns: Path, rg_patterns: Path) -> dict[str, float]:
     """Time the tools on ``log`` (``what`` it holds, for the heading); healer's speed-ups vs
     rg (two workers and one), best time against best time, by figure name."""
@@ -182,7 +184,7 @@ def time_tools(log: Path, what: str, args: argparse.Namespace, env: dict[str, st
     grep = ["grep", "-E", "-i", "-c", "-f", str(patterns), str(log)]
 
     size = log.stat().st_size
-    print(f"\n== {log.name}: {size / 1e6:.0f} MB, {args.lines:,} lines, {what} ==")
+    print(f"\n== {log.name}: {size / 1e6:.0f} MB, {lines:,} lines, {what} ==")
     shutil.rmtree(env["HEALER_CACHE_DIR"], ignore_errors=True)
     cold, _, out = timed(healer, env, DATA, capture=True)  # also warms the page cache
     alerts = out.count(b"\n")
@@ -230,8 +232,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--rg-runs", type=int, default=3)
     ap.add_argument("--grep-runs", type=int, default=3)
-    ap.add_argument("--lines", type=int, default=7_500_000, help="lines per log (default "
-                    "7,500,000: about 1 GB)")
+    ap.add_argument("--lines", type=int, action="append",
+                    help="lines per log (repeatable: a set of logs per size; default "
+                    "7,500,000: about 1 GB; 400,000 is about 54 MB)")
     ap.add_argument("--error-rate", type=float, action="append",
                     help="share of failure lines (repeatable; default: 0.001, 0.01 and 0.05)")
     ap.add_argument("--data", help="where the logs go (default benchmarks/.data, reused)")
@@ -244,7 +247,7 @@ def main() -> int:
     global DATA
     own_data = args.smoke and not args.data  # a temporary folder of ours, removed at the end
     if args.smoke:
-        args.lines, args.runs, args.error_rate = 20_000, 1, args.error_rate or [0.01]
+        args.lines, args.runs, args.error_rate = [20_000], 1, args.error_rate or [0.01]
         args.data = args.data or tempfile.mkdtemp(prefix="healer-bench-scan-")
     if args.data:
         DATA = Path(args.data)
@@ -275,15 +278,22 @@ def main() -> int:
           + ("its native fast paths" if _native.speedups is not None else
              "NO native fast paths (python hatch_build.py builds them)"))
 
-    logs = {f"at {rate:.1%} failure lines": (
-        make_log(args.lines, rate), f"{rate:.1%} failure lines (+0.3% look-alikes)")
-        for rate in rates}
-    if args.mixed:
-        logs["on the mixed-format log"] = (
-            make_mixed_log(args.lines), "the realistic mixed-format corpus (kubectl/compose "
-            "prefixes, logfmt, JSON, klog, ANSI, Claude Code stream-json, Codex)")
-    results = {label: time_tools(log, what, args, env, catalog, patterns, rg_patterns)
-               for label, (log, what) in logs.items()}
+    sizes = args.lines or [7_500_000]
+    logs: dict[str, tuple[Path, int, str]] = {}
+    for lines in sizes:
+        # (with several sizes each figure names its log's)
+        at = f" ({make_log(lines, rates[0]).stat().st_size / 1e6:.0f} MB)" if len(sizes) > 1 \
+            else ""
+        for rate in rates:
+            logs[f"at {rate:.1%} failure lines{at}"] = (
+                make_log(lines, rate), lines, f"{rate:.1%} failure lines (+0.3% look-alikes)")
+        if args.mixed:
+            logs[f"on the mixed-format log{at}"] = (
+                make_mixed_log(lines), lines, "the realistic mixed-format corpus "
+                "(kubectl/compose prefixes, logfmt, JSON, klog, ANSI, Claude Code stream-json, "
+                "Codex)")
+    results = {label: time_tools(log, lines, what, args, env, catalog, patterns, rg_patterns)
+               for label, (log, lines, what) in logs.items()}
     load = os.getloadavg()[0]
     print(f"\nload average (1 min) at the end: {load:.2f} on {os.cpu_count()} CPUs (other work "
           "on the machine slows healer's two processes more than rg's one)")
