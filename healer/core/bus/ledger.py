@@ -208,8 +208,8 @@ class Ledger:
         if records:
             self.store.put(JOURNAL, _batch_key(), {"at": time.time(), "records": records},
                            expected_revision=0)
-        # This journal record and a lone result's own record, not what was written since.
-        self.store.sync_point()()
+        # (the writes made so far: this journal record, a lone result's own record)
+        self.store.sync()
         self.stats.commits += 1
         for b in batches:
             self.store.remove_member(self.pending_set, b.mark)

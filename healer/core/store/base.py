@@ -93,11 +93,6 @@ class Store(abc.ABC):
         file store batches its fsyncs (``store.sync``); a server-side store has nothing to
         wait for here."""
 
-    def sync_point(self) -> Callable[[], None]:
-        """What blocks until the durable writes this process made so far survive a power
-        loss — and not the ones made after this call (``sync`` waits for those too)."""
-        return self.sync
-
     @property
     def writes_wait(self) -> bool:
         """Whether a write may wait long (a network round trip, the disk under

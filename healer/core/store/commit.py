@@ -109,14 +109,10 @@ class GroupCommit:
                 if lo <= ticket <= hi:
                     raise StoreError(f"a write could not be synced to disk: {why}")
 
-    def ticket(self) -> int:
-        """The ticket of the last write so far: ``wait`` on it to wait for all of them."""
-        with self._cond:
-            return self._written
-
     def sync(self, timeout: float | None = None) -> None:
         """Block until everything written so far is on disk."""
-        ticket = self.ticket()
+        with self._cond:
+            ticket = self._written
         if ticket:
             self.wait(ticket, timeout)
 

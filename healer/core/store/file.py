@@ -22,7 +22,6 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -190,10 +189,6 @@ class FileStore(Store):
     def sync(self) -> None:
         """Block until every durable write this process made is on disk."""
         self.commit.sync()
-
-    def sync_point(self) -> Callable[[], None]:
-        ticket = self.commit.ticket()
-        return lambda: self.commit.wait(ticket) if ticket else None
 
     def delete(self, kind: str, key: str, *, expected_revision: int | None = None) -> bool:
         path = self._path(kind, key)
