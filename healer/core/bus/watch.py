@@ -56,7 +56,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from healer.core import safedirs, seeds
 from healer.core.bus import inotify
@@ -356,10 +356,8 @@ class ResultsBus(Ledger):
         try:
             while True:
                 with self._cond:
-                    while not self._ready:
-                        if self._checked_all.is_set():
-                            return
-                        self._ready_cond.wait(1.0)
+                    if not self._has_work(lambda: self._ready, self._checked_all):
+                        return
                     batch, self._ready = self._ready[:APPLY_MAX], self._ready[APPLY_MAX:]
                     self._ready_cond.notify_all()  # room for the checker
                 applied, ok = None, False
@@ -373,6 +371,15 @@ class ResultsBus(Ledger):
             self._applied_all.set()
             with self._cond:
                 self._ready_cond.notify_all()
+
+    def _has_work(self, queue: Callable[[], list[Any]], fed_all: threading.Event) -> bool:
+        """Under ``self._cond``: wait until ``queue()`` holds work (True), or until the stage
+        that feeds it has ended and it is empty (False: this stage ends too)."""
+        while not queue():
+            if fed_all.is_set():
+                return False
+            self._ready_cond.wait(1.0)
+        return True
 
     def _hand_to_mover(self, applied: Applied | None, batch: list[Ready], ok: bool) -> None:
         """A batch that failed to apply (not ``ok``) is not moved: it is seen again."""
@@ -391,10 +398,8 @@ class ResultsBus(Ledger):
         record, one round of fsyncs), then moves their files to ``applied/``."""
         while True:
             with self._cond:
-                while not self._moving:
-                    if self._applied_all.is_set():
-                        return
-                    self._ready_cond.wait(1.0)
+                if not self._has_work(lambda: self._moving, self._applied_all):
+                    return
                 moving, self._moving, self._moving_n = self._moving, [], 0
                 self._ready_cond.notify_all()  # room for the applier
             files = [r for _, batch in moving for r in batch]
