@@ -753,13 +753,19 @@ def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes], sp: Any = None
                 ) -> list[bytes]:
     """The heads of the last LOOKBACK_LINES lines up to ``hi`` (older ones from ``tail``),
     each cut to HEAD_BYTES, then without ANSI codes; with the native module ``sp``, its
-    ``tail_heads`` finds them.
+    ``tail_heads`` finds the block's."""
+    heads = sp.tail_heads(buf, lo, hi, LOOKBACK_LINES, HEAD_BYTES) if sp is not None \
+        else _block_heads(buf, lo, hi)
+    if len(heads) < LOOKBACK_LINES:
+        heads = (tail + heads)[-LOOKBACK_LINES:]
+    return heads
+
+
+def _block_heads(buf: Any, lo: int, hi: int) -> list[bytes]:
+    """The heads of the last LOOKBACK_LINES lines of ``buf[lo:hi]`` (``_tail_heads``).
 
     This runs once per block: the lines' start are found first, then they are copied and
     split at once (not line by line)."""
-    if sp is not None:
-        heads = sp.tail_heads(buf, lo, hi, LOOKBACK_LINES, HEAD_BYTES)
-        return heads if len(heads) >= LOOKBACK_LINES else (tail + heads)[-LOOKBACK_LINES:]
     end = hi - 1 if hi > lo and buf[hi - 1] == 0x0A else hi
     rfind = buf.rfind
     first, at, n = end, end, 0
@@ -769,12 +775,10 @@ def _tail_heads(buf: Any, lo: int, hi: int, tail: list[bytes], sp: Any = None
         if first == lo:
             break
         at = first - 1
-    heads: list[bytes] = []
-    if n:
-        chunk = bytes(buf[first:end])
-        heads = [line[:HEAD_BYTES] for line in chunk.split(b"\n")]
-        if b"\x1b" in chunk:
-            heads = [_match.strip_ansi(h) if b"\x1b" in h else h for h in heads]
-    if len(heads) < LOOKBACK_LINES:
-        heads = (tail + heads)[-LOOKBACK_LINES:]
+    if not n:
+        return []
+    chunk = bytes(buf[first:end])
+    heads = [line[:HEAD_BYTES] for line in chunk.split(b"\n")]
+    if b"\x1b" in chunk:
+        heads = [_match.strip_ansi(h) if b"\x1b" in h else h for h in heads]
     return heads
