@@ -698,7 +698,7 @@ static struct {
 } HS;
 
 /* 1 when libhs is loaded (once per process), else 0. */
-static int libhs_load(void) {
+static int libhs_open(void) {
     if (HS.tried) return HS.version != NULL;
     HS.tried = 1;
     /* (lazy: every scan's start pays the load; resolving all of its symbols now cost ~0.5 ms) */
@@ -725,7 +725,7 @@ static int libhs_load(void) {
 
 /* libhs_version() -> the loaded libhs's version, or None where there is none. */
 static PyObject *libhs_version(PyObject *self, PyObject *unused) {
-    if (!libhs_load()) Py_RETURN_NONE;
+    if (!libhs_open()) Py_RETURN_NONE;
     return PyUnicode_FromString(HS.version);
 }
 
@@ -785,7 +785,7 @@ static PyObject *libhs_compile(PyObject *self, PyObject *args) {
     PyObject *exprs, *flags, *ids;
     if (!PyArg_ParseTuple(args, "O!OO:libhs_compile", &PyList_Type, &exprs, &flags, &ids))
         return NULL;
-    if (!libhs_load()) {
+    if (!libhs_open()) {
         PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
         return NULL;
     }
@@ -844,7 +844,7 @@ static PyObject *libhs_load_db(PyObject *self, PyObject *arg) {
         PyErr_SetString(PyExc_TypeError, "libhs_load: a bytes blob");
         return NULL;
     }
-    if (!libhs_load()) {
+    if (!libhs_open()) {
         PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
         return NULL;
     }
