@@ -2640,7 +2640,8 @@ static CountSlot *count_slot(CountSlot *slots, int *used, PyObject *const *key, 
 }
 
 /* Adds a pattern's alerts to per_index under pattern.index (none for a falsy pattern). */
-static int count_pattern(PyObject *per_index, PyObject *pattern, Py_ssize_t n) {
+static int count_pattern(PyObject *per_index, PyObject *const *key, Py_ssize_t n) {
+    PyObject *pattern = key[0];
     int truthy = PyObject_IsTrue(pattern);
     if (truthy <= 0) return truthy;
     PyObject *index = PyObject_GetAttrString(pattern, "index");
@@ -2655,6 +2656,23 @@ static int count_kind(PyObject *kinds, PyObject *const *kind, Py_ssize_t n) {
     int bad = key == NULL || bump(kinds, key, n) < 0;
     Py_XDECREF(key);
     return bad ? -1 : 0;
+}
+
+/* One alert's key into slots (key NULL: the end). When the slots are full, or at the end,
+ * what they hold goes into dict by add, once; later keys are added there directly. */
+static int count_key(CountSlot *slots, int *used, int *full, PyObject *const *key, int width,
+                     PyObject *dict, int (*add)(PyObject *, PyObject *const *, Py_ssize_t)) {
+    CountSlot *slot = key != NULL && !*full ? count_slot(slots, used, key, width) : NULL;
+    if (slot != NULL) {
+        slot->n++;
+        return 0;
+    }
+    if (!*full) {
+        for (int i = 0; i < *used; i++)
+            if (add(dict, slots[i].key, slots[i].n) < 0) return -1;
+        *full = 1;
+    }
+    return key != NULL ? add(dict, key, 1) : 0;
 }
 
 static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
@@ -2672,18 +2690,9 @@ static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
     int pused = 0, kused = 0, pfull = 0, kfull = 0;
     PyObject *per_index = PyDict_New(), *kinds = PyDict_New();
     if (per_index == NULL || kinds == NULL) goto fail;
-    for (Py_ssize_t k = 0; k <= count; k++) {
+    for (Py_ssize_t k = 0; k <= count; k++) {  /* k == count: the end */
         PyObject *a = k < count ? PyList_GET_ITEM(alerts, k) : NULL;
         PyObject *pattern = a ? PyTuple_GET_ITEM(a, F_PATTERN) : NULL;
-        CountSlot *slot = a && !pfull ? count_slot(pslots, &pused, &pattern, 1) : NULL;
-        if (slot != NULL) {
-            slot->n++;
-        } else if (!pfull) {  /* the slots are full, or this is the end */
-            for (int i = 0; i < pused; i++)
-                if (count_pattern(per_index, pslots[i].key[0], pslots[i].n) < 0) goto fail;
-            pfull = 1;
-        }
-        if (a != NULL && slot == NULL && count_pattern(per_index, pattern, 1) < 0) goto fail;
         PyObject *kind[4] = {NULL, NULL, NULL, NULL};
         if (a != NULL) {
             kind[0] = PyTuple_GET_ITEM(a, A_ORIGIN);
@@ -2691,15 +2700,10 @@ static PyObject *alert_counts(PyObject *self, PyObject *alerts) {
             kind[2] = PyTuple_GET_ITEM(a, A_LEVEL);
             kind[3] = PyTuple_GET_ITEM(a, A_SEVERITY);
         }
-        slot = a && !kfull ? count_slot(kslots, &kused, kind, 4) : NULL;
-        if (slot != NULL) {
-            slot->n++;
-        } else if (!kfull) {
-            for (int i = 0; i < kused; i++)
-                if (count_kind(kinds, kslots[i].key, kslots[i].n) < 0) goto fail;
-            kfull = 1;
-        }
-        if (a != NULL && slot == NULL && count_kind(kinds, kind, 1) < 0) goto fail;
+        if (count_key(pslots, &pused, &pfull, a ? &pattern : NULL, 1, per_index,
+                      count_pattern) < 0 ||
+            count_key(kslots, &kused, &kfull, a ? kind : NULL, 4, kinds, count_kind) < 0)
+            goto fail;
     }
     return Py_BuildValue("(NN)", per_index, kinds);
 fail:
