@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable, Mapping
 from operator import itemgetter
 from pathlib import Path
+from queue import SimpleQueue
 from typing import Any
 
 from healer.detect import _match
@@ -44,6 +45,17 @@ Progress = Callable[[int, int], None]
 
 def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
+
+
+def spare_cores(regions: int) -> bool:
+    """Whether this process may use more cores than it scans regions at once: then each
+    region reads ahead (``scan_region``). With a region per core, reading ahead only
+    competes with the scans (measured: ~5 % slower with 2 workers on 2 cores)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return cores > regions
 
 
 def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float | None,
@@ -236,6 +248,7 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
     region before it is emitted), emits them, and sends back what ``emit`` returned for each.
     """
     out = emit or _same
+    ahead = spare_cores(len(regions))
     shared = mmap.mmap(-1, 8 * len(regions))  # per-region progress, written by the workers
 
     def here(hits: list[RawHit], base: int = 0) -> list[Any]:
@@ -253,8 +266,9 @@ def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[in
     try:
         for k in range(1, len(regions)):
             workers.append(_Worker.fork(engine, fd, regions[k], k, report, finish, workers,
-                                        emit))
-        newlines, hits = scan_region(engine, fd, *regions[0], lambda d: report(0, d))
+                                        emit, read_ahead=ahead))
+        newlines, hits = scan_region(engine, fd, *regions[0], lambda d: report(0, d),
+                                     read_ahead=ahead)
         base = newlines
         if workers:
             workers[0].base = base
@@ -313,7 +327,7 @@ class _Worker:
     @classmethod
     def fork(cls, engine: BlockEngine, fd: int, region: tuple[int, int], k: int,
              report: Callable[[int, int], None], finish: Finish, others: list[_Worker],
-             emit: Callable[[Any], Any] | None = None) -> _Worker:
+             emit: Callable[[Any], Any] | None = None, *, read_ahead: bool = False) -> _Worker:
         up_r, up_w = os.pipe()
         down_r, down_w = os.pipe()
         with contextlib.suppress(OSError, AttributeError, ImportError):
@@ -326,7 +340,8 @@ class _Worker:
             try:
                 for fd_ in (up_r, down_w, *(f for o in others for f in (o.up, o.down))):
                     os.close(fd_)
-                count, hits = scan_region(engine, fd, *region, lambda d: report(k, d))
+                count, hits = scan_region(engine, fd, *region, lambda d: report(k, d),
+                                          read_ahead=read_ahead)
                 os.write(up_w, struct.pack("q", count))
                 base = struct.unpack("q", _read_exact(down_r, 8))[0]
                 if emit is None:
@@ -431,37 +446,108 @@ def _read_exact(fd: int, n: int) -> bytes:
 
 
 def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
-                report: Callable[[int], None] | None = None) -> tuple[int, list[RawHit]]:
-    """Scan ``[lo, hi)`` of the file (``lo`` at a line start): (newlines, raw hits)."""
-    buf = bytearray(min(BLOCK_BYTES, max(hi - lo, 1)))
+                report: Callable[[int], None] | None = None, *, read_ahead: bool = False
+                ) -> tuple[int, list[RawHit]]:
+    """Scan ``[lo, hi)`` of the file (``lo`` at a line start): (newlines, raw hits).
+
+    With ``read_ahead``, blocks are read into two buffers in turn: while one block is
+    scanned, the next is read into the other on a thread (``_ReadAhead``), so the kernel's
+    copy of the file — or the disk, for a file not in the page cache — is not waited for
+    between blocks. That takes a core the scan would not use otherwise (``spare_cores``)."""
+    size = min(BLOCK_BYTES, max(hi - lo, 1))
+    buf = bytearray(size)
+    spare = bytearray(size) if read_ahead and hi - lo > size else buf
+    ahead = _ReadAhead(fd) if spare is not buf else None
     tail = _heads_before(fd, lo)
     hits: list[RawHit] = []
     newlines = 0
     carry = 0
     off = lo
-    while off < hi:
-        room = len(buf) - carry
-        if room == 0:  # one line longer than the buffer: grow it
-            buf.extend(bytes(len(buf)))
-            room = len(buf) - carry
-        got = os.preadv(fd, [memoryview(buf)[carry:carry + min(room, hi - off)]], off)
-        if got <= 0:  # the file shrank under us
-            break
-        off += got
-        fill = carry + got
-        cut = fill if off >= hi else buf.rfind(b"\n", 0, fill) + 1
-        if cut <= 0:
-            carry = fill
-            continue
-        n, block_hits, tail = engine.scan_block(buf, 0, cut, tail, newlines)
-        hits += block_hits
-        newlines += n
-        carry = fill - cut
-        if carry:
-            buf[:carry] = buf[cut:fill]
-        if report is not None:
-            report(off - lo - carry)
+    try:
+        got = _read(fd, buf, carry, hi - off, off)
+        while got > 0:  # (0: the file shrank under us)
+            off += got
+            fill = carry + got
+            cut = fill if off >= hi else buf.rfind(b"\n", 0, fill) + 1
+            if cut <= 0:  # no line ends in the buffer: read on into it, grown if full
+                carry = fill
+                if carry == len(buf):
+                    buf.extend(bytes(len(buf)))
+                got = _read(fd, buf, carry, hi - off, off)
+                continue
+            carry = fill - cut
+            if ahead is not None and off < hi:  # the next block, read while this one is scanned
+                if len(spare) < len(buf):
+                    spare.extend(bytes(len(buf) - len(spare)))
+                spare[:carry] = buf[cut:fill]
+                ahead.start(spare, carry, hi - off, off)
+            n, block_hits, tail = engine.scan_block(buf, 0, cut, tail, newlines)
+            hits += block_hits
+            newlines += n
+            if report is not None:
+                report(off - lo - carry)
+            if off >= hi:
+                break
+            if ahead is None:
+                if carry:
+                    buf[:carry] = buf[cut:fill]
+                got = _read(fd, buf, carry, hi - off, off)
+            else:
+                got = ahead.result()
+                buf, spare = spare, buf
+    finally:
+        if ahead is not None:
+            ahead.close()
     return newlines, hits
+
+
+def _read(fd: int, buf: bytearray, at: int, left: int, off: int) -> int:
+    """Read up to ``left`` bytes of the file from ``off`` into ``buf[at:]``."""
+    with memoryview(buf) as whole, whole[at:at + min(len(buf) - at, left)] as view:
+        return os.preadv(fd, [view], off)
+
+
+class _ReadAhead:
+    """One read at a time on a thread of its own (``os.preadv`` lets the GIL go meanwhile).
+
+    The thread is started per region and joined by ``close``: none is left running when a
+    scan returns, so a caller may fork after it (scan workers are forked before any)."""
+
+    def __init__(self, fd: int):
+        self._fd = fd
+        self._jobs: SimpleQueue[tuple[bytearray, int, int, int] | None] = SimpleQueue()
+        self._done: SimpleQueue[int | BaseException] = SimpleQueue()
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="healer-read-ahead",
+                                        daemon=True)
+        self._thread.start()
+
+    def start(self, buf: bytearray, at: int, left: int, off: int) -> None:
+        self._jobs.put((buf, at, left, off))
+        self._busy = True
+
+    def result(self) -> int:
+        got = self._done.get()
+        self._busy = False
+        if isinstance(got, BaseException):
+            raise got
+        return got
+
+    def close(self) -> None:
+        if self._busy:  # its buffer is written to until then
+            self._done.get()
+            self._busy = False
+        self._jobs.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            try:
+                got: int | BaseException = _read(self._fd, *job)
+            except BaseException as exc:
+                got = exc
+            del job  # no reference to the buffer once the result is out (it may be grown)
+            self._done.put(got)
 
 
 def _heads_before(fd: int, lo: int) -> list[bytes]:

@@ -406,6 +406,77 @@ class TestBuffers:
         assert engine.scan_file(corpus.path) == engine.scan_bytes(
             corpus.data, source=str(corpus.path))
 
+    def test_read_ahead_gives_the_same_hits(self, engine: Engine, corpus, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """Reading each next block on a thread while one is scanned gives the hits of reading
+        them in turn, across many small blocks and a line longer than a block; the thread
+        is gone when the scan returns."""
+        import threading
+
+        monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
+        data = corpus.data + b"x" * 10_000 + b" connection refused\n" + corpus.data
+        log = tmp_path / "long.log"
+        log.write_bytes(data)
+        started: list[int] = []
+        real_start = _files._ReadAhead.start
+        monkeypatch.setattr(_files._ReadAhead, "start",
+                            lambda self, *a: started.append(a[3]) or real_start(self, *a))
+        fd = os.open(log, os.O_RDONLY)
+        try:
+            plain = _files.scan_region(engine, fd, 0, len(data))
+            ahead = _files.scan_region(engine, fd, 0, len(data), read_ahead=True)
+        finally:
+            os.close(fd)
+        assert ahead == plain and len(plain[1]) > 100
+        assert len(started) > 5 and started == sorted(set(started))
+        assert not [t for t in threading.enumerate() if t.name == "healer-read-ahead"]
+
+    def test_read_ahead_stops_with_the_scan(self, engine: Engine, corpus, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+        """A scan that fails mid-file, or a file cut short under it, leaves no reading thread
+        behind; the cut file's scan ends where its data does."""
+        import threading
+
+        monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
+        log = tmp_path / "big.log"
+        log.write_bytes(corpus.data * 2)
+        fd = os.open(log, os.O_RDONLY)
+        real = engine.scan_block
+        calls = []
+
+        def failing(*a, **k):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 3:
+                raise RuntimeError("scan failed")
+            return real(*a, **k)
+
+        def cutting(*a, **k):  # type: ignore[no-untyped-def]
+            calls.append(1)
+            if len(calls) == 2:
+                os.truncate(log, 6000)
+            return real(*a, **k)
+
+        try:
+            monkeypatch.setattr(engine, "scan_block", failing)
+            with pytest.raises(RuntimeError, match="scan failed"):
+                _files.scan_region(engine, fd, 0, len(corpus.data) * 2, read_ahead=True)
+            calls.clear()
+            monkeypatch.setattr(engine, "scan_block", cutting)
+            newlines, _ = _files.scan_region(engine, fd, 0, len(corpus.data) * 2,
+                                             read_ahead=True)
+        finally:
+            os.close(fd)
+        assert newlines < corpus.data.count(b"\n")
+        assert not [t for t in threading.enumerate() if t.name == "healer-read-ahead"]
+
+    def test_reads_ahead_only_with_a_core_to_spare(self, monkeypatch: pytest.MonkeyPatch
+                                                   ) -> None:
+        """A region per core reads in turn; fewer regions than cores read ahead."""
+        monkeypatch.setattr(_files.os, "sched_getaffinity", lambda pid: {0, 1})
+        assert _files.spare_cores(1) and not _files.spare_cores(2)
+        monkeypatch.setattr(_files.os, "sched_getaffinity", lambda pid: {0})
+        assert not _files.spare_cores(1)
+
     def test_crlf_and_no_final_newline(self, engine: Engine) -> None:
         """CRLF line ends are fine and a last line without newline counts."""
         got = engine.scan_bytes(b"ok\r\nconnection refused\r\nfatal error")
