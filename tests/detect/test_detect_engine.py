@@ -469,6 +469,54 @@ class TestBuffers:
         assert newlines < corpus.data.count(b"\n")
         assert not [t for t in threading.enumerate() if t.name == "healer-read-ahead"]
 
+    def test_lone_region_emits_as_it_scans(self, engine: Engine, corpus, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+        """One region with emit: its hits are rendered and emitted while later blocks are
+        still to be scanned (they never pile up), and the output is that of rendering them
+        all at the end."""
+        monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
+        monkeypatch.setattr(_files, "STREAM_HITS", 5)
+        log = tmp_path / "big.log"
+        log.write_bytes(corpus.data * 3)
+        events: list[str] = []
+        real = engine.scan_block
+        monkeypatch.setattr(engine, "scan_block",
+                            lambda *a, **k: events.append("scan") or real(*a, **k))
+
+        def emit(line_nos: list[int]) -> list[int]:
+            events.append("emit")
+            return line_nos
+
+        parts = engine.render_file(log, _line_nos, workers=1, emit=emit)
+        assert [n for part in parts for n in part] == _line_nos(engine.scan_file(log))
+        scans = [k for k, e in enumerate(events) if e == "scan"]
+        emits = [k for k, e in enumerate(events) if e == "emit"]
+        assert len(emits) > 3 and emits[0] < scans[len(scans) // 2]
+
+    def test_source_windows_switch_when_a_hit_names_a_source(self, tmp_path: Path) -> None:
+        """A log whose head names no source: windows count from the agent's start until a hit
+        names one, from then on from each source's own start (asked slice by slice); a log
+        whose head names one, always; a region asked once, as its hits say."""
+        plain = tmp_path / "plain.log"
+        plain.write_bytes(b"2024-05-01T10:00:00Z starting\n" * 3)
+        prefixed = tmp_path / "prefixed.log"
+        prefixed.write_bytes(b"[pod/a/b] 2024-05-01T10:00:00Z starting\n")
+        bare = (0, b"x", (0,), None, None, "", "")
+        named = (1, b"x", (0,), None, None, "pod/a/b", "")
+        for path, head_named in ((plain, False), (prefixed, True)):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                sources = _files.FileSources(fd, T0)
+                streamed = _files.SourceWindows(sources)
+                asked = [streamed.start_of([bare]), streamed.start_of([bare, named]),
+                         streamed.start_of([bare])]
+                once = _files.SourceWindows(sources).start_of([bare])
+            finally:
+                os.close(fd)
+            want = sources.start_of
+            assert asked == [want if head_named else None, want, want]
+            assert once == (want if head_named else None)
+
     def test_reads_ahead_only_with_a_core_to_spare(self, monkeypatch: pytest.MonkeyPatch
                                                    ) -> None:
         """A region per core reads in turn; fewer regions than cores read ahead."""
