@@ -61,7 +61,8 @@ def _build() -> argparse.ArgumentParser:
     p.add_argument("--engine", choices=["auto", "re", "hyperscan"],
                    help="matcher (default: $HEALER_DETECT_ENGINE or auto)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="processes for files of 32 MiB or more (default: up to 2)")
+                   help="processes for files of 32 MiB or more (default: up to 2); with fewer "
+                        "than the cores, each also reads ahead on a thread")
     p.add_argument("--duration", type=float, metavar="S", help="with --follow: stop after S s")
     p.add_argument("--no-summary", action="store_true", help="no summary table")
     add_settings_args(p)
