@@ -209,6 +209,42 @@ class TestListingUnderLoad:
         finally:
             st.close()
 
+    def test_a_pull_nobody_answered_is_asked_again(self, nats_server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                   monkeypatch) -> None:
+        """A pull that times out while the listing's consumer still holds undelivered keys
+        (a loaded cluster: one listing in 300 came back empty) is asked again, not taken
+        for keys purged meanwhile; once they are gone, the listing ends with what it has."""
+        from healer.core.store import jetstream
+
+        st = _open(f"{nats_server.url}/pull{tmp_path.name[-6:]}")
+        real = jetstream.JetStreamStore._fetch
+        lost: list[int] = []
+
+        async def first_lost(self, sub, batch):  # type: ignore[no-untyped-def]
+            if not lost:
+                lost.append(batch)
+                raise TimeoutError
+            return await real(self, sub, batch)
+
+        try:
+            for k in range(20):
+                st.add_member("seen", f"m{k}")
+            monkeypatch.setattr(jetstream.JetStreamStore, "_fetch", first_lost)
+            assert st.members("seen") == sorted(f"m{k}" for k in range(20)) and lost == [20]
+
+            async def purged(self, sub, batch):  # type: ignore[no-untyped-def]
+                msgs = await real(self, sub, 5)
+                lost.append(len(msgs))
+                if len(lost) == 2:
+                    return msgs
+                await sub.fetch(batch=batch, timeout=1)  # what is left, read and dropped
+                raise TimeoutError
+
+            monkeypatch.setattr(jetstream.JetStreamStore, "_fetch", purged)
+            assert len(st.members("seen")) == 5
+        finally:
+            st.close()
+
     def test_keys_never_miss_a_record_while_others_write(self, nats_server, tmp_path: Path  # type: ignore[no-untyped-def]
                                                          ) -> None:
         """Listing a kind while other processes write to the bucket returns every key

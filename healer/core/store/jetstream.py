@@ -231,7 +231,11 @@ class JetStreamStore(Store):
                 try:
                     msgs = await self._fetch(sub, min(want - got, 1024))
                 except TimeoutError:
-                    break  # fewer than counted: keys purged meanwhile
+                    # Fewer than counted: keys purged meanwhile, or (on a loaded cluster) a
+                    # pull that no server answered; only the consumer can tell which.
+                    if not (await self.js.consumer_info(stream, name)).num_pending:
+                        break
+                    continue  # (the store's own time limit bounds the asking)
                 got += len(msgs)
                 keys += [m.subject[len(pre):] for m in msgs
                          if (m.headers or {}).get("KV-Operation") not in ("DEL", "PURGE")]
