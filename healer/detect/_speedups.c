@@ -1004,8 +1004,21 @@ typedef struct {
     Py_ssize_t npats;
 } Pass;
 
-static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
-                       const long long *idxs, int k);
+/* What view_native finds of a line: its level and part (both borrowed), where its body lies
+ * (s[b:e]) and where the source its prefix names does (src: 0 none; 1 kubectl, pod/A/B with
+ * A = s[a1:a1+n1], B = s[a2:a2+n2]; 2 compose, s[a1:a1+n1]), without making any object. */
+typedef struct {
+    PyObject *level, *part;
+    Py_ssize_t b, e;
+    int src;
+    Py_ssize_t a1, n1, a2, n2;
+} View;
+
+static int needs_view(const unsigned char *s, Py_ssize_t len);
+static int quick_view(const unsigned char *s, Py_ssize_t n, View *v);
+static int judged_away(const Pass *ps, const View *v, const long long *idxs, int k);
+static PyObject *judged_row(const Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls,
+                            PyObject *line, PyObject *matched, int viewed, const View *v);
 
 /* One candidate line: its patterns confirmed, added to found when any matches. */
 static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t le,
@@ -1031,9 +1044,16 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         Py_XDECREF(line);
         return 0;
     }
-    if (line == NULL && ps->judge &&
-        judged_away(ps, (const unsigned char *)ps->data + ls, le - ls, idxs, n))
-        return 0;
+    /* With the line model's ranks, the line is viewed here, once: a line judge_lines would
+     * drop is dropped before it becomes objects, and a kept one leaves as judge_lines' row
+     * (judged_row). viewed: 1 v holds its view, 0 it needs none, -1 Python decides. */
+    int ansi = line != NULL, viewed = -1;
+    View v;
+    if (!ansi && ps->judge) {
+        const unsigned char *at = (const unsigned char *)ps->data + ls;
+        viewed = needs_view(at, le - ls) ? (quick_view(at, le - ls, &v) ? 1 : -1) : 0;
+        if (viewed == 1 && judged_away(ps, &v, idxs, n)) return 0;
+    }
     if (line == NULL) {
         line = ps->is_bytes ? PyBytes_FromStringAndSize(ps->data + ls, le - ls)
                             : PyByteArray_FromStringAndSize(ps->data + ls, le - ls);
@@ -1074,16 +1094,25 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
         }
     }
     if (PyList_GET_SIZE(matched)) {
-        PyObject *row = PyTuple_New(4);
-        if (row == NULL) goto fail;
-        PyObject *li = PyLong_FromSsize_t(line_idx), *start = PyLong_FromSsize_t(ls);
-        PyTuple_SET_ITEM(row, 0, li);
-        PyTuple_SET_ITEM(row, 1, start);
-        Py_INCREF(line);
-        PyTuple_SET_ITEM(row, 2, line);
-        Py_INCREF(matched);
-        PyTuple_SET_ITEM(row, 3, matched);
-        if (li == NULL || start == NULL || PyList_Append(ps->found, row) < 0) {
+        PyObject *row = viewed >= 0 ? judged_row(ps, line_idx, ls, line, matched, viewed, &v)
+                                    : NULL;
+        if (row == NULL && PyErr_Occurred()) goto fail;
+        if (row == NULL) {  /* the engine's row for judge_lines */
+            row = PyTuple_New(4);
+            if (row == NULL) goto fail;
+            PyObject *li = PyLong_FromSsize_t(line_idx), *start = PyLong_FromSsize_t(ls);
+            PyTuple_SET_ITEM(row, 0, li);
+            PyTuple_SET_ITEM(row, 1, start);
+            Py_INCREF(line);
+            PyTuple_SET_ITEM(row, 2, line);
+            Py_INCREF(matched);
+            PyTuple_SET_ITEM(row, 3, matched);
+            if (li == NULL || start == NULL) {
+                Py_DECREF(row);
+                goto fail;
+            }
+        }
+        if (row != Py_None && PyList_Append(ps->found, row) < 0) {
             Py_DECREF(row);
             goto fail;
         }
@@ -2032,15 +2061,15 @@ static PyObject *view_native(PyObject *line, PyObject *document) {
 
 /* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
  * tests. */
-/* What view_native finds of a line's level and part (both borrowed), without making its
- * body or source: 1, or 0 where view_native would leave the line to Python (an escape code,
- * a JSON document its readers do not take). Kept step for step with view_native. */
-static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, PyObject **part) {
+/* view_native's reading of s into v: 1, or 0 where view_native would leave the line to
+ * Python (an escape code, a JSON document its readers do not take). Kept step for step
+ * with view_native. */
+static int quick_view(const unsigned char *s, Py_ssize_t n, View *v) {
     Py_ssize_t b = 0, e = n;
     if (e > b && s[e - 1] == '\n') e--;
     if (e > b && s[e - 1] == '\r') e--;
     if (memchr(s, 0x1b, (size_t)e) != NULL) return 0;
-    int have_source = 0;
+    v->src = 0;
     if (!(e > b && s[b] == '{')) {
         for (int round = 0; round < 3; round++) {
             Py_ssize_t len = e - b;
@@ -2049,7 +2078,11 @@ static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, Py
                 Py_ssize_t a1, n1, a2, n2;
                 Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
                 if (got) {
-                    have_source = 1;
+                    v->src = 1;
+                    v->a1 = b + a1;
+                    v->n1 = n1;
+                    v->a2 = b + a2;
+                    v->n2 = n2;
                     b += got;
                     continue;
                 }
@@ -2061,12 +2094,14 @@ static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, Py
                     continue;
                 }
             }
-            if (!have_source && len >= 1 && is_alnum(at[0]) &&
+            if (!v->src && len >= 1 && is_alnum(at[0]) &&
                 memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
                 Py_ssize_t name;
                 Py_ssize_t got = compose_prefix(at, len, &name);
                 if (got) {
-                    have_source = 1;
+                    v->src = 2;
+                    v->a1 = b;
+                    v->n1 = name;
                     b += got;
                     continue;
                 }
@@ -2074,41 +2109,119 @@ static int quick_view(const unsigned char *s, Py_ssize_t n, PyObject **level, Py
             break;
         }
     }
+    v->b = b;
+    v->e = e;
     Py_ssize_t j = b;
     if (j < e && s[j] == ' ')
         while (j < e && is_ws(s[j])) j++;
-    *part = PART_LOG;
+    v->part = PART_LOG;
     if (j < e && s[j] == '{') {
         PyObject *found = NULL;
         if (!transcript_marker(s + b, e - b)) found = json_level(s + b, e - b);
-        else if (!transcript_event(s + b, e - b, &found, part)) found = NULL;
+        else if (!transcript_event(s + b, e - b, &found, &v->part)) found = NULL;
         if (found == NULL) return 0;
-        *level = found;
+        v->level = found;
         return 1;
     }
-    *level = text_level(s + b, e - b);
+    v->level = text_level(s + b, e - b);
     return 1;
+}
+
+/* The source a view found (a new reference): view_native's, "" for none. */
+static PyObject *view_source(const unsigned char *s, const View *v) {
+    if (v->src == 2) return PyUnicode_DecodeASCII((const char *)s + v->a1, v->n1, "replace");
+    if (v->src == 1) {
+        char name[4 + 253 + 1 + 63];
+        memcpy(name, "pod/", 4);
+        memcpy(name + 4, s + v->a1, (size_t)v->n1);
+        name[4 + v->n1] = '/';
+        memcpy(name + 5 + v->n1, s + v->a2, (size_t)v->n2);
+        return PyUnicode_DecodeASCII(name, 5 + v->n1 + v->n2, "replace");
+    }
+    Py_INCREF(LV_NONE);
+    return LV_NONE;
+}
+
+/* A level's rank from the line model (ps->ranks), or -1 for no level ("" keeps every
+ * pattern) and -2 for one this code does not know. */
+static long level_rank(const Pass *ps, PyObject *level) {
+    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
+    for (int i = 0; i < 6; i++)
+        if (level == levels[i]) return ps->ranks[i];
+    return level == LV_NONE ? -1 : -2;
 }
 
 /* Whether judge_lines would drop this candidate line whatever its patterns (idxs) confirm:
  * it needs viewing, and it is the agent's speech or states a level below every pattern's
  * min_level. 0 when unsure (the line then takes the usual way). */
-static int judged_away(const Pass *ps, const unsigned char *s, Py_ssize_t n,
-                       const long long *idxs, int k) {
-    if (!needs_view(s, n)) return 0;
-    PyObject *level, *part;
-    if (!quick_view(s, n, &level, &part)) return 0;
-    if (part == PART_SPEECH) return 1;
-    PyObject *levels[6] = {LV_TRACE, LV_DEBUG, LV_INFO, LV_WARN, LV_ERROR, LV_FATAL};
-    long rank = -1;
-    for (int i = 0; i < 6; i++)
-        if (level == levels[i]) rank = ps->ranks[i];
-    if (rank < 0) return 0;  /* no level stated ("" keeps every pattern) */
+static int judged_away(const Pass *ps, const View *v, const long long *idxs, int k) {
+    if (v->part == PART_SPEECH) return 1;
+    long rank = level_rank(ps, v->level);
+    if (rank < 0) return 0;  /* no level stated ("" keeps every pattern), or not known */
     for (int i = 0; i < k; i++) {
         if (idxs[i] < 0 || idxs[i] >= ps->npats) return 0;  /* the usual way reports it */
         if (rank >= ps->min_rank[idxs[i]]) return 0;
     }
     return 1;
+}
+
+/* The row judge_lines makes of a confirmed line (li, start, line, matched, body, source,
+ * level), from pass 1's view of it (viewed 1: v; 0: it needs none); Py_None when the line's
+ * level leaves none of its patterns (judge_lines drops it); NULL without an error where
+ * judge_lines must decide (a level this code does not rank), NULL with one on failure. */
+static PyObject *judged_row(const Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls,
+                            PyObject *line, PyObject *matched, int viewed, const View *v) {
+    PyObject *kept = matched, *body = line, *source = LV_NONE, *level = LV_NONE, *row = NULL;
+    Py_INCREF(kept);
+    Py_INCREF(body);
+    Py_INCREF(source);
+    if (viewed) {
+        long rank = level_rank(ps, v->level);
+        if (rank == -2) goto done;  /* (row NULL, no error) */
+        level = v->level;
+        if (rank >= 0) {
+            Py_DECREF(kept);
+            kept = PyList_New(0);
+            if (kept == NULL) goto done;
+            for (Py_ssize_t i = 0; i < PyList_GET_SIZE(matched); i++) {
+                PyObject *pi = PyList_GET_ITEM(matched, i);
+                Py_ssize_t idx = PyLong_AsSsize_t(pi);
+                if (idx < 0 || idx >= ps->npats) {
+                    if (!PyErr_Occurred())
+                        PyErr_SetString(PyExc_IndexError, "pattern index out of range");
+                    goto done;
+                }
+                if (rank >= ps->min_rank[idx] && PyList_Append(kept, pi) < 0) goto done;
+            }
+            if (PyList_GET_SIZE(kept) == 0) {
+                row = Py_None;
+                Py_INCREF(row);
+                goto done;
+            }
+        }
+        const unsigned char *s = (const unsigned char *)ps->data + ls;
+        Py_ssize_t n = ps->is_bytes ? PyBytes_GET_SIZE(line) : PyByteArray_GET_SIZE(line);
+        if (v->b != 0 || v->e != n) {  /* a slice keeps the line's type, as in Python */
+            Py_DECREF(body);
+            body = ps->is_bytes ? PyBytes_FromStringAndSize((const char *)s + v->b, v->e - v->b)
+                                : PyByteArray_FromStringAndSize((const char *)s + v->b,
+                                                                v->e - v->b);
+            if (body == NULL) goto done;
+        }
+        Py_DECREF(source);
+        source = view_source(s, v);
+        if (source == NULL) goto done;
+    }
+    PyObject *li = PyLong_FromSsize_t(line_idx), *start = PyLong_FromSsize_t(ls);
+    if (li != NULL && start != NULL)
+        row = PyTuple_Pack(7, li, start, line, kept, body, source, level);
+    Py_XDECREF(li);
+    Py_XDECREF(start);
+done:
+    Py_XDECREF(kept);
+    Py_XDECREF(body);
+    Py_XDECREF(source);
+    return row;
 }
 
 static PyObject *view_line(PyObject *self, PyObject *args) {
@@ -2141,8 +2254,13 @@ static PyObject *judge_lines(PyObject *self, PyObject *args) {
     Py_ssize_t npats = PyList_GET_SIZE(min_rank);
     for (Py_ssize_t k = 0; k < PyList_GET_SIZE(found); k++) {
         PyObject *f = PyList_GET_ITEM(found, k);
+        if (PyTuple_Check(f) && PyTuple_GET_SIZE(f) == 7) {  /* judged in pass 1 already */
+            if (PyList_Append(judged, f) < 0 || PyList_Append(bodies, PyTuple_GET_ITEM(f, 4)) < 0)
+                goto fail;
+            continue;
+        }
         if (!PyTuple_Check(f) || PyTuple_GET_SIZE(f) != 4) {
-            PyErr_SetString(PyExc_TypeError, "found rows must be 4-tuples");
+            PyErr_SetString(PyExc_TypeError, "found rows must be 4-tuples or judged 7-tuples");
             goto fail;
         }
         PyObject *li = PyTuple_GET_ITEM(f, 0), *start = PyTuple_GET_ITEM(f, 1);

@@ -607,17 +607,20 @@ def test_json_times_are_iso_s_from_1970_to_9999() -> None:
 
 
 @needs_native
-@pytest.mark.parametrize("generic", [False, True])
-def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
+@pytest.mark.parametrize(("generic", "kind"), [(False, bytes), (True, bytes),
+                                               (True, bytearray)])
+def test_pass_1_drops_only_what_the_judge_drops(generic: bool, kind: type) -> None:
     """confirm_lines given the line model's ranks drops a candidate line before it becomes
     objects only when judge_lines would drop it (speech, a level under every candidate
-    pattern's min_level): what the judge keeps is the same, on every line shape of the mixed
-    corpus and the realistic one, with the embedded catalog and the seed one."""
+    pattern's min_level), and hands the lines it viewed over judged (judge_lines passes them
+    on): what the judge keeps is the same, on every line shape of the mixed corpus and the
+    realistic one, with the embedded catalog and the seed one, from bytes and from the file
+    scan's bytearray."""
     from test_detect_fast_path import mixed_lines
 
     cat = Catalog.load() if generic else Catalog.load().select(generic=False)
     engine = Engine(cat, engine="hyperscan")
-    data = b"".join(mixed_lines(6000, seed=5)) + b"\n"
+    data = kind(b"".join(mixed_lines(6000, seed=5)) + b"\n")
     sp = _native.speedups
     cands = sp.Collector()
     cands.reset(-1)
@@ -629,6 +632,11 @@ def test_pass_1_drops_only_what_the_judge_drops(generic: bool) -> None:
     assert n_all == n_cut and len(found_cut) < len(found_all)
     judge = [lines.view_fields, lines.SPEECH, lines.RANK, engine._min_rank, lines.view_document]
     assert sp.judge_lines(found_cut, *judge) == sp.judge_lines(found_all, *judge)
+    judged = [row for row in found_cut if len(row) == 7]
+    assert {len(row) for row in found_all} == {4} and len(judged) > len(found_cut) // 2
+    assert any(row[5] for row in judged) and any(row[4] != row[2] for row in judged)
+    assert any(len(row) == 4 for row in found_cut)  # (a JSON document: Python reads it)
+    assert all(type(row[4]) is kind for row in judged)
 
 
 @needs_native
