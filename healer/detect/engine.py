@@ -236,7 +236,8 @@ class Engine:
         if ansi:  # (the fast path keeps the raw candidates of ANSI lines: pass 1 skips them)
             self._clean_candidates_native(sp, cands, ansi)
         # With the line model's ranks, a candidate line judge_lines would drop anyway (an
-        # info line, the agent's speech) is dropped in pass 1, before it becomes objects.
+        # info line, the agent's speech) is dropped in pass 1, before it becomes objects, and
+        # a kept line it could view leaves judged (judge_lines passes those rows on).
         got = sp.confirm_lines(buf, lo, hi, cands, first, cleaned, self._confirm, self._trusted,
                                RANK, self._min_rank)
         if got is NotImplemented:  # a line with too many candidates for the C loop
