@@ -136,6 +136,8 @@ class _Output:
         self.ids: dict[tuple[str, str], set[str]] = {}
         self.meaning: dict[tuple[str, str], str] = {}
         self.services = ServiceTally()
+        # Called before anything is written (a progress bar drawn on the same terminal stops).
+        self.before_output: Callable[[], None] | None = None
 
     def render(self, alerts: list[Alert]) -> tuple[str, dict[int, int], dict[str, Any]]:
         """Alerts → (output text, count per pattern index, per-service tally); runs in scan
@@ -170,6 +172,8 @@ class _Output:
         def emit(result: Rendered) -> Rendered:
             text, counts, services = result
             if text:
+                if self.before_output is not None:
+                    self.before_output()
                 if isinstance(text, bytes) and not as_is:
                     text = text.decode("ascii")
                 view = memoryview(text if isinstance(text, bytes)
@@ -185,6 +189,8 @@ class _Output:
         if services:
             self.services.merge(services)
         if text:
+            if self.before_output is not None:
+                self.before_output()
             self.stream.write(text.decode("ascii") if isinstance(text, bytes) else text)
             if self.live:
                 self.stream.flush()
@@ -303,9 +309,11 @@ class ScanRun:
         try:
             if not a.follow:
                 for f in files:
+                    bar = _progress_for(f)
+                    out.before_output = bar.stop if bar is not None else None
                     for text, counts, services in engine.render_file(
                             f, out.render_written, start_time=start, not_before=not_before,
-                            workers=a.workers, progress=_progress_for(f),
+                            workers=a.workers, progress=bar,
                             idle=None if a.no_summary or not self._summary_stream().isatty()
                             else _import_rich,
                             emit=out.emitter()):
@@ -436,25 +444,42 @@ def _check_file(name: str) -> None:
         raise UsageError(f"{name}: permission denied")
 
 
-def _progress_for(name: str) -> Callable[[int, int], None] | None:
+def _progress_for(name: str) -> _Bar | None:
     """A progress bar (on stderr) for a big file when stdout is a terminal, else nothing."""
     if (not sys.stdout.isatty() or not sys.stderr.isatty()
             or Path(name).stat().st_size < PROGRESS_MIN_BYTES):
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+    return _Bar(name)
 
-    bar = Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                   TimeRemainingColumn(), transient=True, console=Console(stderr=True))
-    task = bar.add_task(Path(name).name, total=Path(name).stat().st_size)
-    state: dict[str, Any] = {"started": False}
 
-    def update(done: int, total: int) -> None:
-        if not state["started"]:
-            bar.start()
-            state["started"] = True
-        bar.update(task, completed=done, total=total)
+class _Bar:
+    """A file's progress bar on stderr (``rich``), as ``Engine.render_file``'s ``progress``.
+
+    It is drawn on the terminal the alerts are printed to, and redrawn where the cursor is:
+    it is stopped (``stop``) before the first alert is printed, or alerts and frames of the
+    bar would be mixed on the same lines."""
+
+    def __init__(self, name: str):
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+        self._bar = Progress("[progress.description]{task.description}", BarColumn(),
+                             DownloadColumn(), TimeRemainingColumn(), transient=True,
+                             console=Console(stderr=True))
+        self._task = self._bar.add_task(Path(name).name, total=Path(name).stat().st_size)
+        self._state = "new"  # → "shown" → "stopped"
+
+    def __call__(self, done: int, total: int) -> None:
+        if self._state == "stopped":
+            return
+        if self._state == "new":
+            self._bar.start()
+            self._state = "shown"
+        self._bar.update(self._task, completed=done, total=total)
         if done >= total:
-            bar.stop()
+            self.stop()
 
-    return update
+    def stop(self) -> None:
+        if self._state == "shown":
+            self._bar.stop()
+        self._state = "stopped"

@@ -164,8 +164,9 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
         if pause_gc:
             gc.disable()
         try:
+            # (Not under a progress bar: the bar stops when the first alerts are printed.)
             results = _run_regions(engine, fd, size, regions, progress, finish, idle, emit,
-                                   streamed)
+                                   streamed if progress is None else None)
         finally:
             if pause_gc:
                 gc.enable()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -170,6 +171,83 @@ class TestProgress:
         assert "━".encode() in self.run_on_terminal(tmp_path, "--no-summary", str(big))
         r = run_scan(tmp_path, "--no-summary", str(big))
         assert "━" not in r.out + r.err
+
+    @staticmethod
+    def screen(out: bytes) -> list[str]:
+        """The lines a terminal shows for ``out`` (carriage returns, line erasing and
+        cursor-up, as the progress bar uses them; other escape codes dropped)."""
+        rows, row, col = [""], 0, 0
+        for tok in re.split(rb"(\x1b\[[0-9;?]*[A-Za-z]|\r|\n)", out):
+            if tok == b"\r":
+                col = 0
+            elif tok == b"\n":
+                row, col = row + 1, 0
+                rows += [""] * (row + 1 - len(rows))
+            elif tok == b"\x1b[2K":
+                rows[row] = ""
+            elif tok == b"\x1b[1A":
+                row = max(0, row - 1)
+            elif tok and not tok.startswith(b"\x1b["):
+                text = tok.decode("utf-8", "replace")
+                rows[row] = rows[row][:col] + text + rows[row][col + len(text):]
+                col += len(text)
+        return [r for r in rows if r]
+
+    def test_the_bar_stops_before_the_first_alert_is_written(self, tmp_path: Path) -> None:
+        """Whatever writes the alerts (this process's emit, or the stream) stops the bar
+        first, once; a stopped bar is not drawn again by a late progress report."""
+        import io
+        import os
+
+        from healer.commands._scan_run import _Bar, _Output
+        from healer.detect.catalog import Catalog
+
+        events: list[str] = []
+        read, write = os.pipe()
+        with os.fdopen(write, "w") as stream:
+            out = _Output(True, stream, live=False)
+            out.before_output = lambda: events.append("stop")
+            emit = out.emitter()
+            assert emit is not None
+            emit(("", {}, {}))
+            assert events == []
+            emit((b'{"a":1}\n', {}, {}))
+            assert events == ["stop"]
+        assert os.read(read, 100) == b'{"a":1}\n'
+        os.close(read)
+        plain = _Output(False, io.StringIO(), live=False)
+        plain.before_output = lambda: events.append("stop again")
+        plain.write("x\n", {}, Catalog.load())
+        assert events == ["stop", "stop again"]
+
+        log = tmp_path / "x.log"
+        log.write_bytes(b"x\n")
+        bar = _Bar(str(log))
+        drawn: list[str] = []
+        bar._bar.start = lambda: drawn.append("start")  # type: ignore[method-assign]
+        bar._bar.stop = lambda: drawn.append("stop")  # type: ignore[method-assign]
+        bar(0, 10)
+        bar.stop()
+        bar(5, 10)
+        bar.stop()
+        assert drawn == ["start", "stop"]
+
+    @pytest.mark.parametrize("workers", ["1", "2"])
+    def test_alerts_stay_whole_under_the_bar(self, tmp_path: Path, workers: str) -> None:
+        """Thousands of alerts printed to the terminal the bar is drawn on: each shows whole
+        on its own line, none glued to a frame of the bar or erased by its redrawing."""
+        big = tmp_path / "big.log"
+        big.write_bytes(b"".join(
+            b"2024-05-01T10:00:00Z ERROR connection refused n=%d\n" % k if k % 50 == 0
+            else b"2024-05-01T10:00:00Z level=info msg=ok n=%d\n" % k
+            for k in range(1_700_000)))
+        out = self.run_on_terminal(tmp_path, "--no-summary", "--workers", workers, str(big))
+        assert "━".encode() in out
+        shown = self.screen(out)
+        alert = re.compile(r"\S*/big\.log:\d+: R2 high \[connection-refused\] \S+ ERROR "
+                           r"connection refused n=\d+")
+        assert [r for r in shown if not alert.fullmatch(r)] == []
+        assert len(shown) == 1_700_000 // 50
 
     @pytest.mark.parametrize("as_json", [True, False])
     def test_workers_write_their_own_output_in_order(self, tmp_path: Path,
