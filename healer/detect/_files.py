@@ -24,7 +24,7 @@ import signal
 import stat
 import struct
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from pathlib import Path
 from queue import SimpleQueue
@@ -127,6 +127,8 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
                    emit_now: Callable[[Any], Any] | None = None,
                    windows: SourceWindows | None = None) -> Any:
             start_of = (windows or SourceWindows(sources)).start_of(hits)
+            if start_of is not None:
+                sources.expect(set(map(_ORIGIN, hits)))
 
             def alerts_of(part: list[RawHit]) -> list[Alert]:
                 return engine.alerts(part, base=base, source=source, start=start,
@@ -186,9 +188,10 @@ def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float
 
 class FileSources:
     """When each source named by a line prefix (kubectl ``[pod/…]``, a compose service) starts
-    in a regular file: the time of its first line. A source a hit names is looked up by
-    searching the file for its prefix (``SourceStarts.first_of``: a memmem, the first line of
-    a source is usually near the top); only a hit without a source (the latest start before
+    in a regular file: the time of its first line. The sources the hits about to be rendered
+    name (``expect``) are looked up together the first time one is asked, by one pass over
+    the lines up to the last one's first line (``SourceStarts.first_of_many``; the first line
+    of a source is usually near the top); only a hit without a source (the latest start before
     it) reads every line, in one pass the first time it is asked. Nothing is read for a file
     whose windowed hits name no source."""
 
@@ -197,7 +200,12 @@ class FileSources:
         self.seen_at = seen_at
         self._starts: SourceStarts | None = None
         self._first: dict[str, float | None] = {}
+        self._expected: set[str] = set()
         self.prefixed = SourceStarts.prefixed(os.pread(fd, 1 << 16, 0))
+
+    def expect(self, sources: Iterable[str]) -> None:
+        """Sources the next ``start_of`` calls may ask for ("" among them is ignored)."""
+        self._expected.update(sources)
 
     def start_of(self, source: str, when: float) -> float | None:
         if source and self._starts is None:
@@ -206,11 +214,15 @@ class FileSources:
             size = os.fstat(self.fd).st_size
             if not size:
                 return None
+            wanted = {s for s in self._expected if s and s not in self._first} | {source}
+            self._expected.clear()
             with mmap.mmap(self.fd, 0, access=mmap.ACCESS_READ) as mm:
-                found = SourceStarts.first_of(mm, source, self.seen_at)
-            if not isinstance(found, Unknown):
-                self._first[source] = found
-                return found
+                found = SourceStarts.first_of_many(mm, sorted(wanted), self.seen_at)
+            for name, start in found.items():
+                if not isinstance(start, Unknown):
+                    self._first[name] = start
+            if source in self._first:
+                return self._first[source]
         if self._starts is None:
             self._starts = SourceStarts()
             size = os.fstat(self.fd).st_size

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-VERSION = 7  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 8  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
 # Whether Hyperscan runs through the system's libhs (``libhs()``); "0" keeps the binding's.
 LIBHS_ENV = "HEALER_DETECT_LIBHS"

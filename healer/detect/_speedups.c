@@ -30,7 +30,7 @@
 #include <string.h>
 #include <time.h>
 
-#define NATIVE_VERSION 7
+#define NATIVE_VERSION 8
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -3059,6 +3059,88 @@ done:
     return out;
 }
 
+/* first_prefixed_lines(buf, pods, composes) -> (pod ends, compose ends): for each kubectl
+ * prefix in pods ("[pod/NAME/CONTAINER] ", bytes) and each compose name in composes, where
+ * the prefix of the first line of buf that starts with it ends (a compose name must be
+ * followed there by up to 40 spaces and "| "), or -1: SourceStarts.first_of for many sources
+ * in one pass over the lines, up to the last one found (the GIL let go meanwhile). */
+static PyObject *first_prefixed_lines(PyObject *self, PyObject *args) {
+    PyObject *buf, *pods, *composes;
+    if (!PyArg_ParseTuple(args, "OO!O!:first_prefixed_lines", &buf, &PyList_Type, &pods,
+                          &PyList_Type, &composes))
+        return NULL;
+    Py_ssize_t np = PyList_GET_SIZE(pods), n = np + PyList_GET_SIZE(composes);
+    const char **need = PyMem_Malloc(sizeof(char *) * (size_t)(n ? n : 1));
+    Py_ssize_t *len = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    Py_ssize_t *found = PyMem_Malloc(sizeof(Py_ssize_t) * (size_t)(n ? n : 1));
+    PyObject *out = NULL;
+    Py_buffer view = {0};
+    if (need == NULL || len == NULL || found == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {  /* (the lists are not touched without the GIL) */
+        PyObject *item = i < np ? PyList_GET_ITEM(pods, i) : PyList_GET_ITEM(composes, i - np);
+        if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < 2) {
+            PyErr_SetString(PyExc_TypeError, "prefixes must be bytes of 2 or more");
+            goto done;
+        }
+        need[i] = PyBytes_AS_STRING(item);
+        len[i] = PyBytes_GET_SIZE(item);
+        found[i] = -1;
+    }
+    if (PyObject_GetBuffer(buf, &view, PyBUF_SIMPLE) < 0) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    const char *s = view.buf;
+    Py_ssize_t size = view.len, pos = 0, left = n;
+    while (left && pos < size) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            Py_ssize_t k = len[i], end = pos + k;
+            /* the first byte, then the last but one (a kubectl prefix's "]": names differ in
+             * length more often than in their first bytes), then all of it */
+            if (found[i] >= 0 || end > size || s[pos] != need[i][0] ||
+                s[end - 2] != need[i][k - 2] || memcmp(s + pos, need[i], (size_t)k) != 0)
+                continue;
+            if (i >= np) {  /* " {0,40}\\| " */
+                Py_ssize_t sp = 0;
+                while (sp < 40 && end + sp < size && s[end + sp] == ' ') sp++;
+                if (end + sp + 1 >= size || s[end + sp] != '|' || s[end + sp + 1] != ' ')
+                    continue;
+                end += sp + 2;
+            }
+            found[i] = end;
+            left--;
+        }
+        const char *nl = memchr(s + pos, '\n', (size_t)(size - pos));
+        if (nl == NULL) break;
+        pos = nl - s + 1;
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *a = PyList_New(np), *b = PyList_New(n - np);
+    if (a == NULL || b == NULL) {
+        Py_XDECREF(a);
+        Py_XDECREF(b);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromSsize_t(found[i]);
+        if (v == NULL) {
+            Py_DECREF(a);
+            Py_DECREF(b);
+            goto done;
+        }
+        if (i < np) PyList_SET_ITEM(a, i, v);
+        else PyList_SET_ITEM(b, i - np, v);
+    }
+    out = Py_BuildValue("(NN)", a, b);
+done:
+    if (view.buf != NULL) PyBuffer_Release(&view);
+    PyMem_Free(need);
+    PyMem_Free(len);
+    PyMem_Free(found);
+    return out;
+}
+
 /* _match.ansi_lines(buf, lo, hi): the lines of buf[lo:hi] holding ESC, as (start, end, text
  * without escapes). */
 static PyObject *ansi_lines(PyObject *self, PyObject *args) {
@@ -3134,6 +3216,9 @@ static PyMethodDef methods[] = {
     {"lines_at", lines_at, METH_VARARGS,
      "lines_at(collector, joined, starts, plus, dest): each match into dest as "
      "(starts[its line], index + plus)."},
+    {"first_prefixed_lines", first_prefixed_lines, METH_VARARGS,
+     "first_prefixed_lines(buf, pods, composes) -> where the first line starting with each "
+     "kubectl prefix / compose name has its prefix end, or -1."},
     {"tail_heads", tail_heads, METH_VARARGS,
      "tail_heads(buf, lo, hi, n, head) -> the heads of the last n lines of buf[lo:hi]."},
     {"libhs_version", libhs_version, METH_NOARGS,
