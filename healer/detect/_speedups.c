@@ -1015,7 +1015,11 @@ typedef struct {
 } View;
 
 static int needs_view(const unsigned char *s, Py_ssize_t len);
+enum { VIEW_PYTHON, VIEW_DONE, VIEW_DOCUMENT };  /* what quick_view could read */
 static int quick_view(const unsigned char *s, Py_ssize_t n, View *v);
+static PyObject *view_body(PyObject *line, const unsigned char *s, Py_ssize_t n,
+                           const View *v);
+static PyObject *view_source(const unsigned char *s, const View *v);
 static int judged_away(const Pass *ps, const View *v, const long long *idxs, int k);
 static PyObject *judged_row(const Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls,
                             PyObject *line, PyObject *matched, int viewed, const View *v);
@@ -1051,7 +1055,8 @@ static int flush_line(Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls, Py_ssize_t l
     View v;
     if (!ansi && ps->judge) {
         const unsigned char *at = (const unsigned char *)ps->data + ls;
-        viewed = needs_view(at, le - ls) ? (quick_view(at, le - ls, &v) ? 1 : -1) : 0;
+        if (!needs_view(at, le - ls)) viewed = 0;
+        else viewed = quick_view(at, le - ls, &v) == VIEW_DONE ? 1 : -1;
         if (viewed == 1 && judged_away(ps, &v, idxs, n)) return 0;
     }
     if (line == NULL) {
@@ -1964,111 +1969,40 @@ static int transcript_event(const unsigned char *s, Py_ssize_t n, PyObject **lev
  * document(body, source) (lines.view_document) when it is given. NULL without an error when
  * the Python original must decide: escape codes, or a document and no document(). */
 static PyObject *view_native(PyObject *line, PyObject *document) {
-    int is_bytes = PyBytes_CheckExact(line);
-    if (!is_bytes && !PyByteArray_CheckExact(line)) return NULL;
+    if (!PyBytes_CheckExact(line) && !PyByteArray_CheckExact(line)) return NULL;
     const unsigned char *s;
     Py_ssize_t n;
     if (line_data(line, &s, &n) < 0) return NULL;
-    Py_ssize_t b = 0, e = n;
-    if (e > b && s[e - 1] == '\n') e--;
-    if (e > b && s[e - 1] == '\r') e--;
-    if (memchr(s, 0x1b, (size_t)e) != NULL) return NULL;
-    PyObject *source = NULL;
-    if (!(e > b && s[b] == '{')) {
-        for (int round = 0; round < 3; round++) {
-            Py_ssize_t len = e - b;
-            const unsigned char *at = s + b;
-            if (len >= 1 && at[0] == '[') {
-                Py_ssize_t a1, n1, a2, n2;
-                Py_ssize_t got = kubectl_prefix(at, len, &a1, &n1, &a2, &n2);
-                if (got) {
-                    char name[4 + 253 + 1 + 63];
-                    memcpy(name, "pod/", 4);
-                    memcpy(name + 4, at + a1, (size_t)n1);
-                    name[4 + n1] = '/';
-                    memcpy(name + 5 + n1, at + a2, (size_t)n2);
-                    Py_XDECREF(source);
-                    source = PyUnicode_DecodeASCII(name, 5 + n1 + n2, "replace");
-                    if (source == NULL) return NULL;
-                    b += got;
-                    continue;
-                }
-            }
-            if (len >= 1 && is_digit(at[0])) {
-                Py_ssize_t got = stamp_prefix(at, len);
-                if (got) {
-                    b += got;
-                    continue;
-                }
-            }
-            if (source == NULL && len >= 1 && is_alnum(at[0]) &&
-                memmem(at, (size_t)(len < 110 ? len : 110), "| ", 2) != NULL) {
-                Py_ssize_t name;
-                Py_ssize_t got = compose_prefix(at, len, &name);
-                if (got) {
-                    source = PyUnicode_DecodeASCII((const char *)at, name, "replace");
-                    if (source == NULL) return NULL;
-                    b += got;
-                    continue;
-                }
-            }
-            break;
-        }
-    }
-    PyObject *level = NULL;
-    Py_ssize_t j = b;
-    if (j < e && s[j] == ' ')
-        while (j < e && is_ws(s[j])) j++;
-    int read_document = 0;
-    PyObject *part = PART_LOG;
-    if (j < e && s[j] == '{') {
-        if (!transcript_marker(s + b, e - b)) level = json_level(s + b, e - b);
-        else if (!transcript_event(s + b, e - b, &level, &part)) level = NULL;
-        if (level == NULL) {  /* a document to read: Python's json decides */
-            if (document == NULL || document == Py_None) {
-                Py_XDECREF(source);
-                return NULL;
-            }
-            read_document = 1;
-        }
-    } else {
-        level = text_level(s + b, e - b);
-    }
-    PyObject *body;
-    if (b == 0 && e == n) {
-        body = line;
-        Py_INCREF(body);
-    } else {  /* a slice keeps the line's type, as in Python */
-        body = is_bytes ? PyBytes_FromStringAndSize((const char *)s + b, e - b)
-                        : PyByteArray_FromStringAndSize((const char *)s + b, e - b);
-    }
-    if (body == NULL) {
-        Py_XDECREF(source);
+    View v;
+    int got = quick_view(s, n, &v);
+    if (got == VIEW_PYTHON || (got == VIEW_DOCUMENT && (document == NULL || document == Py_None)))
+        return NULL;
+    PyObject *body = view_body(line, s, n, &v);
+    if (body == NULL) return NULL;
+    PyObject *source = view_source(s, &v);
+    if (source == NULL) {
+        Py_DECREF(body);
         return NULL;
     }
-    if (source == NULL) {
-        source = LV_NONE;
-        Py_INCREF(source);
-    }
-    if (read_document) {
-        PyObject *v = PyObject_CallFunctionObjArgs(document, body, source, NULL);
+    if (got == VIEW_DOCUMENT) {  /* a document to read: Python's json decides */
+        PyObject *doc = PyObject_CallFunctionObjArgs(document, body, source, NULL);
         Py_DECREF(body);
         Py_DECREF(source);
-        return v;
+        return doc;
     }
-    return Py_BuildValue("(NONO)", body, level, source, part);
+    return Py_BuildValue("(NONO)", body, v.level, source, v.part);
 }
 
 /* view_line(line, document=None) -> (body, level, source, part) | None: view_native, for the
  * tests. */
-/* view_native's reading of s into v: 1, or 0 where view_native would leave the line to
- * Python (an escape code, a JSON document its readers do not take). Kept step for step
- * with view_native. */
+/* The line model's reading of s into v, without making any object: VIEW_DONE; or
+ * VIEW_DOCUMENT, a JSON document its readers do not take (level NULL, the spans set: Python's
+ * json reads the body); or VIEW_PYTHON, escape codes (Python's view_fields decides). */
 static int quick_view(const unsigned char *s, Py_ssize_t n, View *v) {
     Py_ssize_t b = 0, e = n;
     if (e > b && s[e - 1] == '\n') e--;
     if (e > b && s[e - 1] == '\r') e--;
-    if (memchr(s, 0x1b, (size_t)e) != NULL) return 0;
+    if (memchr(s, 0x1b, (size_t)e) != NULL) return VIEW_PYTHON;
     v->src = 0;
     if (!(e > b && s[b] == '{')) {
         for (int round = 0; round < 3; round++) {
@@ -2119,12 +2053,24 @@ static int quick_view(const unsigned char *s, Py_ssize_t n, View *v) {
         PyObject *found = NULL;
         if (!transcript_marker(s + b, e - b)) found = json_level(s + b, e - b);
         else if (!transcript_event(s + b, e - b, &found, &v->part)) found = NULL;
-        if (found == NULL) return 0;
         v->level = found;
-        return 1;
+        return found != NULL ? VIEW_DONE : VIEW_DOCUMENT;
     }
     v->level = text_level(s + b, e - b);
-    return 1;
+    return VIEW_DONE;
+}
+
+/* A view's body (a new reference): the line itself when nothing was cut off, else a slice of
+ * the same type, as in Python. */
+static PyObject *view_body(PyObject *line, const unsigned char *s, Py_ssize_t n,
+                           const View *v) {
+    if (v->b == 0 && v->e == n) {
+        Py_INCREF(line);
+        return line;
+    }
+    return PyBytes_CheckExact(line)
+               ? PyBytes_FromStringAndSize((const char *)s + v->b, v->e - v->b)
+               : PyByteArray_FromStringAndSize((const char *)s + v->b, v->e - v->b);
 }
 
 /* The source a view found (a new reference): view_native's, "" for none. */
@@ -2200,14 +2146,10 @@ static PyObject *judged_row(const Pass *ps, Py_ssize_t line_idx, Py_ssize_t ls,
             }
         }
         const unsigned char *s = (const unsigned char *)ps->data + ls;
-        Py_ssize_t n = ps->is_bytes ? PyBytes_GET_SIZE(line) : PyByteArray_GET_SIZE(line);
-        if (v->b != 0 || v->e != n) {  /* a slice keeps the line's type, as in Python */
-            Py_DECREF(body);
-            body = ps->is_bytes ? PyBytes_FromStringAndSize((const char *)s + v->b, v->e - v->b)
-                                : PyByteArray_FromStringAndSize((const char *)s + v->b,
-                                                                v->e - v->b);
-            if (body == NULL) goto done;
-        }
+        Py_DECREF(body);
+        body = view_body(line, s, PyBytes_Check(line) ? PyBytes_GET_SIZE(line)
+                                                        : PyByteArray_GET_SIZE(line), v);
+        if (body == NULL) goto done;
         Py_DECREF(source);
         source = view_source(s, v);
         if (source == NULL) goto done;
