@@ -610,7 +610,6 @@ class _ReadAhead:
                 got: int | BaseException = _read(self._fd, *job)
             except BaseException as exc:
                 got = exc
-            del job  # no reference to the buffer once the result is out (it may be grown)
             self._done.put(got)
 
 
