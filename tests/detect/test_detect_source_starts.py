@@ -9,6 +9,8 @@ import os
 import random
 from pathlib import Path
 
+import pytest
+
 from healer.detect.catalog import Catalog
 from healer.detect.engine import Engine
 from healer.detect.lines import UNKNOWN, SourceStarts
@@ -116,7 +118,7 @@ def test_the_native_pass_finds_prefixes_where_first_of_does() -> None:
 
     sp = _native.speedups
     if sp is None:
-        return
+        pytest.skip("the native module is not built here")
     data = (b"[pod/a/b] 2025-12-01T10:00:01Z first\n"
             + b"web" + b" " * 41 + b"| too many spaces\n"
             + b"web-1|no space after the pipe\n"
@@ -143,7 +145,7 @@ def test_a_file_looks_its_expected_sources_up_in_one_pass(tmp_path: Path,
 
     sp = _native.speedups
     if sp is None:
-        return
+        pytest.skip("the native module is not built here")
     log = b"".join(b"[pod/p-%d/agent] 2025-12-01T10:%02d:00Z level=info msg=starting\n"
                    % (k % 9, k % 60) for k in range(2000))
     path = tmp_path / "merged.log"
