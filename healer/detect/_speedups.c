@@ -682,7 +682,7 @@ typedef int (*hs_match_t)(unsigned int, unsigned long long, unsigned long long, 
 #define HS_MODE_BLOCK 1
 
 static struct {
-    int tried;
+    int tried, compiler_tried;
     const char *version;
     hs_error_t (*compile_multi)(const char *const *, const unsigned int *, const unsigned int *,
                                 unsigned int, unsigned int, const hs_platform_info_t *,
@@ -697,29 +697,65 @@ static struct {
     hs_error_t (*deserialize)(const char *, size_t, hs_database_t **);
 } HS;
 
-/* 1 when libhs is loaded (once per process), else 0. */
+static const char *(*hs_version_of(void *lib))(void) {
+    return (const char *(*)(void))dlsym(lib, "hs_version");
+}
+
+/* 1 when libhs's scanning half is loaded (once per process), else 0.
+ *
+ * The runtime library (libhs_runtime.so.5, in the same package as libhs.so.5) scans, loads and
+ * dumps databases in plain C; libhs.so.5 adds the compiler, which is C++ and brings libstdc++:
+ * ~1 ms of every scan's start-up. A cached database needs no compiler, so libhs.so.5 is loaded
+ * only to compile (libhs_compiler). Where there is no runtime library, libhs.so.5 does both. */
 static int libhs_open(void) {
     if (HS.tried) return HS.version != NULL;
     HS.tried = 1;
     /* (lazy: every scan's start pays the load; resolving all of its symbols now cost ~0.5 ms) */
-    void *lib = dlopen("libhs.so.5", RTLD_LAZY | RTLD_LOCAL);
+    void *lib = dlopen("libhs_runtime.so.5", RTLD_LAZY | RTLD_LOCAL);
+    if (lib == NULL) lib = dlopen("libhs.so.5", RTLD_LAZY | RTLD_LOCAL);
     if (lib == NULL) return 0;
-    const char *(*version)(void) = (const char *(*)(void))dlsym(lib, "hs_version");
-    *(void **)&HS.compile_multi = dlsym(lib, "hs_compile_multi");
-    *(void **)&HS.free_compile_error = dlsym(lib, "hs_free_compile_error");
+    const char *(*version)(void) = hs_version_of(lib);
     *(void **)&HS.free_database = dlsym(lib, "hs_free_database");
     *(void **)&HS.alloc_scratch = dlsym(lib, "hs_alloc_scratch");
     *(void **)&HS.free_scratch = dlsym(lib, "hs_free_scratch");
     *(void **)&HS.scan = dlsym(lib, "hs_scan");
     *(void **)&HS.serialize = dlsym(lib, "hs_serialize_database");
     *(void **)&HS.deserialize = dlsym(lib, "hs_deserialize_database");
-    if (version == NULL || HS.compile_multi == NULL || HS.free_compile_error == NULL ||
-        HS.free_database == NULL || HS.alloc_scratch == NULL || HS.free_scratch == NULL ||
-        HS.scan == NULL || HS.serialize == NULL || HS.deserialize == NULL) {
+    if (version == NULL || HS.free_database == NULL || HS.alloc_scratch == NULL ||
+        HS.free_scratch == NULL || HS.scan == NULL || HS.serialize == NULL ||
+        HS.deserialize == NULL) {
         dlclose(lib);
         return 0;
     }
     HS.version = version();
+    return 1;
+}
+
+/* 1 when libhs.so.5's compiler is loaded too, of the runtime's very version (a database is
+ * compiled by one and scanned by the other); else 0 with a RuntimeError set. */
+static int libhs_compiler(void) {
+    if (!libhs_open()) {
+        PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
+        return 0;
+    }
+    if (!HS.compiler_tried) {
+        HS.compiler_tried = 1;
+        void *lib = dlopen("libhs.so.5", RTLD_LAZY | RTLD_LOCAL);
+        const char *(*version)(void) = lib == NULL ? NULL : hs_version_of(lib);
+        if (version != NULL && strcmp(version(), HS.version) == 0) {
+            *(void **)&HS.compile_multi = dlsym(lib, "hs_compile_multi");
+            *(void **)&HS.free_compile_error = dlsym(lib, "hs_free_compile_error");
+        }
+        if (HS.compile_multi == NULL || HS.free_compile_error == NULL) {
+            HS.compile_multi = NULL;
+            if (lib != NULL) dlclose(lib);
+        }
+    }
+    if (HS.compile_multi == NULL) {
+        PyErr_Format(PyExc_RuntimeError, "libhs.so.5 (the compiler of libhs %s) is not "
+                     "available", HS.version);
+        return 0;
+    }
     return 1;
 }
 
@@ -785,10 +821,7 @@ static PyObject *libhs_compile(PyObject *self, PyObject *args) {
     PyObject *exprs, *flags, *ids;
     if (!PyArg_ParseTuple(args, "O!OO:libhs_compile", &PyList_Type, &exprs, &flags, &ids))
         return NULL;
-    if (!libhs_open()) {
-        PyErr_SetString(PyExc_RuntimeError, "libhs is not available");
-        return NULL;
-    }
+    if (!libhs_compiler()) return NULL;
     Py_ssize_t n = PyList_GET_SIZE(exprs);
     if (n == 0 || n > UINT_MAX) {
         PyErr_SetString(PyExc_ValueError, "libhs_compile: no expressions");

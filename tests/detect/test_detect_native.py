@@ -464,6 +464,27 @@ def test_libhs_and_the_binding_find_the_same_alerts(tmp_path: Path) -> None:
     assert outs["libhs False"].count("\n") > 300
 
 
+@needs_libhs
+def test_a_cached_database_scans_without_loading_the_compiler(tmp_path: Path) -> None:
+    """libhs's compiler (libhs.so.5, C++: it brings libstdc++) is loaded only to compile: a scan
+    whose database is cached runs on the runtime library alone, and finds the same alerts."""
+    if not Path("/usr/lib/x86_64-linux-gnu/libhs_runtime.so.5").exists():
+        pytest.skip("no libhs_runtime.so.5 here: libhs.so.5 does both")
+    log = tmp_path / "a.log"
+    log.write_text("ok\nconnection refused\nfatal error\n" * 50, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HEALER_CACHE_DIR": str(tmp_path / "c")}
+    code = ("import sys; from healer.detect import engine, catalog;"
+            f"alerts = engine.Engine(catalog.Catalog.load()).scan_file({str(log)!r});"
+            "libs = {line.split('/')[-1].split('.so')[0] for line in open('/proc/self/maps')"
+            "        if '.so' in line};"
+            "print(len(alerts), sorted(libs & {'libhs', 'libhs_runtime', 'libstdc++'}))")
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=120, check=True).stdout.strip()
+            for _ in range(2)]
+    assert runs == ["100 ['libhs', 'libhs_runtime', 'libstdc++']",  # compiled, then cached
+                    "100 ['libhs_runtime']"]
+
+
 _EVENT_TYPES = ["assistant", "assistant", "item.completed", "item.started", "item.updated",
                 "user", "result", "error", "x", 5, None]
 _ITEM_TYPES = ["agent_message", "reasoning", "todo_list", "file_change", "command_execution",
