@@ -127,7 +127,7 @@ def seed_catalog() -> tuple[Path, Path, Path, int]:
     """The catalog's specific patterns (no generic ones) as a healer catalog and as pattern
     files for grep and for rg."""
     cat = Catalog.load().select(generic=False)
-    data = yaml.safe_load(EMBEDDED.read_text())
+    data = yaml.safe_load(Path(EMBEDDED).read_text(encoding="utf-8"))
     keep = {p.id for p in cat.patterns}
     DATA.mkdir(parents=True, exist_ok=True)
     codes = {p.code for p in cat.patterns}

@@ -15,7 +15,10 @@ Everything else is an implementation module; ``tests/test_public_api.py`` holds 
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 

@@ -7,24 +7,41 @@ carries a copy under ``healer/_bundle``. Everything that reads them goes through
 from __future__ import annotations
 
 import importlib
+import os
 from functools import cache
-from pathlib import Path
-from typing import Any
 
-_PACKAGE = Path(__file__).resolve().parent
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
+
+_PACKAGE = os.path.dirname(os.path.realpath(__file__))
 
 
 @cache
-def bundle_root() -> Path:
-    """The folder that holds schemas/, prompts/, agents/ and skills/."""
-    packaged = _PACKAGE / "_bundle"
-    if (packaged / "schemas").is_dir():
+def bundle_dir() -> str:
+    """The folder that holds schemas/, prompts/, agents/ and skills/, as a ``str`` (``healer
+    scan`` reads two schemas from it and does not import pathlib: ~3 ms of its start-up)."""
+    packaged = os.path.join(_PACKAGE, "_bundle")
+    if os.path.isdir(os.path.join(packaged, "schemas")):
         return packaged
-    return _PACKAGE.parent
+    return os.path.dirname(_PACKAGE)
+
+
+def bundle_root() -> Path:
+    """``bundle_dir()`` as a Path."""
+    from pathlib import Path
+
+    return Path(bundle_dir())
 
 
 def bundle_path(*parts: str) -> Path:
     return bundle_root().joinpath(*parts)
+
+
+def bundle_file(*parts: str) -> str:
+    """``bundle_path(*parts)`` as a ``str``, without pathlib."""
+    return os.path.join(bundle_dir(), *parts)
 
 
 def optional(spec: str) -> Any | None:

@@ -7,9 +7,12 @@ import json
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from healer.errors import EXIT_INTERRUPTED, EXIT_USAGE, HealerError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Parser(argparse.ArgumentParser):

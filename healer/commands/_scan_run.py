@@ -15,8 +15,6 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from operator import attrgetter
-from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
 
 from healer.detect import _native
 from healer.detect._timestamps import epoch_day
@@ -26,12 +24,15 @@ from healer.detect.engine import Alert, Engine
 from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
 from healer.errors import EXIT_FINDINGS, EXIT_OK, HealerError, UsageError
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import IO, Any, TypeAlias
+
     from healer.config import DetectSettings
 
 PROGRESS_MIN_BYTES = 64 << 20
 # A region's output (str, or ASCII bytes for JSON), its count per pattern index, its services.
-Rendered = tuple[str | bytes, dict[int, int], dict[str, Any]]
+Rendered: TypeAlias = "tuple[str | bytes, dict[int, int], dict[str, Any]]"
 _PATTERN, _INDEX = attrgetter("pattern"), attrgetter("index")
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)")
 _UNIT_S = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -104,7 +105,7 @@ def detect_settings(args: argparse.Namespace) -> Any:
 
     quiet = (not any(getattr(args, f, None) for f in _SETTINGS_FLAGS)
              and not any(k.startswith("HEALER") and k not in _NOT_SETTINGS for k in os.environ)
-             and not Path("healer.yaml").exists() and not Path("cto-config.json").exists())
+             and not os.path.exists("healer.yaml") and not os.path.exists("cto-config.json"))
     if quiet:
         defaults = _schema_defaults()
         if defaults is not None:
@@ -115,10 +116,11 @@ def detect_settings(args: argparse.Namespace) -> Any:
 def _schema_defaults() -> dict[str, Any] | None:
     import json
 
-    from healer.resources import bundle_path
+    from healer.resources import bundle_file
 
     try:
-        schema = json.loads(bundle_path("schemas", "config.schema.json").read_bytes())
+        with open(bundle_file("schemas", "config.schema.json"), "rb") as f:
+            schema = json.load(f)
         props = schema["properties"]["detect"]["properties"]
         return {name: spec["default"] for name, spec in props.items()}
     except (OSError, ValueError, KeyError, TypeError):
@@ -447,7 +449,7 @@ def _check_file(name: str) -> None:
 def _progress_for(name: str) -> _Bar | None:
     """A progress bar (on stderr) for a big file when stdout is a terminal, else nothing."""
     if (not sys.stdout.isatty() or not sys.stderr.isatty()
-            or Path(name).stat().st_size < PROGRESS_MIN_BYTES):
+            or os.stat(name).st_size < PROGRESS_MIN_BYTES):
         return None
     return _Bar(name)
 
@@ -466,7 +468,7 @@ class _Bar:
         self._bar = Progress("[progress.description]{task.description}", BarColumn(),
                              DownloadColumn(), TimeRemainingColumn(), transient=True,
                              console=Console(stderr=True))
-        self._task = self._bar.add_task(Path(name).name, total=Path(name).stat().st_size)
+        self._task = self._bar.add_task(os.path.basename(name), total=os.stat(name).st_size)
         self._state = "new"  # → "shown" → "stopped"
 
     def __call__(self, done: int, total: int) -> None:

@@ -15,7 +15,10 @@ See docs/detection.md.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _WHERE = {
     "Catalog": "catalog", "CatalogError": "catalog", "Pattern": "catalog",

@@ -4,10 +4,15 @@ raw hit, and the part of an ``Engine`` the file scanner uses."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Protocol
 
 from healer.detect.alert import Alert
 from healer.detect.catalog import Catalog
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    from healer._runtime_typing import Protocol
 
 # The scan unit. 1 MiB: a block read into the buffer is still in the CPU's cache when
 # Hyperscan, the newline count and pass 1 read it again (8 MiB blocks spilled out of it: the

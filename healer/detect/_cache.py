@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-from pathlib import Path
-from typing import Any
 
 try:  # CPython's own SHA-256: hashlib loads OpenSSL first, ~5 ms of every `healer scan`
     from _sha2 import sha256 as _sha256  # type: ignore[import-not-found]  # 3.12+
@@ -21,16 +19,27 @@ except ImportError:
     except ImportError:
         from hashlib import sha256 as _sha256  # type: ignore[assignment]
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
 _VERSION = b"healer-detect-cache-1"
 MAX_ENTRY_BYTES = 64 << 20
 
 
-def cache_dir() -> Path:
+def cache_dir() -> str:
     explicit = os.environ.get("HEALER_CACHE_DIR")
     if explicit:
-        return Path(explicit).expanduser()
+        return os.path.expanduser(explicit)
     xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "healer"
+    return os.path.join(os.path.expanduser(xdg) if xdg else _home_cache(), "healer")
+
+
+def _home_cache() -> str:
+    home = os.path.expanduser("~")
+    if home == "~":  # (as Path.home(): no HOME and no passwd entry)
+        raise RuntimeError("no home directory")
+    return os.path.join(home, ".cache")
 
 
 def sha256(data: bytes = b"") -> Any:
@@ -49,10 +58,10 @@ def key(*parts: bytes | str) -> str:
 
 def get(kind: str, name: str) -> bytes | None:
     try:
-        path = cache_dir() / "detect" / f"{kind}-{name}"
-        if path.stat().st_size > MAX_ENTRY_BYTES:
-            return None
-        return path.read_bytes()
+        with open(os.path.join(cache_dir(), "detect", f"{kind}-{name}"), "rb") as f:
+            if os.fstat(f.fileno()).st_size > MAX_ENTRY_BYTES:
+                return None
+            return f.read()
     except (OSError, RuntimeError):  # RuntimeError: no home directory
         return None
 
@@ -61,4 +70,5 @@ def put(kind: str, name: str, data: bytes) -> None:
     from healer.core.files import atomic_write_bytes
 
     with contextlib.suppress(OSError, RuntimeError):
-        atomic_write_bytes(cache_dir() / "detect" / f"{kind}-{name}", data, mode=0o600)
+        atomic_write_bytes(os.path.join(cache_dir(), "detect", f"{kind}-{name}"), data,
+                           mode=0o600)

@@ -26,9 +26,7 @@ import struct
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
-from pathlib import Path
 from queue import SimpleQueue
-from typing import Any
 
 from healer.detect import _match
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit, StartOf
@@ -36,6 +34,10 @@ from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
 from healer.detect.lines import SourceStarts, Unknown
 from healer.errors import UnavailableError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, TypeAlias
 
 PARALLEL_MIN_BYTES = 32 << 20
 EMIT_SLICE = 4096  # hits rendered and emitted at a time where the output goes out at once
@@ -69,7 +71,7 @@ def spare_cores(regions: int) -> bool:
     return cores > regions
 
 
-def scan_file(engine: BlockEngine, path: Path, *, source: str, start_time: float | None,
+def scan_file(engine: BlockEngine, path: str, *, source: str, start_time: float | None,
               not_before: float | None, labels: Mapping[str, str] | None,
               workers: int | None, progress: Progress | None,
               render: Callable[[list[Alert]], Any] | None = None,
@@ -277,7 +279,7 @@ def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
 
 # finish(hits, base) → the region's result; finish(hits, base, emit) → the results of its
 # slices, each emitted as soon as made (the hits list is consumed).
-Finish = Callable[..., Any]
+Finish: TypeAlias = "Callable[..., Any]"
 
 
 def _run_regions(engine: BlockEngine, fd: int, size: int, regions: list[tuple[int, int]],

@@ -21,10 +21,15 @@ import itertools
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 from healer.detect import _cache, _native
 from healer.detect.catalog import Pattern, Suppression
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    from healer._runtime_typing import Protocol
 
 # CSI (colours, cursor), OSC (titles, hyperlinks) and two-byte escapes; never a newline, so
 # stripping keeps line numbers.

@@ -10,7 +10,10 @@ the object: no lookup beyond the first).
 from __future__ import annotations
 
 import re
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 _METHODS = ("match", "search", "fullmatch", "finditer", "findall", "sub", "split")
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Any, NamedTuple
 
 from healer.detect import _native
 from healer.detect._timestamps import iso
 from healer.detect.catalog import Pattern
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from healer._runtime_typing import NamedTuple
 
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
 

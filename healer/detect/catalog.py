@@ -18,19 +18,25 @@ user's alone. Every problem is a ``CatalogError`` naming the file, the pattern a
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
-from pathlib import Path
-from typing import Any, Literal, NamedTuple
 
 from healer.errors import ConfigError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any, Literal, NamedTuple, TypeAlias
+else:
+    from healer._runtime_typing import NamedTuple
 
 SEVERITIES = ("info", "low", "warning", "medium", "high", "critical")
 SEVERITY_RANK = {name: rank for rank, name in enumerate(SEVERITIES)}
 PRIORITY_NAMES = {1: "pre-flight", 2: "runtime", 3: "lifecycle"}
-EMBEDDED = Path(__file__).with_name("catalog.yaml")
+EMBEDDED = os.path.join(os.path.dirname(__file__), "catalog.yaml")
 
-CatalogMode = Literal["extend", "replace"]
+CatalogMode: TypeAlias = 'Literal["extend", "replace"]'
 
 
 class CatalogError(ConfigError):
@@ -110,7 +116,7 @@ class Catalog(NamedTuple):
         if not path:
             return cls.embedded()
         name = str(path)
-        user_data, user = _load_checked(_read_bytes(Path(path)), name)
+        user_data, user = _load_checked(_read_bytes(name), name)
         if mode == "replace":
             if not user.patterns:
                 raise CatalogError("a replacing catalog needs at least one pattern", file=name)
@@ -210,15 +216,16 @@ class Catalog(NamedTuple):
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: str) -> bytes:
     try:
-        if path.is_dir():
-            raise CatalogError("is a directory, not a catalog file", file=str(path))
-        return path.read_bytes()
+        if os.path.isdir(path):
+            raise CatalogError("is a directory, not a catalog file", file=path)
+        with open(path, "rb") as f:
+            return f.read()
     except FileNotFoundError:
-        raise CatalogError("catalog file not found", file=str(path)) from None
+        raise CatalogError("catalog file not found", file=path) from None
     except OSError as exc:
-        raise CatalogError(f"cannot read catalog: {exc.strerror}", file=str(path)) from None
+        raise CatalogError(f"cannot read catalog: {exc.strerror}", file=path) from None
 
 
 def _load_checked(raw: bytes, name: str) -> tuple[Any, Catalog]:
@@ -230,10 +237,11 @@ def _load_checked(raw: bytes, name: str) -> tuple[Any, Catalog]:
     import sys
 
     from healer.detect import _cache
-    from healer.resources import bundle_path
+    from healer.resources import bundle_file
 
     try:
-        schema = bundle_path("schemas", "catalog.schema.json").read_bytes()
+        with open(bundle_file("schemas", "catalog.schema.json"), "rb") as f:
+            schema = f.read()
     except OSError:
         schema = b""
     # What `re` accepts may change with Python's version: it is part of the name.
@@ -280,7 +288,7 @@ _EMBEDDED_CACHE: dict[str, Catalog] = {}
 def _embedded() -> Catalog:
     cached = _EMBEDDED_CACHE.get("cat")
     if cached is None:
-        _, cached = _load_checked(_read_bytes(EMBEDDED), str(EMBEDDED))
+        _, cached = _load_checked(_read_bytes(EMBEDDED), EMBEDDED)
         _EMBEDDED_CACHE["cat"] = cached
     return cached
 

@@ -34,8 +34,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
-from typing import Any
 
 from healer.detect import _match, _native
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, RawHit, StartOf
@@ -54,6 +52,11 @@ from healer.detect.lines import (
     view_fields,
 )
 from healer.errors import UnavailableError, UsageError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from pathlib import Path
+    from typing import Any
 
 ENGINE_ENV = "HEALER_DETECT_ENGINE"
 SKEW_S = 2.0  # a line this much before the agent's start still counts (clock skew)
@@ -170,7 +173,7 @@ class Engine:
         always scanned here)."""
         from healer.detect import _files
 
-        return _files.scan_file(self, Path(path), source=source or str(path),
+        return _files.scan_file(self, os.fspath(path), source=source or str(path),
                                 start_time=start_time, not_before=not_before, labels=labels,
                                 workers=workers, progress=progress)
 
@@ -190,7 +193,7 @@ class Engine:
         output (to a file descriptor shared with this process; flush before calling)."""
         from healer.detect import _files
 
-        return _files.scan_file(self, Path(path), source=source or str(path),
+        return _files.scan_file(self, os.fspath(path), source=source or str(path),
                                 start_time=start_time, not_before=not_before, labels=None,
                                 workers=workers, progress=progress, render=render, idle=idle,
                                 emit=emit)

@@ -27,11 +27,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any, NamedTuple
 
 from healer.detect import _native
 from healer.detect._regex import LazyRegex
 from healer.detect._timestamps import HEAD_BYTES, parse_ts
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from healer._runtime_typing import NamedTuple
 
 # Levels, lowest first; "" is a line that states none.
 LEVELS = ("trace", "debug", "info", "warn", "error", "fatal")

@@ -16,7 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from operator import attrgetter
-from typing import Any, NamedTuple
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, NamedTuple
+else:
+    from healer._runtime_typing import NamedTuple
 
 ERRORS_MIN = 3
 WARNINGS_MIN = 5

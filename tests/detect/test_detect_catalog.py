@@ -37,7 +37,8 @@ PATTERN = {"id": "oom-killed", "regex": "OOMKilled", "code": "X1", "priority": 2
 class TestEmbeddedCatalog:
     def test_valid_against_schema(self) -> None:
         """The embedded catalog is valid against schemas/catalog.schema.json."""
-        assert schema_errors("catalog", yaml.safe_load(EMBEDDED.read_text())) == []
+        data = yaml.safe_load(Path(EMBEDDED).read_text(encoding="utf-8"))
+        assert schema_errors("catalog", data) == []
 
     def test_holds_every_seed_pattern(self) -> None:
         """Every pattern of the play-healer seed is there, with its code and priority."""
