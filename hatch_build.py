@@ -39,7 +39,7 @@ def build_speedups(root: Path) -> Path | None:
     link = ["-bundle", "-undefined", "dynamic_lookup"] if sys.platform == "darwin" else \
         ["-shared"]
     argv = [*cc, "-O2", "-fPIC", "-Wall", f"-I{include}", str(src), *link, "-o", str(tmp), "-lm",
-            *(["-ldl"] if sys.platform.startswith("linux") else [])]
+            *(["-ldl", "-pthread"] if sys.platform.startswith("linux") else [])]
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -62,7 +62,8 @@ def _build() -> argparse.ArgumentParser:
                    help="matcher (default: $HEALER_DETECT_ENGINE or auto)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="processes for files of 32 MiB or more (default: up to 2); with fewer "
-                        "than the cores, each also reads ahead on a thread")
+                        "than the cores, each also reads ahead on a thread, which takes a "
+                        "balanced share of the Hyperscan pass")
     p.add_argument("--duration", type=float, metavar="S", help="with --follow: stop after S s")
     p.add_argument("--no-summary", action="store_true", help="no summary table")
     add_settings_args(p)

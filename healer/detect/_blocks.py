@@ -40,13 +40,14 @@ class BlockEngine(Protocol):
 
     catalog: Catalog
     clock: Callable[[], float]
+    native_db: Any  # _speedups.HsDatabase whose matches scan_block can take ready, or None
 
     def stream(self, source: str, *, start_time: float | None = None,
                labels: Mapping[str, str] | None = None, not_before: float | None = None
                ) -> BlockStream: ...
 
-    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0
-                   ) -> tuple[int, list[RawHit], list[bytes]]: ...
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0,
+                   collected: Any = None) -> tuple[int, list[RawHit], list[bytes]]: ...
 
     def alerts(self, hits: Iterable[RawHit], *, base: int, source: str, start: float,
                seen_at: float, labels: Mapping[str, str] | None, not_before: float | None,

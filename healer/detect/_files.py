@@ -24,11 +24,12 @@ import signal
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 from queue import SimpleQueue
 
-from healer.detect import _match
+from healer.detect import _match, _native
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit, StartOf
 from healer.detect._timestamps import HEAD_BYTES
 from healer.detect.alert import NO_LABELS, Alert
@@ -514,18 +515,20 @@ def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
     ``found``, each block's hits are passed to it instead (and none are returned).
 
     With ``read_ahead``, blocks are read into two buffers in turn: while one block is
-    scanned, the next is read into the other on a thread (``_ReadAhead``), so the kernel's
-    copy of the file — or the disk, for a file not in the page cache — is not waited for
-    between blocks. That takes a core the scan would not use otherwise (``spare_cores``)."""
+    scanned, the next is read into the other on a thread (``_Prefetch``, else ``_ReadAhead``),
+    so the kernel's copy of the file — or the disk, for a file not in the page cache — is not
+    waited for between blocks; with the native module that thread also runs Hyperscan over the
+    block it read. That takes a core the scan would not use otherwise (``spare_cores``)."""
     size = min(BLOCK_BYTES * (READ_AHEAD_BLOCKS if read_ahead else 1), max(hi - lo, 1))
     buf = bytearray(size)
     spare = bytearray(size) if read_ahead and hi - lo > size else buf
-    ahead = _ReadAhead(fd) if spare is not buf else None
+    ahead = _read_ahead(engine, fd, hi) if spare is not buf else None
     tail = _heads_before(fd, lo)
     hits: list[RawHit] = []
     newlines = 0
     carry = 0
     off = lo
+    ready: tuple[int, Any] | None = None  # (end, Collector) of the candidates found ahead
     try:
         got = _read(fd, buf, carry, hi - off, off)
         while got > 0:  # (0: the file shrank under us)
@@ -537,14 +540,18 @@ def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
                 if carry == len(buf):
                     buf.extend(bytes(len(buf)))
                 got = _read(fd, buf, carry, hi - off, off)
+                ready = None
                 continue
             carry = fill - cut
             if ahead is not None and off < hi:  # the next block, read while this one is scanned
                 if len(spare) < len(buf):
                     spare.extend(bytes(len(buf) - len(spare)))
                 spare[:carry] = buf[cut:fill]
+                collected = ready[1:] if ready is not None and ready[0] == cut else None
                 ahead.start(spare, carry, hi - off, off)
-            n, block_hits, tail = engine.scan_block(buf, 0, cut, tail, newlines)
+            else:
+                collected = None
+            n, block_hits, tail = engine.scan_block(buf, 0, cut, tail, newlines, collected)
             if found is None:
                 hits += block_hits
             elif block_hits:
@@ -559,7 +566,7 @@ def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
                     buf[:carry] = buf[cut:fill]
                 got = _read(fd, buf, carry, hi - off, off)
             else:
-                got = ahead.result()
+                got, ready = ahead.result()
                 buf, spare = spare, buf
     finally:
         if ahead is not None:
@@ -571,6 +578,76 @@ def _read(fd: int, buf: bytearray, at: int, left: int, off: int) -> int:
     """Read up to ``left`` bytes of the file from ``off`` into ``buf[at:]``."""
     with memoryview(buf) as whole, whole[at:at + min(len(buf) - at, left)] as view:
         return os.preadv(fd, [view], off)
+
+
+def balanced_share(read: float, hyperscan: float, scan: float) -> float:
+    """The share of a block's Hyperscan pass the reading thread takes so that it and the scan
+    take as long, from their costs a byte: the thread's ``read``, Hyperscan's, and the scan's
+    own work (pass 1, rendering). At least 0.1: the thread keeps measuring Hyperscan."""
+    if hyperscan <= 0:
+        return 1.0
+    return min(1.0, max(0.1, (hyperscan + scan - read) / (2 * hyperscan)))
+
+
+def _read_ahead(engine: BlockEngine, fd: int, hi: int) -> _Prefetch | _ReadAhead:
+    sp = _native.speedups
+    return _ReadAhead(fd) if sp is None else _Prefetch(sp, fd, hi, engine.native_db)
+
+
+class _Prefetch:
+    """``_ReadAhead`` on the native module's own thread (``_speedups.Prefetch``), which also
+    runs Hyperscan over a share of the whole lines of the block it read; the scan does the
+    rest (``scan_block(collected=…)``). A Python thread would wait for the GIL, which the scan
+    holds for milliseconds at a time; this one never takes it.
+
+    The share balances the two threads, block by block, from what the last one took: the
+    thread reads (r seconds a byte) and scans its share (h), the scan runs pass 1 and renders
+    (m) and scans the rest, so both take as long at a share of (h + m - r) / 2h. Few failure
+    lines (m small) leave about half to each; a log full of them, all to the thread."""
+
+    def __init__(self, sp: Any, fd: int, hi: int, db: Any):
+        self._p = sp.Prefetch(fd, hi, db)
+        self._collector = sp.Collector if db is not None else None
+        self._found: Any = None
+        self._share = 0.5
+        self._hs_rate = 0.0  # the thread's seconds of Hyperscan a byte
+        self._returned = 0.0  # when the last result went back to the scan
+        self._left_to_scan = 0  # bytes of that block the scan ran Hyperscan over
+
+    def start(self, buf: bytearray, at: int, left: int, off: int) -> None:
+        if self._collector is None:
+            self._p.start(buf, at, left, off)
+            return
+        self._found = self._collector()
+        self._p.start(buf, at, left, off, self._found, self._share)
+
+    def result(self) -> tuple[int, tuple[int, int, Any] | None]:
+        """(bytes read, (end of the block's whole lines, end of those Hyperscan ran over,
+        their candidates) or None)."""
+        waited_from = time.perf_counter()
+        got, cut, upto, read_ns, scan_ns = self._p.result()
+        if cut > 0 and self._returned:
+            self._balance(got, cut, upto, read_ns, scan_ns, waited_from - self._returned)
+        self._returned = time.perf_counter()
+        if cut < 0:
+            self._left_to_scan = 0
+            return got, None
+        self._left_to_scan = cut - upto
+        return got, (cut, upto, self._found)
+
+    def _balance(self, got: int, cut: int, upto: int, read_ns: int, scan_ns: int,
+                 busy: float) -> None:
+        if upto > 0:
+            self._hs_rate = scan_ns * 1e-9 / upto
+        h = self._hs_rate
+        if not h or not got:
+            return
+        r = read_ns * 1e-9 / got
+        m = max(0.0, busy - h * self._left_to_scan) / cut
+        self._share = (self._share + balanced_share(r, h, m)) / 2
+
+    def close(self) -> None:
+        self._p.close()
 
 
 class _ReadAhead:
@@ -592,12 +669,12 @@ class _ReadAhead:
         self._jobs.put((buf, at, left, off))
         self._busy = True
 
-    def result(self) -> int:
+    def result(self) -> tuple[int, None]:
         got = self._done.get()
         self._busy = False
         if isinstance(got, BaseException):
             raise got
-        return got
+        return got, None
 
     def close(self) -> None:
         if self._busy:  # its buffer is written to until then

@@ -268,6 +268,12 @@ class HyperscanMatcher:
         """``libhs`` or ``binding``: which Hyperscan scans."""
         return self._backend.name
 
+    @property
+    def native_db(self) -> Any:
+        """The native module's database (``_speedups.HsDatabase``) on libhs, else None."""
+        db = self._db
+        return db.native if isinstance(db, _LibhsDatabase) else None
+
     def _flag_for(self, expr: bytes, base: int) -> int | None:
         """The flags that compile ``expr`` (exact, else prefilter), or None."""
         for flag in (base, base | HS_FLAG_PREFILTER):
@@ -377,6 +383,7 @@ class _LibhsDatabase:
     def __init__(self, sp: Any, db: Any):
         self._sp = sp
         self._db = db
+        self.native = db
 
     def pairs(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
         collector = self._sp.Collector()

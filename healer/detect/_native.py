@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-VERSION = 8  # _speedups.c's NATIVE_VERSION this code expects
+VERSION = 9  # _speedups.c's NATIVE_VERSION this code expects
 ENV = "HEALER_DETECT_NATIVE"
 # Whether Hyperscan runs through the system's libhs (``libhs()``); "0" keeps the binding's.
 LIBHS_ENV = "HEALER_DETECT_LIBHS"

@@ -25,12 +25,15 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
-#define NATIVE_VERSION 8
+#define NATIVE_VERSION 9
 #define HEAD_BYTES 160
 
 /* ---------------------------------------------------------------------------------------- */
@@ -633,8 +636,18 @@ static PyObject *collector_pairs(PyObject *self, PyObject *unused) {
 
 static Py_ssize_t collector_len(PyObject *self) { return ((Collector *)self)->len; }
 
+static PyObject *collector_rebase(PyObject *self, PyObject *arg) {
+    Collector *c = (Collector *)self;
+    long long shift = PyLong_AsLongLong(arg);
+    if (shift == -1 && PyErr_Occurred()) return NULL;
+    c->shift = shift;
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef collector_methods[] = {
     {"reset", collector_reset, METH_O, "reset(shift): empty; the next offsets shifted."},
+    {"rebase", collector_rebase, METH_O,
+     "rebase(shift): the next offsets shifted so; the pairs kept (a scan in two parts)."},
     {"extend", collector_extend, METH_O, "extend(pairs): add (offset, index) pairs."},
     {"pairs", collector_pairs, METH_NOARGS, "pairs() -> the (offset, index) pairs, sorted."},
     {NULL, NULL, 0, NULL},
@@ -961,6 +974,274 @@ static PyTypeObject HsDatabaseType = {
     .tp_doc = "A block-mode Hyperscan database of the system's libhs (libhs_compile).",
     .tp_dealloc = hsdb_dealloc,
     .tp_methods = hsdb_methods,
+};
+
+/* ---------------------------------------------------------------------------------------- */
+/* Reading ahead on a native thread                                                           */
+
+/* Prefetch(fd, hi, db=None): a thread of its own (not Python's) that reads the next part of
+ * a file region ending at hi into a buffer while the caller scans the part before: with db (an
+ * HsDatabase), it also runs Hyperscan over the part's whole lines into a Collector. A Python
+ * thread doing the same waited for the GIL that the scanning caller holds for milliseconds at
+ * a time; this one never takes it, and the buffer is held (its size fixed) from start() to
+ * result(). close() joins the thread: none runs once a scan has returned (scans fork). */
+typedef struct {
+    PyObject_HEAD
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int has_thread;
+    int state;  /* 0 idle, 1 a job waits or runs, 2 its result waits, 3 the thread must end */
+    int fd;
+    long long hi;
+    HsDatabase *db;
+    hs_scratch_t *scratch;  /* the thread's own: the database's may be in use meanwhile */
+    /* the job */
+    Py_buffer view;
+    Py_ssize_t at, want;
+    long long off;
+    Collector *col;
+    double share;
+    /* its result */
+    Py_ssize_t got, cut, upto;
+    long long read_ns, scan_ns;
+    int err;
+    hs_error_t rc;
+} Prefetch;
+
+static long long now_ns(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
+}
+
+static PyTypeObject PrefetchType;
+
+static void prefetch_job(Prefetch *p) {
+    char *base = p->view.buf;
+    ssize_t n;
+    long long t0 = now_ns();
+    do {
+        n = pread(p->fd, base + p->at, (size_t)p->want, (off_t)p->off);
+    } while (n < 0 && errno == EINTR);
+    long long t1 = now_ns();
+    p->read_ns = t1 - t0;
+    p->scan_ns = 0;
+    p->cut = p->upto = -1;
+    p->rc = HS_SUCCESS;
+    if (n < 0) {
+        p->err = errno;
+        p->got = 0;
+        return;
+    }
+    p->got = n;
+    if (p->col == NULL || n == 0) return;
+    /* the part's whole lines, as scan_region cuts them */
+    Py_ssize_t fill = p->at + n, cut = fill;
+    if (p->off + n < p->hi) {
+        const char *nl = memrchr(base, '\n', (size_t)fill);
+        cut = nl == NULL ? 0 : nl - base + 1;
+    }
+    if (cut <= 0 || cut > (Py_ssize_t)UINT_MAX) return;
+    /* its share of them, to a line's end: the caller scans the rest */
+    Py_ssize_t upto = cut;
+    if (p->share < 1.0) {
+        Py_ssize_t from = p->share <= 0.0 ? 0 : (Py_ssize_t)(p->share * (double)cut);
+        const char *nl = from > 0 ? memchr(base + from - 1, '\n', (size_t)(cut - from + 1)) : NULL;
+        upto = from <= 0 ? 0 : nl == NULL ? cut : nl - base + 1;
+    }
+    p->col->len = 0;
+    p->col->shift = -1;  /* Collector.reset(lo - 1), lo = 0 */
+    if (upto > 0)
+        p->rc = HS.scan(p->db->db, base, (unsigned int)upto, 0, p->scratch, hsdb_on_match,
+                        p->col);
+    p->scan_ns = now_ns() - t1;
+    p->cut = cut;
+    p->upto = upto;
+}
+
+static void *prefetch_thread(void *arg) {
+    Prefetch *p = arg;
+#ifdef __linux__
+    pthread_setname_np(pthread_self(), "healer-prefetch");  /* (ps, top, and the tests) */
+#endif
+    pthread_mutex_lock(&p->mu);
+    for (;;) {
+        while (p->state == 0 || p->state == 2) pthread_cond_wait(&p->cv, &p->mu);
+        if (p->state == 3) break;
+        pthread_mutex_unlock(&p->mu);
+        prefetch_job(p);
+        pthread_mutex_lock(&p->mu);
+        p->state = 2;
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+    return NULL;
+}
+
+static PyObject *prefetch_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    static char *names[] = {"fd", "hi", "db", NULL};
+    int fd;
+    long long hi;
+    PyObject *db = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iL|O:Prefetch", names, &fd, &hi, &db))
+        return NULL;
+    if (db != Py_None && !PyObject_TypeCheck(db, &HsDatabaseType)) {
+        PyErr_SetString(PyExc_TypeError, "Prefetch: db is an HsDatabase or None");
+        return NULL;
+    }
+    Prefetch *p = (Prefetch *)type->tp_alloc(type, 0);
+    if (p == NULL) return NULL;
+    p->fd = fd;
+    p->hi = hi;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    if (db != Py_None) {
+        p->db = (HsDatabase *)Py_NewRef(db);
+        if (HS.alloc_scratch(p->db->db, &p->scratch) != HS_SUCCESS) {
+            Py_DECREF(p);
+            return PyErr_NoMemory();
+        }
+    }
+    return (PyObject *)p;
+}
+
+/* Waits (without the GIL) for the job's end; 0, or -1 with the job's error set. The buffer
+ * and the collector are let go either way. */
+static int prefetch_wait(Prefetch *p) {
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&p->mu);
+    while (p->state == 1) pthread_cond_wait(&p->cv, &p->mu);
+    p->state = 0;
+    pthread_mutex_unlock(&p->mu);
+    Py_END_ALLOW_THREADS
+    PyBuffer_Release(&p->view);
+    Py_CLEAR(p->col);
+    if (p->err) {
+        errno = p->err;
+        p->err = 0;
+        PyErr_SetFromErrno(PyExc_OSError);
+        return -1;
+    }
+    if (p->rc != HS_SUCCESS) {
+        if (p->rc == -3) PyErr_NoMemory();  /* HS_SCAN_TERMINATED: the collector could not grow */
+        else PyErr_Format(PyExc_RuntimeError, "libhs scan failed (error %d)", p->rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* start(buf, at, left, off, collector=None): read up to left bytes of the file from off into
+ * buf[at:] (and, with a collector and a database, scan the whole lines then in buf). */
+static PyObject *prefetch_start(PyObject *self, PyObject *args) {
+    Prefetch *p = (Prefetch *)self;
+    PyObject *buf, *col = Py_None;
+    Py_ssize_t at, left;
+    long long off;
+    double share = 1.0;
+    if (!PyArg_ParseTuple(args, "OnnL|Od:start", &buf, &at, &left, &off, &col, &share))
+        return NULL;
+    if (p->state != 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Prefetch.start: the last job's result is not taken");
+        return NULL;
+    }
+    if (col != Py_None && (!PyObject_TypeCheck(col, &CollectorType) || p->db == NULL)) {
+        PyErr_SetString(PyExc_TypeError, "Prefetch.start: a Collector needs a database");
+        return NULL;
+    }
+    if (PyObject_GetBuffer(buf, &p->view, PyBUF_WRITABLE) < 0) return NULL;
+    if (at < 0 || left < 0 || off < 0 || at > p->view.len) {
+        PyBuffer_Release(&p->view);
+        PyErr_SetString(PyExc_ValueError, "Prefetch.start: bad bounds");
+        return NULL;
+    }
+    p->at = at;
+    p->want = p->view.len - at < left ? p->view.len - at : left;
+    p->off = off;
+    p->share = share;
+    p->col = col == Py_None ? NULL : (Collector *)Py_NewRef(col);
+    pthread_mutex_lock(&p->mu);
+    p->state = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    if (!p->has_thread) {
+        int rc = pthread_create(&p->thread, NULL, prefetch_thread, p);
+        if (rc != 0) {  /* do the job here: slower, but the same */
+            prefetch_job(p);
+            p->state = 2;
+        } else {
+            p->has_thread = 1;
+        }
+    }
+    Py_RETURN_NONE;
+}
+
+/* result() -> (bytes read, end of the block's whole lines, end of those scanned, the read's
+ * and the scan's nanoseconds); both ends are -1 when it scanned none. */
+static PyObject *prefetch_result(PyObject *self, PyObject *unused) {
+    Prefetch *p = (Prefetch *)self;
+    if (p->state == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "Prefetch.result: no job was started");
+        return NULL;
+    }
+    if (prefetch_wait(p) < 0) return NULL;
+    return Py_BuildValue("(nnnLL)", p->got, p->cut, p->upto, p->read_ns, p->scan_ns);
+}
+
+static void prefetch_stop(Prefetch *p) {
+    if (p->state != 0) {
+        if (prefetch_wait(p) < 0) PyErr_Clear();  /* (nobody asked for it) */
+    }
+    if (p->has_thread) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_mutex_lock(&p->mu);
+        p->state = 3;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        pthread_join(p->thread, NULL);
+        Py_END_ALLOW_THREADS
+        p->has_thread = 0;
+        p->state = 0;
+    }
+}
+
+/* close(): waits for a job still running, and ends the thread. */
+static PyObject *prefetch_close(PyObject *self, PyObject *unused) {
+    prefetch_stop((Prefetch *)self);
+    Py_RETURN_NONE;
+}
+
+static void prefetch_dealloc(PyObject *self) {
+    Prefetch *p = (Prefetch *)self;
+    prefetch_stop(p);
+    if (p->scratch != NULL) HS.free_scratch(p->scratch);
+    Py_XDECREF(p->db);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMethodDef prefetch_methods[] = {
+    {"start", prefetch_start, METH_VARARGS,
+     "start(buf, at, left, off, collector=None, share=1.0): read on the thread, and scan the "
+     "share of the whole lines read then, to a line's end."},
+    {"result", prefetch_result, METH_NOARGS,
+     "result() -> (read, cut, upto, read_ns, scan_ns): bytes read, the end of their whole "
+     "lines and of those scanned (-1: none), and the time each took."},
+    {"close", prefetch_close, METH_NOARGS, "close(): wait for the job, end the thread."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PrefetchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "healer.detect._speedups.Prefetch",
+    .tp_basicsize = sizeof(Prefetch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "Prefetch(fd, hi, db=None): reads (and Hyperscans) a file's next part on a "
+              "native thread.",
+    .tp_new = prefetch_new,
+    .tp_dealloc = prefetch_dealloc,
+    .tp_methods = prefetch_methods,
 };
 
 /* ---------------------------------------------------------------------------------------- */
@@ -3226,10 +3507,13 @@ PyMODINIT_FUNC PyInit__speedups(void) {
     init_count_nl();
     init_level_lead();
     init_json_plain();
-    if (PyType_Ready(&CollectorType) < 0 || PyType_Ready(&HsDatabaseType) < 0) return NULL;
+    if (PyType_Ready(&CollectorType) < 0 || PyType_Ready(&HsDatabaseType) < 0 ||
+        PyType_Ready(&PrefetchType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m != NULL && (PyModule_AddObjectRef(m, "Collector", (PyObject *)&CollectorType) < 0 ||
-                      PyModule_AddObjectRef(m, "HsDatabase", (PyObject *)&HsDatabaseType) < 0)) {
+                      PyModule_AddObjectRef(m, "HsDatabase", (PyObject *)&HsDatabaseType) < 0 ||
+                      PyModule_AddObjectRef(m, "Prefetch", (PyObject *)&PrefetchType) < 0)) {
         Py_DECREF(m);
         return NULL;
     }

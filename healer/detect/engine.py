@@ -106,6 +106,9 @@ class Engine:
                         else (preflight_window_s if p.priority == 1 else None) for p in pats]
         self._windowed = any(w is not None for w in self._window)
         self.matchers: list[_match.Matcher] = []
+        # The native database a block's candidates can be found with ahead of scan_block, on
+        # another thread (``_files``' read-ahead: scan_block(collected=…)), or None.
+        self.native_db: Any = None
         if self.kind == "hyperscan":
             hm = _match.HyperscanMatcher(pats)
             self.matchers.append(hm)
@@ -132,6 +135,8 @@ class Engine:
         self._trusted = [c is _trusted for c in self._confirm]
         # The C versions of the fast path's loops (healer.detect._native), or None.
         self._speedups = _native.speedups if fast else None
+        if self._speedups is not None and self.kind == "hyperscan":
+            self.native_db = self.matchers[0].native_db  # type: ignore[attr-defined]
         self._alert_fields = [(p.code, p.id, p.priority, p.severity, p) for p in pats]
         self._resolved: dict[tuple[int, ...], tuple[int, ...]] = {}  # _resolve without sup_ks
 
@@ -200,14 +205,16 @@ class Engine:
 
     # -- internals shared with _files and StreamScanner ------------------------------------------
 
-    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0
-                   ) -> tuple[int, list[RawHit], list[bytes]]:
+    def scan_block(self, buf: Any, lo: int, hi: int, tail: list[bytes], first: int = 0,
+                   collected: Any = None) -> tuple[int, list[RawHit], list[bytes]]:
         """Scan ``buf[lo:hi]`` (whole lines): (newlines in it, raw hits, new tail of heads).
 
-        A hit's line index counts from ``first`` (the lines before this block)."""
+        A hit's line index counts from ``first`` (the lines before this block). ``collected``:
+        (upto, a ``Collector`` of ``native_db``'s matches in ``buf[0:upto]``), ``lo`` 0: this
+        scan finds the rest."""
         sp = self._speedups
         if sp is not None and type(buf) in (bytes, bytearray):
-            return self._scan_block_native(sp, buf, lo, hi, tail, first)
+            return self._scan_block_native(sp, buf, lo, hi, tail, first, collected)
         if len(self.matchers) == 1:
             cands = self.matchers[0].candidates(buf, lo, hi)
         else:
@@ -224,14 +231,22 @@ class Engine:
         return self._pass1(buf, lo, hi, tail, first, cands, cleaned)
 
     def _scan_block_native(self, sp: Any, buf: Any, lo: int, hi: int, tail: list[bytes],
-                           first: int) -> tuple[int, list[RawHit], list[bytes]]:
+                           first: int, collected: Any = None
+                           ) -> tuple[int, list[RawHit], list[bytes]]:
         """``scan_block`` with the native module: Hyperscan hands its matches to a C collector
         (no Python call, tuple or sort per match) that pass 1 in C reads as it is."""
-        cands = sp.Collector()
-        cands.reset(lo - 1)  # Hyperscan's exclusive end offsets within the view → buf offsets
+        if collected is None:
+            cands = sp.Collector()
+            cands.reset(lo - 1)  # Hyperscan's exclusive end offsets within the view → buf's
+        else:
+            upto, cands = collected
+            cands.rebase(upto - 1)
         for m in self.matchers:
             if isinstance(m, _match.HyperscanMatcher):
-                m.collect(buf, lo, hi, cands)
+                if collected is None:
+                    m.collect(buf, lo, hi, cands)
+                elif upto < hi:
+                    m.collect(buf, upto, hi, cands)
             else:
                 cands.extend(m.candidates(buf, lo, hi))
         ansi = sp.ansi_lines(buf, lo, hi)

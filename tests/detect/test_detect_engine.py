@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -25,6 +27,17 @@ T0 = 1714557600.0  # 2024-05-01T10:00:00Z, the corpus's first line
 def iso(second: float) -> str:
     whole = int(second)
     return f"2024-05-01T10:{whole // 60:02d}:{whole % 60:02d}.000Z"
+
+
+
+def _threads() -> list[str]:
+    """The scan's reading threads in this process: Python's and native ones (by name)."""
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # (a thread that just ended)
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    names += [t.name for t in threading.enumerate()]
+    return sorted(n for n in names if n in ("healer-prefetch", "healer-read-ahead"))
 
 
 class EmitCase:
@@ -406,21 +419,32 @@ class TestBuffers:
         assert engine.scan_file(corpus.path) == engine.scan_bytes(
             corpus.data, source=str(corpus.path))
 
+    @pytest.mark.parametrize("kind", ["native", "python"])
     def test_read_ahead_gives_the_same_hits(self, engine: Engine, corpus, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
         """Reading each next block on a thread while one is scanned gives the hits of reading
-        them in turn, across many small blocks and a line longer than a block; the thread
-        is gone when the scan returns."""
-        import threading
-
+        them in turn, across many small blocks and a line longer than a block: on the native
+        thread, which also finds a share of each block's candidates (the scan finds the rest),
+        and on a Python one; the thread is gone when the scan returns."""
+        if kind == "native" and _files._native.speedups is None:
+            pytest.skip("the native module is not built here")
         monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
         data = corpus.data + b"x" * 10_000 + b" connection refused\n" + corpus.data
         log = tmp_path / "long.log"
         log.write_bytes(data)
         started: list[int] = []
-        real_start = _files._ReadAhead.start
-        monkeypatch.setattr(_files._ReadAhead, "start",
-                            lambda self, *a: started.append(a[3]) or real_start(self, *a))
+        shares: list[float] = []
+        kinds = {"native": _files._Prefetch, "python": _files._ReadAhead}
+        real_start = kinds[kind].start
+
+        def start(self, *a):  # type: ignore[no-untyped-def]
+            started.append(a[3])
+            shares.append(getattr(self, "_share", 1.0))
+            return real_start(self, *a)
+
+        monkeypatch.setattr(kinds[kind], "start", start)
+        if kind == "python":
+            monkeypatch.setattr(_files, "_read_ahead", lambda e, fd, hi: _files._ReadAhead(fd))
         fd = os.open(log, os.O_RDONLY)
         try:
             plain = _files.scan_region(engine, fd, 0, len(data))
@@ -429,14 +453,19 @@ class TestBuffers:
             os.close(fd)
         assert ahead == plain and len(plain[1]) > 100
         assert len(started) > 5 and started == sorted(set(started))
-        assert not [t for t in threading.enumerate() if t.name == "healer-read-ahead"]
+        if kind == "native" and engine.native_db is not None:
+            assert len(set(shares)) > 1 and all(0.1 <= s <= 1 for s in shares)  # balanced
+        assert _threads() == []
 
+    @pytest.mark.parametrize("kind", ["native", "python"])
     def test_read_ahead_stops_with_the_scan(self, engine: Engine, corpus, tmp_path: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                            monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
         """A scan that fails mid-file, or a file cut short under it, leaves no reading thread
         behind; the cut file's scan ends where its data does."""
-        import threading
-
+        if kind == "native" and _files._native.speedups is None:
+            pytest.skip("the native module is not built here")
+        if kind == "python":
+            monkeypatch.setattr(_files, "_read_ahead", lambda e, fd, hi: _files._ReadAhead(fd))
         monkeypatch.setattr(_files, "BLOCK_BYTES", 4096)
         log = tmp_path / "big.log"
         log.write_bytes(corpus.data * 2)
@@ -460,6 +489,7 @@ class TestBuffers:
             monkeypatch.setattr(engine, "scan_block", failing)
             with pytest.raises(RuntimeError, match="scan failed"):
                 _files.scan_region(engine, fd, 0, len(corpus.data) * 2, read_ahead=True)
+            assert _threads() == []
             calls.clear()
             monkeypatch.setattr(engine, "scan_block", cutting)
             newlines, _ = _files.scan_region(engine, fd, 0, len(corpus.data) * 2,
@@ -467,7 +497,7 @@ class TestBuffers:
         finally:
             os.close(fd)
         assert newlines < corpus.data.count(b"\n")
-        assert not [t for t in threading.enumerate() if t.name == "healer-read-ahead"]
+        assert _threads() == []
 
     def test_lone_region_emits_as_it_scans(self, engine: Engine, corpus, tmp_path: Path,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
@@ -643,3 +673,15 @@ def test_which_regexes_need_no_confirming_is_remembered(_private_cache: Path) ->
     assert _match.single_line_exact_all(regexes) == want
     entry.write_bytes(b"garbage")
     assert _match.single_line_exact_all(regexes) == want
+
+
+def test_the_balanced_share_evens_the_two_threads() -> None:
+    """The reading thread's share of Hyperscan leaves both threads as busy: about half of it
+    when the scan has little else to do, all of it when the scan has more than that to do
+    (a log full of failures), and never none (it keeps measuring)."""
+    for read, hs, scan in ((0.1, 0.3, 0.15), (0.2, 0.3, 0.5), (0.1, 0.3, 0.1)):
+        share = _files.balanced_share(read, hs, scan)
+        assert read + hs * share == pytest.approx(hs * (1 - share) + scan)
+    assert _files.balanced_share(0.1, 0.3, 2.0) == 1.0
+    assert _files.balanced_share(0.5, 0.3, 0.0) == 0.1
+    assert _files.balanced_share(0.1, 0.0, 0.1) == 1.0

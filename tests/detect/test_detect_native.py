@@ -5,6 +5,7 @@ tests/detect/test_detect_fast_path.py's; here each piece meets its edge cases he
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -483,6 +484,83 @@ def test_a_cached_database_scans_without_loading_the_compiler(tmp_path: Path) ->
             for _ in range(2)]
     assert runs == ["100 ['libhs', 'libhs_runtime', 'libstdc++']",  # compiled, then cached
                     "100 ['libhs_runtime']"]
+
+
+@needs_libhs
+def test_prefetch_reads_and_scans_a_share_on_its_own_thread(tmp_path: Path) -> None:
+    """Prefetch reads a file's next part into a buffer on a native thread, and Hyperscans the
+    given share of its whole lines (to a line's end) into a Collector; the scan, rebased,
+    finds the rest: together, the matches of one scan. Without a collector it only reads.
+    Errors (a bad descriptor, misuse) are Python exceptions; the buffer cannot be resized
+    while the thread writes it; close() ends the thread."""
+    sp = _native.speedups
+    db = sp.libhs_compile([b"fatal error", b"refused"], [1 | 4, 1 | 4], [0, 1])
+    lines = [b"ok %d" % i if i % 7 else b"fatal error %d refused" % i for i in range(2000)]
+    data = b"\n".join(lines) + b"\ntail without newline"
+    path = tmp_path / "a.log"
+    path.write_bytes(data)
+    whole = sp.Collector()
+    whole.reset(-1)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        hi = len(data) - 100  # the region ends before the file does
+        buf = bytearray(4096)
+        buf[:3] = b"ab\n"  # a carried-over line start
+        p = sp.Prefetch(fd, hi, db)
+        for share in (1.0, 0.0, 0.5, 0.03):
+            col = sp.Collector()
+            p.start(buf, 3, hi, 0, col, share)
+            got, cut, upto, read_ns, scan_ns = p.result()
+            assert got == 4093 and bytes(buf[3:]) == data[:4093]
+            assert cut == buf.rindex(b"\n") + 1 and read_ns > 0 and scan_ns >= 0
+            assert upto == {1.0: cut, 0.0: 0}.get(share, upto)
+            assert 0 < upto < cut or share in (1.0, 0.0)
+            assert upto == 0 or buf[upto - 1:upto] == b"\n"
+            col.rebase(upto - 1)
+            db.scan(buf, upto, cut, col)
+            whole.reset(-1)
+            db.scan(buf, 0, cut, whole)
+            assert col.pairs() == whole.pairs() and len(whole.pairs()) > 50
+        col = sp.Collector()
+        p.start(buf, 0, 150, hi - 150, col)  # to the region's end: all of it is whole lines
+        assert p.result()[:3] == (150, 150, 150)
+        p.start(buf, 0, 150, 0)  # no collector: only read
+        assert p.result()[:3] == (150, -1, -1) and bytes(buf[:150]) == data[:150]
+        with pytest.raises(RuntimeError, match="no job"):
+            p.result()
+        p.start(buf, 0, 10, 0)
+        with pytest.raises(RuntimeError, match="not taken"):
+            p.start(buf, 0, 10, 0)
+        p.close()  # waits for the job, ends the thread
+        p.close()
+        assert not _prefetch_threads()
+        p.start(buf, 0, 10, 0)
+        with pytest.raises(BufferError):
+            buf.extend(b"x" * 10000)  # held until the result is taken
+        assert p.result()[0] == 10
+        buf.extend(b"x")
+        with pytest.raises(TypeError, match="needs a database"):
+            sp.Prefetch(fd, hi).start(buf, 0, 10, 0, sp.Collector())
+        with pytest.raises(ValueError, match="bad bounds"):
+            p.start(buf, len(buf) + 1, 10, 0)
+        with pytest.raises(TypeError):
+            sp.Prefetch(fd, hi, "not a database")
+        bad = sp.Prefetch(10_000, hi)
+        bad.start(buf, 0, 10, 0)
+        with pytest.raises(OSError):
+            bad.result()
+        del p, bad
+    finally:
+        os.close(fd)
+    assert not _prefetch_threads()
+
+
+def _prefetch_threads() -> list[str]:
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):
+            names.append(Path(f"/proc/self/task/{task}/comm").read_text().strip())
+    return [n for n in names if n == "healer-prefetch"]
 
 
 _EVENT_TYPES = ["assistant", "assistant", "item.completed", "item.started", "item.updated",
