@@ -27,7 +27,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
-from queue import SimpleQueue
 
 from healer.detect import _match, _native
 from healer.detect._blocks import BLOCK_BYTES, LOOKBACK_LINES, BlockEngine, RawHit, StartOf
@@ -657,6 +656,8 @@ class _ReadAhead:
     scan returns, so a caller may fork after it (scan workers are forked before any)."""
 
     def __init__(self, fd: int):
+        from queue import SimpleQueue  # (here: the native module's scans never import queue)
+
         self._fd = fd
         self._jobs: SimpleQueue[tuple[bytearray, int, int, int] | None] = SimpleQueue()
         self._done: SimpleQueue[int | BaseException] = SimpleQueue()

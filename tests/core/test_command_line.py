@@ -104,3 +104,29 @@ class TestStatusOverview:
         finally:
             slot.release()
         assert "agents running: 0 of 4" in cli("status").out
+
+
+def test_only_the_process_s_own_command_freezes_its_imports() -> None:
+    """The `healer` command loads its command with the cyclic collector paused and freezes
+    what the imports made (start-up time); a caller's `main(argv)` leaves the collector as it
+    was and freezes nothing (freezing would keep the caller's uncollected garbage)."""
+    import gc
+    import subprocess
+    import sys
+
+    from healer.cli import main
+
+    code = ("import gc, sys\n"
+            "from healer import cli\n"
+            "sys.argv = ['healer', 'status', '--help']\n"
+            "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
+            "print(gc.get_freeze_count() > 1000, gc.isenabled())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.splitlines()[-1] == "True True"
+    frozen = gc.get_freeze_count()
+    try:
+        main(["status", "--help"])
+    except SystemExit:
+        pass
+    assert gc.get_freeze_count() == frozen and gc.isenabled()
