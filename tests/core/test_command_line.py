@@ -110,6 +110,7 @@ def test_only_the_process_s_own_command_freezes_its_imports() -> None:
     """The `healer` command loads its command with the cyclic collector paused and freezes
     what the imports made (start-up time); a caller's `main(argv)` leaves the collector as it
     was and freezes nothing (freezing would keep the caller's uncollected garbage)."""
+    import contextlib
     import gc
     import subprocess
     import sys
@@ -125,8 +126,6 @@ def test_only_the_process_s_own_command_freezes_its_imports() -> None:
                          timeout=60, check=True).stdout
     assert out.splitlines()[-1] == "True True"
     frozen = gc.get_freeze_count()
-    try:
+    with contextlib.suppress(SystemExit):
         main(["status", "--help"])
-    except SystemExit:
-        pass
     assert gc.get_freeze_count() == frozen and gc.isenabled()
