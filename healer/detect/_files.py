@@ -23,7 +23,6 @@ import os
 import stat
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterable, Mapping
 from operator import itemgetter
 
@@ -580,71 +579,37 @@ def _read(fd: int, buf: bytearray, at: int, left: int, off: int) -> int:
         return os.preadv(fd, [view], off)
 
 
-def balanced_share(read: float, hyperscan: float, scan: float) -> float:
-    """The share of a block's Hyperscan pass the reading thread takes so that it and the scan
-    take as long, from their costs a byte: the thread's ``read``, Hyperscan's, and the scan's
-    own work (pass 1, rendering). At least 0.1: the thread keeps measuring Hyperscan."""
-    if hyperscan <= 0:
-        return 1.0
-    return min(1.0, max(0.1, (hyperscan + scan - read) / (2 * hyperscan)))
-
-
 def _read_ahead(engine: BlockEngine, fd: int, hi: int) -> _Prefetch | _ReadAhead:
     sp = _native.speedups
     return _ReadAhead(fd) if sp is None else _Prefetch(sp, fd, hi, engine.native_db)
 
 
 class _Prefetch:
-    """``_ReadAhead`` on the native module's own thread (``_speedups.Prefetch``), which also
-    runs Hyperscan over a share of the whole lines of the block it read; the scan does the
-    rest (``scan_block(collected=…)``). A Python thread would wait for the GIL, which the scan
-    holds for milliseconds at a time; this one never takes it.
-
-    The share balances the two threads, block by block, from what the last one took: the
-    thread reads (r seconds a byte) and scans its share (h), the scan runs pass 1 and renders
-    (m) and scans the rest, so both take as long at a share of (h + m - r) / 2h. Few failure
-    lines (m small) leave about half to each; a log full of them, all to the thread."""
+    """``_ReadAhead`` on the native module's own thread (``_speedups.Prefetch``), which then
+    runs Hyperscan over the whole lines of the block it read, a slice at a time, for as long
+    as the scan is busy with the block before; the scan finds the rest
+    (``scan_block(collected=…)``). Neither waits for the other: at 0.1 % failure lines the
+    thread takes about half of each block's Hyperscan pass, at 5 % nearly all of it. A Python
+    thread would wait for the GIL, which the scan holds for milliseconds at a time; this one
+    never takes it."""
 
     def __init__(self, sp: Any, fd: int, hi: int, db: Any):
         self._p = sp.Prefetch(fd, hi, db)
         self._collector = sp.Collector if db is not None else None
         self._found: Any = None
-        self._share = 0.5
-        self._hs_rate = 0.0  # the thread's seconds of Hyperscan a byte
-        self._returned = 0.0  # when the last result went back to the scan
-        self._left_to_scan = 0  # bytes of that block the scan ran Hyperscan over
 
     def start(self, buf: bytearray, at: int, left: int, off: int) -> None:
         if self._collector is None:
             self._p.start(buf, at, left, off)
             return
         self._found = self._collector()
-        self._p.start(buf, at, left, off, self._found, self._share)
+        self._p.start(buf, at, left, off, self._found)
 
     def result(self) -> tuple[int, tuple[int, int, Any] | None]:
         """(bytes read, (end of the block's whole lines, end of those Hyperscan ran over,
         their candidates) or None)."""
-        waited_from = time.perf_counter()
-        got, cut, upto, read_ns, scan_ns = self._p.result()
-        if cut > 0 and self._returned:
-            self._balance(got, cut, upto, read_ns, scan_ns, waited_from - self._returned)
-        self._returned = time.perf_counter()
-        if cut < 0:
-            self._left_to_scan = 0
-            return got, None
-        self._left_to_scan = cut - upto
-        return got, (cut, upto, self._found)
-
-    def _balance(self, got: int, cut: int, upto: int, read_ns: int, scan_ns: int,
-                 busy: float) -> None:
-        if upto > 0:
-            self._hs_rate = scan_ns * 1e-9 / upto
-        h = self._hs_rate
-        if not h or not got:
-            return
-        r = read_ns * 1e-9 / got
-        m = max(0.0, busy - h * self._left_to_scan) / cut
-        self._share = (self._share + balanced_share(r, h, m)) / 2
+        got, cut, upto = self._p.result()
+        return got, (cut, upto, self._found) if cut >= 0 else None
 
     def close(self) -> None:
         self._p.close()

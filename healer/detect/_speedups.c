@@ -981,10 +981,15 @@ static PyTypeObject HsDatabaseType = {
 
 /* Prefetch(fd, hi, db=None): a thread of its own (not Python's) that reads the next part of
  * a file region ending at hi into a buffer while the caller scans the part before: with db (an
- * HsDatabase), it also runs Hyperscan over the part's whole lines into a Collector. A Python
- * thread doing the same waited for the GIL that the scanning caller holds for milliseconds at
- * a time; this one never takes it, and the buffer is held (its size fixed) from start() to
- * result(). close() joins the thread: none runs once a scan has returned (scans fork). */
+ * HsDatabase), it then runs Hyperscan over the part's whole lines into a Collector, a slice
+ * of PREFETCH_SLICE bytes (to a line's end) at a time, until the caller asks for the result:
+ * the caller scans what is left. So neither waits for the other: the thread scans for as long
+ * as the caller is busy with the part before, whatever that costs (at 0.1 % failure lines
+ * about half of each part's Hyperscan pass, at 5 % nearly all). A Python thread waited for
+ * the GIL, which the scanning caller holds for milliseconds at a time; this one never takes
+ * it, and the buffer is held (its size fixed) from start() to result(). close() joins the
+ * thread: none runs once a scan has returned (scans fork). */
+#define PREFETCH_SLICE (128 * 1024)
 typedef struct {
     PyObject_HEAD
     pthread_t thread;
@@ -1001,32 +1006,21 @@ typedef struct {
     Py_ssize_t at, want;
     long long off;
     Collector *col;
-    double share;
+    int stop;  /* set by result(): the scan takes over (read and written atomically) */
     /* its result */
     Py_ssize_t got, cut, upto;
-    long long read_ns, scan_ns;
     int err;
     hs_error_t rc;
 } Prefetch;
-
-static long long now_ns(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (long long)t.tv_sec * 1000000000LL + t.tv_nsec;
-}
 
 static PyTypeObject PrefetchType;
 
 static void prefetch_job(Prefetch *p) {
     char *base = p->view.buf;
     ssize_t n;
-    long long t0 = now_ns();
     do {
         n = pread(p->fd, base + p->at, (size_t)p->want, (off_t)p->off);
     } while (n < 0 && errno == EINTR);
-    long long t1 = now_ns();
-    p->read_ns = t1 - t0;
-    p->scan_ns = 0;
     p->cut = p->upto = -1;
     p->rc = HS_SUCCESS;
     if (n < 0) {
@@ -1043,19 +1037,22 @@ static void prefetch_job(Prefetch *p) {
         cut = nl == NULL ? 0 : nl - base + 1;
     }
     if (cut <= 0 || cut > (Py_ssize_t)UINT_MAX) return;
-    /* its share of them, to a line's end: the caller scans the rest */
-    Py_ssize_t upto = cut;
-    if (p->share < 1.0) {
-        Py_ssize_t from = p->share <= 0.0 ? 0 : (Py_ssize_t)(p->share * (double)cut);
-        const char *nl = from > 0 ? memchr(base + from - 1, '\n', (size_t)(cut - from + 1)) : NULL;
-        upto = from <= 0 ? 0 : nl == NULL ? cut : nl - base + 1;
-    }
     p->col->len = 0;
-    p->col->shift = -1;  /* Collector.reset(lo - 1), lo = 0 */
-    if (upto > 0)
-        p->rc = HS.scan(p->db->db, base, (unsigned int)upto, 0, p->scratch, hsdb_on_match,
-                        p->col);
-    p->scan_ns = now_ns() - t1;
+    Py_ssize_t upto = 0;
+    while (upto < cut && !__atomic_load_n(&p->stop, __ATOMIC_ACQUIRE)) {
+        Py_ssize_t end = upto + PREFETCH_SLICE;
+        if (end >= cut) {
+            end = cut;
+        } else {  /* to the end of the line the slice ends in */
+            const char *nl = memchr(base + end - 1, '\n', (size_t)(cut - end + 1));
+            end = nl == NULL ? cut : nl - base + 1;
+        }
+        p->col->shift = upto - 1;  /* Collector.reset(lo - 1): offsets into the buffer */
+        p->rc = HS.scan(p->db->db, base + upto, (unsigned int)(end - upto), 0, p->scratch,
+                        hsdb_on_match, p->col);
+        if (p->rc != HS_SUCCESS) break;
+        upto = end;
+    }
     p->cut = cut;
     p->upto = upto;
 }
@@ -1106,15 +1103,18 @@ static PyObject *prefetch_new(PyTypeObject *type, PyObject *args, PyObject *kw) 
     return (PyObject *)p;
 }
 
-/* Waits (without the GIL) for the job's end; 0, or -1 with the job's error set. The buffer
- * and the collector are let go either way. */
-static int prefetch_wait(Prefetch *p) {
+/* Waits (without the GIL) for the job's end, stopping its scan at the slice under way unless
+ * it is to finish; 0, or -1 with the job's error set. The buffer and the collector are let
+ * go either way. */
+static int prefetch_wait(Prefetch *p, int finish) {
+    if (!finish) __atomic_store_n(&p->stop, 1, __ATOMIC_RELEASE);
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&p->mu);
     while (p->state == 1) pthread_cond_wait(&p->cv, &p->mu);
     p->state = 0;
     pthread_mutex_unlock(&p->mu);
     Py_END_ALLOW_THREADS
+    __atomic_store_n(&p->stop, 0, __ATOMIC_RELAXED);
     PyBuffer_Release(&p->view);
     Py_CLEAR(p->col);
     if (p->err) {
@@ -1138,9 +1138,7 @@ static PyObject *prefetch_start(PyObject *self, PyObject *args) {
     PyObject *buf, *col = Py_None;
     Py_ssize_t at, left;
     long long off;
-    double share = 1.0;
-    if (!PyArg_ParseTuple(args, "OnnL|Od:start", &buf, &at, &left, &off, &col, &share))
-        return NULL;
+    if (!PyArg_ParseTuple(args, "OnnL|O:start", &buf, &at, &left, &off, &col)) return NULL;
     if (p->state != 0) {
         PyErr_SetString(PyExc_RuntimeError, "Prefetch.start: the last job's result is not taken");
         return NULL;
@@ -1158,7 +1156,6 @@ static PyObject *prefetch_start(PyObject *self, PyObject *args) {
     p->at = at;
     p->want = p->view.len - at < left ? p->view.len - at : left;
     p->off = off;
-    p->share = share;
     p->col = col == Py_None ? NULL : (Collector *)Py_NewRef(col);
     pthread_mutex_lock(&p->mu);
     p->state = 1;
@@ -1176,21 +1173,24 @@ static PyObject *prefetch_start(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* result() -> (bytes read, end of the block's whole lines, end of those scanned, the read's
- * and the scan's nanoseconds); both ends are -1 when it scanned none. */
-static PyObject *prefetch_result(PyObject *self, PyObject *unused) {
+/* result(finish=False) -> (bytes read, end of the part's whole lines, end of those scanned);
+ * both ends are -1 when it had none to scan. The scan stops at the slice under way, unless
+ * finish. */
+static PyObject *prefetch_result(PyObject *self, PyObject *args) {
     Prefetch *p = (Prefetch *)self;
+    int finish = 0;
+    if (!PyArg_ParseTuple(args, "|p:result", &finish)) return NULL;
     if (p->state == 0) {
         PyErr_SetString(PyExc_RuntimeError, "Prefetch.result: no job was started");
         return NULL;
     }
-    if (prefetch_wait(p) < 0) return NULL;
-    return Py_BuildValue("(nnnLL)", p->got, p->cut, p->upto, p->read_ns, p->scan_ns);
+    if (prefetch_wait(p, finish) < 0) return NULL;
+    return Py_BuildValue("(nnn)", p->got, p->cut, p->upto);
 }
 
 static void prefetch_stop(Prefetch *p) {
     if (p->state != 0) {
-        if (prefetch_wait(p) < 0) PyErr_Clear();  /* (nobody asked for it) */
+        if (prefetch_wait(p, 0) < 0) PyErr_Clear();  /* (nobody asked for it) */
     }
     if (p->has_thread) {
         Py_BEGIN_ALLOW_THREADS
@@ -1223,11 +1223,11 @@ static void prefetch_dealloc(PyObject *self) {
 
 static PyMethodDef prefetch_methods[] = {
     {"start", prefetch_start, METH_VARARGS,
-     "start(buf, at, left, off, collector=None, share=1.0): read on the thread, and scan the "
-     "share of the whole lines read then, to a line's end."},
-    {"result", prefetch_result, METH_NOARGS,
-     "result() -> (read, cut, upto, read_ns, scan_ns): bytes read, the end of their whole "
-     "lines and of those scanned (-1: none), and the time each took."},
+     "start(buf, at, left, off, collector=None): read on the thread, then scan the whole "
+     "lines read, a slice at a time, until result() is asked for."},
+    {"result", prefetch_result, METH_VARARGS,
+     "result(finish=False) -> (read, cut, upto): bytes read, the end of their whole lines and "
+     "of those scanned (-1: none); the scan stops at the slice under way unless finish."},
     {"close", prefetch_close, METH_NOARGS, "close(): wait for the job, end the thread."},
     {NULL, NULL, 0, NULL},
 };

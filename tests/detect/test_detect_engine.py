@@ -424,7 +424,8 @@ class TestBuffers:
                                             monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
         """Reading each next block on a thread while one is scanned gives the hits of reading
         them in turn, across many small blocks and a line longer than a block: on the native
-        thread, which also finds a share of each block's candidates (the scan finds the rest),
+        thread, which also finds each block's candidates until the scan asks (the scan finds
+        the rest),
         and on a Python one; the thread is gone when the scan returns."""
         if kind == "native" and _files._native.speedups is None:
             pytest.skip("the native module is not built here")
@@ -433,16 +434,33 @@ class TestBuffers:
         log = tmp_path / "long.log"
         log.write_bytes(data)
         started: list[int] = []
-        shares: list[float] = []
+        ready: list[object] = []
         kinds = {"native": _files._Prefetch, "python": _files._ReadAhead}
-        real_start = kinds[kind].start
+        real_start, real_result = kinds[kind].start, kinds[kind].result
+
+        class Finishing:  # the whole block scanned ahead, every time (the scan taking a
+            def __init__(self, p: object):  # part: test_scan_block_takes_candidates_…)
+                self._p = p
+
+            def result(self) -> object:
+                return self._p.result(True)  # type: ignore[attr-defined]
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self._p, name)
 
         def start(self, *a):  # type: ignore[no-untyped-def]
             started.append(a[3])
-            shares.append(getattr(self, "_share", 1.0))
+            if kind == "native" and not isinstance(self._p, Finishing):
+                self._p = Finishing(self._p)
             return real_start(self, *a)
 
+        def result(self):  # type: ignore[no-untyped-def]
+            got = real_result(self)
+            ready.append(got[1])
+            return got
+
         monkeypatch.setattr(kinds[kind], "start", start)
+        monkeypatch.setattr(kinds[kind], "result", result)
         if kind == "python":
             monkeypatch.setattr(_files, "_read_ahead", lambda e, fd, hi: _files._ReadAhead(fd))
         fd = os.open(log, os.O_RDONLY)
@@ -453,8 +471,10 @@ class TestBuffers:
             os.close(fd)
         assert ahead == plain and len(plain[1]) > 100
         assert len(started) > 5 and started == sorted(set(started))
-        if kind == "native" and engine.native_db is not None:
-            assert len(set(shares)) > 1 and all(0.1 <= s <= 1 for s in shares)  # balanced
+        if kind == "native" and engine.native_db is not None:  # candidates found ahead
+            assert sum(r is not None and r[0] == r[1] for r in ready) > 5  # type: ignore[index]
+        else:
+            assert ready == [None] * len(ready)
         assert _threads() == []
 
     @pytest.mark.parametrize("kind", ["native", "python"])
@@ -675,13 +695,22 @@ def test_which_regexes_need_no_confirming_is_remembered(_private_cache: Path) ->
     assert _match.single_line_exact_all(regexes) == want
 
 
-def test_the_balanced_share_evens_the_two_threads() -> None:
-    """The reading thread's share of Hyperscan leaves both threads as busy: about half of it
-    when the scan has little else to do, all of it when the scan has more than that to do
-    (a log full of failures), and never none (it keeps measuring)."""
-    for read, hs, scan in ((0.1, 0.3, 0.15), (0.2, 0.3, 0.5), (0.1, 0.3, 0.1)):
-        share = _files.balanced_share(read, hs, scan)
-        assert read + hs * share == pytest.approx(hs * (1 - share) + scan)
-    assert _files.balanced_share(0.1, 0.3, 2.0) == 1.0
-    assert _files.balanced_share(0.5, 0.3, 0.0) == 0.1
-    assert _files.balanced_share(0.1, 0.0, 0.1) == 1.0
+
+def test_scan_block_takes_candidates_found_ahead(corpus) -> None:  # type: ignore[no-untyped-def]
+    """scan_block(collected=(upto, collector)): with the native database's matches in the
+    block up to any line's end already collected (by the reading thread), it finds the rest
+    and gives what it gives alone."""
+    from healer.detect import _native
+
+    engine = Engine(Catalog.load(), engine="hyperscan")
+    if engine.native_db is None:
+        pytest.skip("the native module or libhs is not here")
+    buf = bytearray(corpus.data[: corpus.data.rindex(b"\n", 0, 200_000) + 1])
+    alone = engine.scan_block(buf, 0, len(buf), [])
+    ends = [0, buf.index(b"\n") + 1, buf.rindex(b"\n", 0, len(buf) // 2) + 1, len(buf)]
+    for upto in ends:
+        found = _native.speedups.Collector()
+        found.reset(-1)
+        engine.native_db.scan(buf, 0, upto, found)
+        assert engine.scan_block(buf, 0, len(buf), [], 0, (upto, found)) == alone
+    assert len(alone[1]) > 20

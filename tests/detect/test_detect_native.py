@@ -487,45 +487,43 @@ def test_a_cached_database_scans_without_loading_the_compiler(tmp_path: Path) ->
 
 
 @needs_libhs
-def test_prefetch_reads_and_scans_a_share_on_its_own_thread(tmp_path: Path) -> None:
-    """Prefetch reads a file's next part into a buffer on a native thread, and Hyperscans the
-    given share of its whole lines (to a line's end) into a Collector; the scan, rebased,
-    finds the rest: together, the matches of one scan. Without a collector it only reads.
-    Errors (a bad descriptor, misuse) are Python exceptions; the buffer cannot be resized
-    while the thread writes it; close() ends the thread."""
+def test_prefetch_reads_and_scans_until_asked_on_its_own_thread(tmp_path: Path) -> None:
+    """Prefetch reads a file's next part into a buffer on a native thread, then Hyperscans
+    its whole lines into a Collector a slice at a time, until result() is asked for (or to
+    the end with result(True)); the scan, rebased, finds the rest: together, the matches of
+    one scan. Without a collector it only reads. Errors (a bad descriptor, misuse) are Python
+    exceptions; the buffer cannot be resized while the thread writes it; close() ends the
+    thread."""
     sp = _native.speedups
     db = sp.libhs_compile([b"fatal error", b"refused"], [1 | 4, 1 | 4], [0, 1])
-    lines = [b"ok %d" % i if i % 7 else b"fatal error %d refused" % i for i in range(2000)]
+    lines = [b"ok %d" % i if i % 7 else b"fatal error %d refused" % i for i in range(40_000)]
     data = b"\n".join(lines) + b"\ntail without newline"
     path = tmp_path / "a.log"
     path.write_bytes(data)
     whole = sp.Collector()
-    whole.reset(-1)
     fd = os.open(path, os.O_RDONLY)
     try:
         hi = len(data) - 100  # the region ends before the file does
-        buf = bytearray(4096)
+        buf = bytearray(400_000)
         buf[:3] = b"ab\n"  # a carried-over line start
         p = sp.Prefetch(fd, hi, db)
-        for share in (1.0, 0.0, 0.5, 0.03):
+        for finish in (True, False, False):
             col = sp.Collector()
-            p.start(buf, 3, hi, 0, col, share)
-            got, cut, upto, read_ns, scan_ns = p.result()
-            assert got == 4093 and bytes(buf[3:]) == data[:4093]
-            assert cut == buf.rindex(b"\n") + 1 and read_ns > 0 and scan_ns >= 0
-            assert upto == {1.0: cut, 0.0: 0}.get(share, upto)
-            assert 0 < upto < cut or share in (1.0, 0.0)
-            assert upto == 0 or buf[upto - 1:upto] == b"\n"
+            p.start(buf, 3, hi, 0, col)
+            got, cut, upto = p.result(finish)
+            assert got == len(buf) - 3 and bytes(buf[3:]) == data[:got]
+            assert cut == buf.rindex(b"\n") + 1 and 0 <= upto <= cut
+            assert upto == cut if finish else upto == 0 or buf[upto - 1:upto] == b"\n"
             col.rebase(upto - 1)
             db.scan(buf, upto, cut, col)
             whole.reset(-1)
             db.scan(buf, 0, cut, whole)
-            assert col.pairs() == whole.pairs() and len(whole.pairs()) > 50
+            assert col.pairs() == whole.pairs() and len(whole.pairs()) > 5000
         col = sp.Collector()
         p.start(buf, 0, 150, hi - 150, col)  # to the region's end: all of it is whole lines
-        assert p.result()[:3] == (150, 150, 150)
+        assert p.result(True) == (150, 150, 150)
         p.start(buf, 0, 150, 0)  # no collector: only read
-        assert p.result()[:3] == (150, -1, -1) and bytes(buf[:150]) == data[:150]
+        assert p.result() == (150, -1, -1) and bytes(buf[:150]) == data[:150]
         with pytest.raises(RuntimeError, match="no job"):
             p.result()
         p.start(buf, 0, 10, 0)
