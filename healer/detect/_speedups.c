@@ -29,6 +29,7 @@
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -1162,7 +1163,12 @@ static PyObject *prefetch_start(PyObject *self, PyObject *args) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     if (!p->has_thread) {
+        /* Signals stay with Python's main thread: the new one starts with all blocked. */
+        sigset_t all, before;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &before);
         int rc = pthread_create(&p->thread, NULL, prefetch_thread, p);
+        pthread_sigmask(SIG_SETMASK, &before, NULL);
         if (rc != 0) {  /* do the job here: slower, but the same */
             prefetch_job(p);
             p->state = 2;

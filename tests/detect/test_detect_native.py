@@ -522,6 +522,13 @@ def test_prefetch_reads_and_scans_until_asked_on_its_own_thread(tmp_path: Path) 
         col = sp.Collector()
         p.start(buf, 0, 150, hi - 150, col)  # to the region's end: all of it is whole lines
         assert p.result(True) == (150, 150, 150)
+        # signals stay with Python's main thread (SIGINT: KeyboardInterrupt there)
+        assert _prefetch_threads() == ["healer-prefetch"]
+        blocked = [line for task in os.listdir("/proc/self/task")
+                   if "healer-prefetch" in Path(f"/proc/self/task/{task}/comm").read_text()
+                   for line in Path(f"/proc/self/task/{task}/status").read_text().splitlines()
+                   if line.startswith("SigBlk:")]
+        assert int(blocked[0].split()[1], 16) & (1 << (2 - 1))  # SIGINT is 2
         p.start(buf, 0, 150, 0)  # no collector: only read
         assert p.result() == (150, -1, -1) and bytes(buf[:150]) == data[:150]
         with pytest.raises(RuntimeError, match="no job"):
