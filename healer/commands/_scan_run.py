@@ -21,7 +21,7 @@ from healer.detect.alert import json_bytes, json_lines
 from healer.detect.catalog import SEVERITY_RANK, Catalog
 from healer.detect.engine import Alert, Engine
 from healer.detect.services import ERRORS_MIN, WARNINGS_MIN, ServiceTally
-from healer.errors import EXIT_FINDINGS, EXIT_OK, HealerError, UsageError
+from healer.errors import EXIT_FINDINGS, EXIT_INTERRUPTED, EXIT_OK, HealerError, UsageError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -307,9 +307,11 @@ class ScanRun:
                       live=a.follow or bool(a.cmd) or bool(a.loki) or use_stdin or k8s)
         sources = len(files) + int(use_stdin) + int(bool(a.cmd)) + int(bool(a.loki)) + int(k8s)
         failures: list[Exception] = []
+        scanning: str | None = None  # the file being scanned (not followed) meanwhile
         try:
             if not a.follow:
                 for f in files:
+                    scanning = f
                     bar = _progress_for(f)
                     out.before_output = bar.stop if bar is not None else None
                     for text, counts, services in engine.render_file(
@@ -319,11 +321,17 @@ class ScanRun:
                             else _import_rich,
                             emit=out.emitter()):
                         out.write(text, counts, catalog, services)
+                scanning = None
             if a.follow or use_stdin or a.cmd or a.loki or k8s:
                 failures = self._follow(engine, out, files if a.follow else [], use_stdin,
                                         start, not_before)
         except KeyboardInterrupt:
-            pass
+            # Ctrl-C is how a follow ends: the summary follows. A file cut short is not a
+            # scan that found nothing: no summary of half its alerts, and exit 130.
+            if scanning is not None:
+                print(f"healer: interrupted while scanning {scanning}: the output is "
+                      "incomplete, and no summary is given", file=sys.stderr)
+                return EXIT_INTERRUPTED
         finally:
             sys.stdout.flush()
         if not a.no_summary:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -314,6 +316,51 @@ class TestErrors:
         """A command that fails exits 3 and says why."""
         r = run_scan(tmp_path, "--cmd", "--", sys.executable, "-c", "raise SystemExit(5)")
         assert r.code == 3 and "exited with status 5" in r.err
+
+    def test_ctrl_c_in_a_file_is_an_interrupted_scan(self, tmp_path: Path) -> None:
+        """Ctrl-C while a file is being scanned exits 130 and says the output is incomplete,
+        with no summary (a summary of half a file's alerts once said "no alerts", exit 0)."""
+        fifo = tmp_path / "agent.log"
+        os.mkfifo(fifo)
+        proc = subprocess.Popen([sys.executable, "-m", "healer", "scan", "--json", str(fifo)],
+                                cwd=tmp_path, env=scan_env(tmp_path), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE)
+        try:
+            with fifo.open("wb") as writer:  # opens once the scan has opened it: inside it
+                writer.write(b"connection refused\n" * 10)
+                writer.flush()
+                proc.send_signal(signal.SIGINT)
+                _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        text = err.decode()
+        assert proc.returncode == 130, text
+        assert f"interrupted while scanning {fifo}: the output is incomplete" in text
+        assert "alerts in" not in text and "alert(s)" not in text and "Traceback" not in text
+
+    def test_ctrl_c_ends_a_follow_with_its_summary(self, tmp_path: Path) -> None:
+        """Ctrl-C is how a follow ends: the summary of what it saw, exit 1 with alerts."""
+        path = tmp_path / "agent.log"
+        path.write_text("connection refused\n" * 3)
+        proc = subprocess.Popen([sys.executable, "-m", "healer", "scan", "--follow", "--json",
+                                 str(path)], cwd=tmp_path, env=scan_env(tmp_path),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        seen: list[bytes] = []
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                seen.append(line)
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        try:
+            _wait(lambda: len(seen) >= 3)
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        assert proc.returncode == 1 and "3 alert(s) in 1 source(s)" in err.decode()
 
 
 class TestFollow:
