@@ -46,8 +46,6 @@ READ_AHEAD_BLOCKS = 2
 # A lone region's hits are rendered and emitted as soon as its blocks have found this many
 # (measured at 5 % failure lines in 268 MB: 4,096 at a time took ~7,000 more page faults).
 STREAM_HITS = 256
-# The calling process also merges the results and prints: its region is this much smaller.
-CALLER_DISCOUNT = 0.03
 _TAIL_READ = 1 << 20  # how far before a region the borrowed-timestamp heads are looked for
 _ORIGIN = itemgetter(5)  # a raw hit's source (RawHit)
 
@@ -262,10 +260,15 @@ def _scan_stream(engine: BlockEngine, fd: int, source: str, start_time: float | 
 
 
 def _split(fd: int, size: int, n: int) -> list[tuple[int, int]]:
-    first = (1 - CALLER_DISCOUNT) / n
+    """``n`` regions of about the same size, each starting at a line.
+
+    (The calling process once took a 3 % smaller region, for printing what the workers sent
+    it. They write their own output now, and a forked worker starts ~3 ms late and writes
+    after the caller: with two workers, even regions took 5 / 11 / 2 ms less at 0.1 / 5 % /
+    mixed in 268 MB, and −1.2 / +0.3 / −0.3 ms in 54 MB.)"""
     cuts = [0]
     for k in range(1, n):
-        guess = int(size * (first + (k - 1) * (1 - first) / (n - 1)))
+        guess = int(size * k / n)
         chunk = os.pread(fd, 1 << 16, guess)
         nl = chunk.find(b"\n")
         cut = guess + nl + 1 if nl >= 0 else cuts[-1]

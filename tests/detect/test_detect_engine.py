@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import random
 import threading
@@ -714,3 +715,31 @@ def test_scan_block_takes_candidates_found_ahead(corpus) -> None:  # type: ignor
         engine.native_db.scan(buf, 0, upto, found)
         assert engine.scan_block(buf, 0, len(buf), [], 0, (upto, found)) == alone
     assert len(alone[1]) > 20
+
+
+def test_regions_are_even_and_start_at_lines(tmp_path: Path) -> None:
+    """A file is split into regions of about the same size (the caller's too: its workers
+    write their own output), each starting at a line; where a cut falls in a line longer than
+    the look-ahead, there is one region fewer, never a split line."""
+    rng = random.Random(5)
+    data = b"".join(b"x" * rng.randrange(1, 300) + b"\n" for _ in range(20_000))
+    path = tmp_path / "a.log"
+    path.write_bytes(data)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for n in (2, 3, 4):
+            regions = _files._split(fd, len(data), n)
+            assert len(regions) == n and regions[0][0] == 0 and regions[-1][1] == len(data)
+            assert all(a == b for (_, b), (a, _) in itertools.pairwise(regions))
+            assert all(data[a - 1:a] == b"\n" for a, _ in regions[1:])
+            assert all(abs((b - a) - len(data) / n) < 400 for a, b in regions)
+    finally:
+        os.close(fd)
+    half = b"x\n" * 50_000
+    path.write_bytes(half + b"y" * 300_000 + b"\n" + half)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        assert _files._split(fd, size, 2) == [(0, size)]  # the middle is one long line
+    finally:
+        os.close(fd)
