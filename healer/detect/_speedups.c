@@ -1219,7 +1219,10 @@ static PyObject *prefetch_close(PyObject *self, PyObject *unused) {
 
 static void prefetch_dealloc(PyObject *self) {
     Prefetch *p = (Prefetch *)self;
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);  /* (an exception may be on its way out) */
     prefetch_stop(p);
+    PyErr_Restore(type, value, traceback);
     if (p->scratch != NULL) HS.free_scratch(p->scratch);
     Py_XDECREF(p->db);
     pthread_cond_destroy(&p->cv);
