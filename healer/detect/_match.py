@@ -382,20 +382,19 @@ class _Binding:
 class _LibhsDatabase:
     def __init__(self, sp: Any, db: Any):
         self._sp = sp
-        self._db = db
-        self.native = db
+        self.native = db  # the _speedups.HsDatabase
 
     def pairs(self, buf: Any, lo: int, hi: int) -> list[tuple[int, int]]:
         collector = self._sp.Collector()
         collector.reset(lo - 1)
-        self._db.scan(buf, lo, hi, collector)
+        self.native.scan(buf, lo, hi, collector)
         return collector.pairs()  # type: ignore[no-any-return]
 
     def collect(self, buf: Any, lo: int, hi: int, collector: Any) -> None:
-        self._db.scan(buf, lo, hi, collector)
+        self.native.scan(buf, lo, hi, collector)
 
     def dump(self) -> bytes:
-        return bytes(self._db.dump())
+        return bytes(self.native.dump())
 
 
 class _Libhs:
