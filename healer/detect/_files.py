@@ -546,17 +546,15 @@ def scan_region(engine: BlockEngine, fd: int, lo: int, hi: int,
                 if carry == len(buf):
                     buf.extend(bytes(len(buf)))
                 got = _read(fd, buf, carry, hi - off, off)
-                ready = None
                 continue
             carry = fill - cut
+            # (what the thread found is this block's when it cut the block alike)
+            collected = ready[1:] if ready is not None and ready[0] == cut else None
             if ahead is not None and off < hi:  # the next block, read while this one is scanned
                 if len(spare) < len(buf):
                     spare.extend(bytes(len(buf) - len(spare)))
                 spare[:carry] = buf[cut:fill]
-                collected = ready[1:] if ready is not None and ready[0] == cut else None
                 ahead.start(spare, carry, hi - off, off)
-            else:
-                collected = None
             n, block_hits, tail = engine.scan_block(buf, 0, cut, tail, newlines, collected)
             if found is None:
                 hits += block_hits

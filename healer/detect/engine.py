@@ -235,18 +235,11 @@ class Engine:
                            ) -> tuple[int, list[RawHit], list[bytes]]:
         """``scan_block`` with the native module: Hyperscan hands its matches to a C collector
         (no Python call, tuple or sort per match) that pass 1 in C reads as it is."""
-        if collected is None:
-            cands = sp.Collector()
-            cands.reset(lo - 1)  # Hyperscan's exclusive end offsets within the view → buf's
-        else:
-            upto, cands = collected
-            cands.rebase(upto - 1)
+        upto, cands = collected if collected is not None else (lo, sp.Collector())
+        cands.rebase(upto - 1)  # Hyperscan's exclusive end offsets within the view → buf's
         for m in self.matchers:
             if isinstance(m, _match.HyperscanMatcher):
-                if collected is None:
-                    m.collect(buf, lo, hi, cands)
-                elif upto < hi:
-                    m.collect(buf, upto, hi, cands)
+                m.collect(buf, upto, hi, cands)  # (the rest of what was found ahead)
             else:
                 cands.extend(m.candidates(buf, lo, hi))
         ansi = sp.ansi_lines(buf, lo, hi)
