@@ -428,14 +428,14 @@ class SourceStarts:
         then a compose name is never ``UNKNOWN``, its first prefixed line is found however
         many lines start with the name."""
         sp = _native.speedups
+        if sp is None:
+            return {source: SourceStarts.first_of(buf, source, seen_at) for source in sources}
         out: dict[str, float | Unknown | None] = {}
         pods: list[tuple[str, bytes]] = []
         composes: list[tuple[str, bytes]] = []
         for source in sources:
             spec = _prefix_of(source)
-            if sp is None:
-                out[source] = SourceStarts.first_of(buf, source, seen_at)
-            elif not isinstance(spec, tuple):
+            if not isinstance(spec, tuple):
                 out[source] = spec
             else:
                 (pods if spec[1] is None else composes).append((source, spec[0]))
