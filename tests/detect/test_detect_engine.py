@@ -439,8 +439,11 @@ class TestBuffers:
         kinds = {"native": _files._Prefetch, "python": _files._ReadAhead}
         real_start, real_result = kinds[kind].start, kinds[kind].result
 
-        class Finishing:  # the whole block scanned ahead, every time (the scan taking a
-            def __init__(self, p: object):  # part: test_scan_block_takes_candidates_…)
+        class Finishing:
+            """The native thread scanning every block whole before the scan takes it (the
+            scan finding a part itself: test_scan_block_takes_candidates_found_ahead)."""
+
+            def __init__(self, p: object):
                 self._p = p
 
             def result(self) -> object:
